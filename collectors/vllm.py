@@ -1,0 +1,287 @@
+"""The vLLM source: an async scrape of /metrics (and /version, /server_info once) per target.
+
+Every failure becomes a TargetSample with a named state and a message an operator can act on;
+nothing here raises to the caller. The bearer token is read from an environment variable or a file,
+never from argv, and never appears in a state message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from specwatch.exposition import ExpositionError, parse_payload
+from specwatch.snapshot import TARGET_OK, TargetSample
+
+DEFAULT_URL = "http://localhost:8000"
+DEFAULT_TIMEOUT_S = 5.0
+# One engine's /metrics is about 60 KB and 8 engines about 400 KB: 32 MiB is far past any real
+# payload, and small enough that a hostile server cannot exhaust memory.
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_TOKEN_ENV = "SPECWATCH_TOKEN"
+
+
+class TokenError(ValueError):
+    """The token source named by the user could not be read."""
+
+
+def read_token(env_name: str | None = None, file: str | os.PathLike[str] | None = None) -> str | None:
+    """A bearer token from a file (first line) or an environment variable; the file wins."""
+    if file is not None:
+        try:
+            token = Path(file).read_text(encoding="utf-8").strip().splitlines()
+        except OSError as exc:
+            raise TokenError(f"cannot read the token file {file}: {exc.strerror or exc}") from exc
+        if not token or not token[0].strip():
+            raise TokenError(f"the token file {file} is empty")
+        return token[0].strip()
+    value = os.environ.get(env_name or DEFAULT_TOKEN_ENV, "").strip()
+    return value or None
+
+
+def normalise_url(url: str) -> tuple[str, str]:
+    """A user's URL → (base URL, metrics URL). Accepts host:port, a base URL, or a /metrics URL."""
+    raw = url.strip()
+    if "://" not in raw:
+        raw = "http://" + raw
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    path = parts.path.rstrip("/")
+    if path.endswith("/metrics"):
+        base_path, metrics_path = path[: -len("/metrics")], path
+    else:
+        base_path, metrics_path = path, path + "/metrics"
+    base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
+    return base, urlunsplit((parts.scheme, parts.netloc, metrics_path, parts.query, ""))
+
+
+@dataclass
+class TargetInfo:
+    """What is learnt once per target and kept: the version and, with dev mode, the spec config."""
+
+    version: str | None = None
+    speculative_config: dict | None = None
+    probed: bool = False
+
+
+@dataclass
+class VllmTarget:
+    url: str
+    metrics_url: str
+    info: TargetInfo = field(default_factory=TargetInfo)
+
+    @classmethod
+    def from_url(cls, url: str) -> VllmTarget:
+        base, metrics = normalise_url(url)
+        return cls(base, metrics)
+
+
+def make_client(
+    token: str | None = None, verify: bool | str = True, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> httpx.AsyncClient:
+    """One client for all targets: connections are reused between polls."""
+    headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": "specwatch"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.AsyncClient(
+        headers=headers,
+        verify=verify,
+        timeout=httpx.Timeout(timeout_s),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+class PayloadTooLarge(Exception):
+    pass
+
+
+async def _get_bounded(client: httpx.AsyncClient, url: str, max_bytes: int) -> httpx.Response:
+    """GET that stops reading past max_bytes, so a runaway payload costs bounded memory."""
+    async with client.stream("GET", url) as response:
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise PayloadTooLarge(int(declared))
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(size)
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # noqa: SLF001 - httpx's documented buffering slot
+        return response
+
+
+def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
+    """(state, message) for a transport failure, in the operator's words."""
+    where = f"vLLM at {url}"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout", f"{where}: no answer within the timeout ({type(exc).__name__})"
+    text = str(exc)
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return "tls_error", f"{where}: TLS failed: {cause.reason or cause}"
+        if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
+            return "connection_refused", f"{where}: connection refused (is the server running?)"
+        cause = cause.__cause__ or cause.__context__
+    lowered = text.lower()
+    if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
+        return "tls_error", f"{where}: TLS failed: {text}"
+    if "connection refused" in lowered or "connect call failed" in lowered:
+        return "connection_refused", f"{where}: connection refused (is the server running?)"
+    if "name or service not known" in lowered or "nodename nor servname" in lowered or "name resolution" in lowered \
+            or "getaddrinfo" in lowered:
+        return "dns_failure", f"{where}: the host name does not resolve"
+    return "network_error", f"{where}: {type(exc).__name__}: {text or 'connection failed'}"
+
+
+def describe_status(status: int, url: str) -> tuple[str, str]:
+    where = f"vLLM at {url}"
+    if status == 401:
+        return "http_401", f"{where}: HTTP 401 unauthorised (set a token with --token-env or --token-file)"
+    if status == 403:
+        return "http_403", f"{where}: HTTP 403 forbidden (the token is not allowed to read /metrics)"
+    if status == 404:
+        return "http_404", f"{where}: HTTP 404 at /metrics (is this a vLLM server? check the URL)"
+    if 500 <= status < 600:
+        return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
+    return "http_error", f"{where}: unexpected HTTP {status}"
+
+
+async def scrape_target(
+    client: httpx.AsyncClient,
+    target: VllmTarget,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    probe_info: bool = True,
+) -> TargetSample:
+    """One scrape of one target. Never raises for anything the network or the payload does."""
+    started = time.perf_counter()
+    try:
+        response = await _get_bounded(client, target.metrics_url, max_bytes)
+    except PayloadTooLarge as exc:
+        return TargetSample(
+            target.url, "payload_too_large",
+            f"vLLM at {target.url}: /metrics is larger than the cap of {max_bytes} bytes ({exc.args[0]} read)",
+            version=target.info.version,
+        )
+    except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
+        state, message = describe_http_error(exc, target.url)
+        return TargetSample(target.url, state, message, version=target.info.version)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        state, message = describe_status(response.status_code, target.url)
+        return TargetSample(target.url, state, message, version=target.info.version,
+                            payload_bytes=len(response.content))
+    body = response.content
+    try:
+        parsed = parse_payload(body.decode("utf-8", errors="replace"))
+    except ExpositionError as exc:
+        return TargetSample(target.url, "not_prometheus", f"vLLM at {target.url}: {exc}",
+                            version=target.info.version, payload_bytes=len(body))
+    missing = parsed.missing_required()
+    if missing:
+        return TargetSample(
+            target.url, "families_missing",
+            f"vLLM at {target.url}: /metrics lacks {', '.join(missing)} (is this a vLLM server?)",
+            version=target.info.version, payload_bytes=len(body),
+        )
+    if probe_info and not target.info.probed:
+        await probe_target_info(client, target)
+    return TargetSample(
+        url=target.url,
+        state=TARGET_OK,
+        version=target.info.version,
+        engines=parsed.engines,
+        process_start_time=parsed.process_start_time,
+        scrape_seconds=elapsed,
+        payload_bytes=len(body),
+    )
+
+
+async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
+    """/version once; /server_info too, which only answers with VLLM_SERVER_DEV_MODE=1 and is the
+    only place the speculation method and draft model can be read (vllm.md §2)."""
+    target.info.probed = True
+    try:
+        r = await client.get(target.url + "/version")
+        if r.status_code == 200:
+            version = r.json().get("version")
+            target.info.version = str(version) if version is not None else None
+    except (httpx.HTTPError, OSError, ValueError, AttributeError):
+        target.info.probed = False  # try again on a later poll
+        return
+    try:
+        r = await client.get(target.url + "/server_info", params={"config_format": "json"})
+        if r.status_code == 200:
+            target.info.speculative_config = _speculative_config_from_server_info(r.json())
+    except (httpx.HTTPError, OSError, ValueError):
+        pass
+
+
+def _speculative_config_from_server_info(info: object) -> dict | None:
+    if not isinstance(info, dict):
+        return None
+    config = info.get("vllm_config", info)
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return None
+    spec = config.get("speculative_config") if isinstance(config, dict) else None
+    return spec if isinstance(spec, dict) else None
+
+
+class VllmSource:
+    """Scrapes several vLLM targets concurrently, with one shared client."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        token: str | None = None,
+        verify: bool | str = True,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.targets = [VllmTarget.from_url(u) for u in urls]
+        self.max_bytes = max_bytes
+        self._client_args = (token, verify, timeout_s)
+        self._client: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> VllmSource:
+        self._client = make_client(*self._client_args)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def scrape(self) -> tuple[TargetSample, ...]:
+        if self._client is None:
+            self._client = make_client(*self._client_args)
+        results = await asyncio.gather(
+            *(scrape_target(self._client, t, self.max_bytes) for t in self.targets)
+        )
+        return tuple(results)
+
+    def info(self, url: str) -> TargetInfo | None:
+        for t in self.targets:
+            if t.url == url:
+                return t.info
+        return None

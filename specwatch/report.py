@@ -1,0 +1,196 @@
+"""The `check` report (DESIGN §5): a Window and its latest Snapshot → the specwatch.check/1 object.
+
+Pure: it formats what the window computed, and decides the exit status from the verdict block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
+from specwatch.window import EngineFigures, TargetWindow, Window
+
+CHECK_SCHEMA = "specwatch.check/1"
+
+EXIT_NO_CHANGE = 0
+EXIT_CHANGE = 1
+EXIT_NOT_ENOUGH_DATA = 2
+EXIT_UNREADABLE = 3
+
+# Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
+CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
+                    "power_w", "memory_used_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationConfig:
+    """What the operator told us, or /server_info did, about the speculation setup."""
+
+    method: str | None = None
+    draft_model: str | None = None
+
+
+def _r(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) -> dict[str, Any]:
+    total = tw.total if tw else None
+    latest_engines = tw.latest.engines if tw and tw.latest.ok else ()
+    gauges_only = tw.lifetime if tw else None  # gauges are the same in both; lifetime exists sooner
+    figures = total or gauges_only
+    block: dict[str, Any] = {
+        "reachable": reachable,
+        "version": version,
+        "engines": len(latest_engines),
+        "model": latest_engines[0].model_name if latest_engines else None,
+        "running": figures.running if figures else None,
+        "waiting": figures.waiting if figures else None,
+        "kv_cache_usage": _r(figures.kv_cache_usage) if figures else None,
+        "ttft_p50_s": _r(total.ttft_p50_s) if total else None,
+        "ttft_p95_s": _r(total.ttft_p95_s) if total else None,
+        "tpot_mean_s": _r(total.tpot_mean_s) if total else None,
+        "itl_mean_s": _r(total.itl_mean_s) if total else None,
+        "generation_tokens_per_s": _r(total.generation_tokens_per_s, 3) if total else None,
+        "prompt_tokens_per_s": _r(total.prompt_tokens_per_s, 3) if total else None,
+        "prompt_to_output_ratio": _r(total.prompt_to_output_ratio, 4) if total else None,
+        "tokens_per_step_mean": _r(total.tokens_per_step_mean, 3) if total else None,
+        "mfu_intensity": _r(total.mfu_intensity, 3) if total else None,
+        "restarts_in_window": total.restarts if total else 0,
+        "window_s": _r(tw.seconds, 3) if tw else None,
+        "per_engine": [
+            {"engine": key, "running": f.running, "waiting": f.waiting, "kv_cache_usage": _r(f.kv_cache_usage),
+             "generation_tokens_per_s": _r(f.generation_tokens_per_s, 3),
+             "acceptance_length": _r(f.acceptance.acceptance_length) if f.acceptance else None}
+            for key, f in (tw.engines.items() if tw else ())
+        ],
+    }
+    return block
+
+
+def _acceptance_block(figures: EngineFigures | None) -> dict[str, Any] | None:
+    if figures is None or figures.acceptance is None:
+        return None
+    return figures.acceptance.to_dict()
+
+
+def speculation_block(tw: TargetWindow | None, config: SpeculationConfig) -> dict[str, Any]:
+    configured = bool(tw and tw.speculation_configured)
+    return {
+        "configured": configured,
+        "k": tw.k if tw and configured else None,
+        "method": config.method if configured else None,
+        "draft_model": config.draft_model if configured else None,
+        "window": _acceptance_block(tw.total) if tw and configured else None,
+        "lifetime": _acceptance_block(tw.lifetime) if tw and configured else None,
+    }
+
+
+def gpu_block(gpu: GpuSample) -> dict[str, Any]:
+    block: dict[str, Any] = {"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid, "source": gpu.source,
+                             "lost": gpu.lost}
+    for name in CHECK_GPU_FIELDS:
+        block[name] = gpu.values.get(name)
+    block["throttle_reasons"] = list(gpu.throttle_reasons)
+    block["errors"] = {k: v for k, v in gpu.errors.items()}
+    return block
+
+
+def sources_block(sources: Sequence[SourceStatus]) -> list[dict[str, Any]]:
+    return [s.to_dict() for s in sources]
+
+
+def exit_status(target_ok: bool, verdict: dict[str, Any]) -> int:
+    if not target_ok:
+        return EXIT_UNREADABLE
+    decision = verdict.get("speculation")
+    if decision == "unknown":
+        return EXIT_NOT_ENOUGH_DATA
+    return EXIT_CHANGE if verdict.get("change_recommended") else EXIT_NO_CHANGE
+
+
+def check_report(
+    window: Window,
+    url: str,
+    verdict: dict[str, Any],
+    bound: dict[str, Any],
+    config: SpeculationConfig = SpeculationConfig(),
+) -> dict[str, Any]:
+    """The specwatch.check/1 object for one target."""
+    latest: Snapshot | None = window.latest
+    tw = window.target(url)
+    target = latest.target(url) if latest else None
+    reachable = bool(target and target.ok)
+    return {
+        "schema": CHECK_SCHEMA,
+        "time": latest.time if latest else None,
+        "target": url,
+        "state": target.state if target else "unknown",
+        "message": target.message if target else "not scraped",
+        "engine": engine_block(tw, reachable, target.version if target else None),
+        "speculation": speculation_block(tw, config),
+        "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
+        "sources": sources_block(latest.sources if latest else ()),
+        "bound": bound,
+        "verdict": verdict,
+    }
+
+
+def format_summary(report: dict[str, Any]) -> str:
+    """The short human summary printed without --json."""
+    lines = [f"specwatch check  {report['target']}"]
+    if report["state"] != "ok":
+        lines.append(f"  target: {report['state']}: {report['message']}")
+    eng = report["engine"]
+    if eng["reachable"]:
+        version = eng["version"] or "version unknown"
+        lines.append(
+            f"  vLLM {version}, {eng['engines']} engine(s), model {eng['model'] or '?'}: "
+            f"running {_fmt(eng['running'], '.0f')}, waiting {_fmt(eng['waiting'], '.0f')}, "
+            f"KV {_fmt(eng['kv_cache_usage'], '.0%')}"
+        )
+        lines.append(
+            f"  output {_fmt(eng['generation_tokens_per_s'], '.1f')} tok/s, "
+            f"TPOT {_fmt_ms(eng['tpot_mean_s'])}, TTFT p95 {_fmt_ms(eng['ttft_p95_s'])}, "
+            f"prompt:output {_fmt(eng['prompt_to_output_ratio'], '.2f')}  (window {_fmt(eng['window_s'], '.1f')} s)"
+        )
+    spec = report["speculation"]
+    if spec["configured"]:
+        w = spec["window"]
+        life = spec["lifetime"]
+        method = spec["method"] or "method unknown"
+        if w and w["acceptance_length"] is not None:
+            per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])
+            lines.append(
+                f"  speculation: {method}, k={spec['k']}: acceptance length {w['acceptance_length']:.2f}, "
+                f"rate {_fmt(w['acceptance_rate'], '.1%')}, per position [{per_pos}] over the window"
+            )
+        else:
+            lines.append(f"  speculation: {method}, k={spec['k']}: no drafts in the window")
+        if life and life["acceptance_length"] is not None:
+            lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} "
+                         f"over {life['drafts']:.0f} drafts")
+    elif eng["reachable"]:
+        lines.append("  speculation: not configured")
+    for g in report["gpus"]:
+        lines.append(f"  GPU {g['index']} {g['name']}: SM {_fmt(g['sm_active'], '.0%')}, "
+                     f"tensor {_fmt(g['tensor_active'], '.0%')}, DRAM {_fmt(g['dram_bw_util'], '.0%')}, "
+                     f"util {_fmt(g['util_gpu'], '.0%')}, {_fmt(g['power_w'], '.0f')} W")
+    for s in report["sources"]:
+        if s["state"] not in ("ok", "absent"):
+            lines.append(f"  {s['name']}: {s['message'] or s['state']}")
+    v = report["verdict"]
+    lines.append(f"  bound: {report['bound']['state']}")
+    lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")
+    for reason in v["reasons"]:
+        lines.append(f"    - {reason}")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.1f} ms"

@@ -1,0 +1,437 @@
+"""Rates and quantiles over a sliding window of Snapshots, and the figures derived from them.
+
+Counters are turned into increases the way Prometheus' increase() does: pair by pair, and a counter
+that went down (or a server whose start time changed) restarted from zero, so its increase over that
+pair is its new value. A restarted server therefore never yields a negative rate. Histogram
+quantiles come from bucket deltas, interpolated linearly inside the bucket, as histogram_quantile().
+
+Nothing here does I/O or reads a clock: time comes from the Snapshots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from specwatch.snapshot import EngineSample, Histogram, Snapshot, TargetSample
+
+# Family names, with the newer spelling first: the first one present is used.
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+EMITTED_V0 = "vllm:spec_decode_num_emitted_tokens"
+ACCEPTANCE_RATE_V0 = "vllm:spec_decode_draft_acceptance_rate"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+GENERATION_TOKENS = "vllm:generation_tokens"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+TTFT = "vllm:time_to_first_token_seconds"
+# Per-token decode time: the per-request TPOT histogram (0.11+) is per token even under speculation;
+# the step-level ITL histograms are the fallback (they measure time between steps, see vllm.md §1.4).
+TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds")
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+MFU_FLOPS = "vllm:estimated_flops_per_gpu"
+MFU_READ = "vllm:estimated_read_bytes_per_gpu"
+MFU_WRITE = "vllm:estimated_write_bytes_per_gpu"
+REQUEST_SUCCESS = "vllm:request_success"
+PREEMPTIONS = "vllm:num_preemptions"
+
+
+def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
+    """Prometheus increase() for one pair: a drop, or a known restart, means it began again at 0."""
+    if restarted or cur < prev:
+        return cur
+    return cur - prev
+
+
+def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False) -> Histogram:
+    if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
+        return cur
+    prev_by_le = dict(prev.buckets)
+    buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur.buckets)
+    return Histogram(buckets, max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+
+
+def histogram_quantile(q: float, h: Histogram | None) -> float | None:
+    """The q-quantile of a (delta) histogram, as PromQL's histogram_quantile() computes it."""
+    if h is None or not h.buckets or h.count <= 0:
+        return None
+    total = h.buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in h.buckets:
+        if count >= rank:
+            if math.isinf(le):
+                # the quantile is past the last finite bound: report that bound, as Prometheus does
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def _add_histograms(a: Histogram | None, b: Histogram) -> Histogram:
+    if a is None:
+        return b
+    if [le for le, _ in a.buckets] != [le for le, _ in b.buckets]:
+        return b if b.count >= a.count else a  # bucket layouts changed mid-window: keep the larger
+    return Histogram(
+        tuple((le, ca + cb) for (le, ca), (_, cb) in zip(a.buckets, b.buckets)), a.sum + b.sum, a.count + b.count
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Increases:
+    """What one engine (or a sum of engines) did over a span: counter increases and histogram deltas."""
+
+    seconds: float
+    counters: dict[str, float] = field(default_factory=dict)
+    accepted_per_position: tuple[float, ...] = ()
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    restarts: int = 0
+
+    def counter(self, name: str) -> float | None:
+        return self.counters.get(name)
+
+    def histogram(self, *names: str) -> Histogram | None:
+        for n in names:
+            h = self.histograms.get(n)
+            if h is not None:
+                return h
+        return None
+
+
+def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]]) -> Increases | None:
+    """Sum the per-pair increases of one engine. Each pair is (earlier, later, server_restarted)."""
+    if not pairs:
+        return None
+    counters: dict[str, float] = {}
+    per_pos: list[float] = []
+    histograms: dict[str, Histogram] = {}
+    restarts = 0
+    for prev, cur, restarted in pairs:
+        # One counter going down means the engine restarted: every counter began again at zero,
+        # even those that have already climbed past their old values.
+        if not restarted:
+            restarted = any(cur.counters.get(n, math.inf) < v for n, v in prev.counters.items()) or any(
+                h.count < prev.histograms[n].count for n, h in cur.histograms.items() if n in prev.histograms
+            )
+        restarts += restarted
+        for name, value in cur.counters.items():
+            counters[name] = counters.get(name, 0.0) + counter_increase(
+                prev.counters.get(name, 0.0), value, restarted
+            )
+        for i, value in enumerate(cur.accepted_per_position):
+            before = prev.accepted_per_position[i] if i < len(prev.accepted_per_position) else 0.0
+            if i >= len(per_pos):
+                per_pos.append(0.0)
+            per_pos[i] += counter_increase(before, value, restarted)
+        for name, h in cur.histograms.items():
+            before_h = prev.histograms.get(name)
+            delta = h if before_h is None else histogram_increase(before_h, h, restarted)
+            histograms[name] = _add_histograms(histograms.get(name), delta)
+    return Increases(0.0, counters, tuple(per_pos), histograms, restarts)
+
+
+def lifetime_increases(engine: EngineSample) -> Increases:
+    """Totals since the server started: the counters as they stand."""
+    return Increases(0.0, dict(engine.counters), engine.accepted_per_position, dict(engine.histograms))
+
+
+def sum_increases(parts: Iterable[Increases], seconds: float) -> Increases:
+    counters: dict[str, float] = {}
+    per_pos: list[float] = []
+    histograms: dict[str, Histogram] = {}
+    restarts = 0
+    for inc in parts:
+        for n, v in inc.counters.items():
+            counters[n] = counters.get(n, 0.0) + v
+        for i, v in enumerate(inc.accepted_per_position):
+            if i >= len(per_pos):
+                per_pos.append(0.0)
+            per_pos[i] += v
+        for n, h in inc.histograms.items():
+            histograms[n] = _add_histograms(histograms.get(n), h)
+        restarts += inc.restarts
+    return Increases(seconds, counters, tuple(per_pos), histograms, restarts)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Speculative-decoding acceptance over a span (DESIGN §3)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None  # A/T
+    acceptance_length: float | None  # 1 + A/D, bonus token included
+    per_position: tuple[float, ...]  # a_i / D
+
+    def to_dict(self) -> dict:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_length": self.acceptance_length,
+            "per_position": list(self.per_position),
+        }
+
+
+def acceptance(inc: Increases) -> Acceptance | None:
+    """Acceptance from V1 counters, or from V0's emitted-tokens counter when that is all there is."""
+    accepted = inc.counter(ACCEPTED)
+    draft_tokens = inc.counter(DRAFT_TOKENS)
+    drafts = inc.counter(DRAFTS)
+    if drafts is None and accepted is not None and inc.counter(EMITTED_V0) is not None:
+        # V0: emitted = accepted + one bonus token per draft, so drafts = emitted − accepted.
+        drafts = max(0.0, inc.counters[EMITTED_V0] - accepted)
+    if accepted is None or drafts is None:
+        return None
+    draft_tokens = draft_tokens if draft_tokens is not None else 0.0
+    return Acceptance(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
+        acceptance_length=1.0 + accepted / drafts if drafts > 0 else None,
+        per_position=tuple(a / drafts for a in inc.accepted_per_position) if drafts > 0 else (),
+    )
+
+
+def _mean(h: Histogram | None) -> float | None:
+    return h.sum / h.count if h is not None and h.count > 0 else None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den is not None and den > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    """The engine-level figures specwatch shows and the advisor reads, for one engine or a total."""
+
+    seconds: float
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    tpot_mean_s: float | None
+    itl_mean_s: float | None  # time between engine steps, as seen by a request
+    generation_tokens_per_s: float | None
+    prompt_tokens_per_s: float | None
+    prompt_to_output_ratio: float | None
+    tokens_per_step_mean: float | None
+    steps_per_s: float | None
+    mfu_intensity: float | None  # estimated FLOPs per byte moved (--enable-mfu-metrics)
+    mfu_flops_per_s: float | None
+    requests_finished: float | None
+    preemptions: float | None
+    acceptance: Acceptance | None
+    restarts: int = 0
+
+
+def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> EngineFigures:
+    """Figures from increases over `inc.seconds` and the latest gauges of the engines summed."""
+    seconds = inc.seconds
+
+    def gauge_sum(*names: str) -> float | None:
+        vals = [next((g[n] for n in names if n in g), None) for g in gauges]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) if vals else None
+
+    kv = [next((g[n] for n in KV_USAGE if n in g), None) for g in gauges]
+    kv = [v for v in kv if v is not None]
+    ttft = inc.histogram(TTFT)
+    steps = inc.histogram(ITERATION_TOKENS)
+    gen = inc.counter(GENERATION_TOKENS)
+    prompt = inc.counter(PROMPT_TOKENS)
+    flops = inc.counter(MFU_FLOPS)
+    moved = None
+    if inc.counter(MFU_READ) is not None:
+        moved = inc.counters[MFU_READ] + inc.counters.get(MFU_WRITE, 0.0)
+    return EngineFigures(
+        seconds=seconds,
+        running=gauge_sum(RUNNING),
+        waiting=gauge_sum(WAITING),
+        # engines are equal shares of one pool each: the node's usage is their mean
+        kv_cache_usage=sum(kv) / len(kv) if kv else None,
+        ttft_p50_s=histogram_quantile(0.5, ttft),
+        ttft_p95_s=histogram_quantile(0.95, ttft),
+        tpot_mean_s=_mean(inc.histogram(*TPOT)),
+        itl_mean_s=_mean(inc.histogram(*ITL)),
+        generation_tokens_per_s=_ratio(gen, seconds),
+        prompt_tokens_per_s=_ratio(prompt, seconds),
+        prompt_to_output_ratio=_ratio(prompt, gen),
+        tokens_per_step_mean=_mean(steps),
+        steps_per_s=_ratio(steps.count if steps is not None else None, seconds),
+        mfu_intensity=_ratio(flops, moved),
+        mfu_flops_per_s=_ratio(flops, seconds),
+        requests_finished=inc.counter(REQUEST_SUCCESS),
+        preemptions=inc.counter(PREEMPTIONS),
+        acceptance=acceptance(inc),
+        restarts=inc.restarts,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TargetWindow:
+    """One target over the window: per engine and in total, plus the lifetime totals."""
+
+    url: str
+    latest: TargetSample
+    seconds: float
+    engines: dict[str, EngineFigures]  # by engine label
+    total: EngineFigures | None
+    lifetime: EngineFigures | None
+    speculation_configured: bool
+    k: int | None
+
+
+def _engine_key(e: EngineSample) -> str:
+    return e.engine if e.model_name is None else f"{e.model_name}/{e.engine}"
+
+
+def speculation_configured(engine: EngineSample) -> bool:
+    """The spec-decode families exist iff speculation is configured (vllm.md §0)."""
+    return (
+        DRAFTS in engine.counters
+        or bool(engine.accepted_per_position)
+        or ACCEPTANCE_RATE_V0 in engine.gauges
+        or EMITTED_V0 in engine.counters
+    )
+
+
+def k_of(engines: Sequence[EngineSample], inc: Increases | None) -> int | None:
+    """k from the position labels (created at start-up for 0..k-1), else from T/D (V0 servers)."""
+    ks = [len(e.accepted_per_position) for e in engines if e.accepted_per_position]
+    if ks:
+        return max(ks)
+    if inc is not None:
+        acc = acceptance(inc)
+        if acc is not None and acc.drafts > 0 and acc.draft_tokens > 0:
+            return max(1, round(acc.draft_tokens / acc.drafts))
+    return None
+
+
+class Window:
+    """The last `seconds` of Snapshots, and what happened over them.
+
+    Adding is O(1) amortised; `target()` walks the window once, which at 1 Hz and a minute's window
+    is a few hundred dict operations.
+    """
+
+    def __init__(self, seconds: float = 60.0) -> None:
+        if seconds <= 0:
+            raise ValueError("the window must be longer than 0 s")
+        self.seconds = seconds
+        self._snapshots: deque[Snapshot] = deque()
+
+    def __len__(self) -> int:
+        return len(self._snapshots)
+
+    @property
+    def snapshots(self) -> tuple[Snapshot, ...]:
+        return tuple(self._snapshots)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._snapshots[-1] if self._snapshots else None
+
+    def add(self, snapshot: Snapshot) -> None:
+        if self._snapshots and snapshot.time < self._snapshots[-1].time:
+            # a clock step backwards (NTP, a replay seek): start over rather than mix timelines
+            self._snapshots.clear()
+        self._snapshots.append(snapshot)
+        # keep one snapshot at or before the window's start, so the span covers the whole window
+        while len(self._snapshots) > 2 and self._snapshots[1].time <= snapshot.time - self.seconds:
+            self._snapshots.popleft()
+
+    def target_urls(self) -> list[str]:
+        latest = self.latest
+        return [t.url for t in latest.targets] if latest else []
+
+    def target(self, url: str) -> TargetWindow | None:
+        """The window for one target; None if the latest Snapshot does not list it."""
+        latest_snap = self.latest
+        if latest_snap is None:
+            return None
+        latest = latest_snap.target(url)
+        if latest is None:
+            return None
+        readings: list[tuple[float, TargetSample]] = []
+        for snap in self._snapshots:
+            t = snap.target(url)
+            if t is not None and t.ok:
+                readings.append((snap.time, t))
+
+        # pair each engine's consecutive readings; a change of start time marks a restart
+        pairs: dict[str, list[tuple[EngineSample, EngineSample, bool]]] = {}
+        first_time: dict[str, float] = {}
+        last_time: dict[str, float] = {}
+        prev_target: TargetSample | None = None
+        prev_engines: dict[str, EngineSample] = {}
+        for time, t in readings:
+            restarted = (
+                prev_target is not None
+                and prev_target.process_start_time is not None
+                and t.process_start_time is not None
+                and t.process_start_time != prev_target.process_start_time
+            )
+            current = {_engine_key(e): e for e in t.engines}
+            for key, e in current.items():
+                if key in prev_engines:
+                    pairs.setdefault(key, []).append((prev_engines[key], e, restarted))
+                    last_time[key] = time
+                else:
+                    first_time.setdefault(key, time)
+                    last_time.setdefault(key, time)
+            # an engine missing from one reading keeps its previous sample to pair with later
+            prev_engines.update(current)
+            prev_target = t
+            for key in current:
+                first_time.setdefault(key, time)
+
+        latest_engines = {_engine_key(e): e for e in latest.engines} if latest.ok else {}
+        per_engine_inc: dict[str, Increases] = {}
+        for key, ps in pairs.items():
+            inc = increases_between(ps)
+            if inc is not None:
+                span = last_time[key] - first_time[key]
+                per_engine_inc[key] = Increases(span, inc.counters, inc.accepted_per_position,
+                                                inc.histograms, inc.restarts)
+        engines: dict[str, EngineFigures] = {}
+        for key, inc in per_engine_inc.items():
+            gauges = [latest_engines[key].gauges] if key in latest_engines else []
+            engines[key] = engine_figures(inc, gauges)
+        seconds = max((inc.seconds for inc in per_engine_inc.values()), default=0.0)
+        total_inc = sum_increases(per_engine_inc.values(), seconds) if per_engine_inc else None
+        total = (
+            engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
+            if total_inc is not None and seconds > 0
+            else None
+        )
+        lifetime = None
+        if latest_engines:
+            life_inc = sum_increases((lifetime_increases(e) for e in latest_engines.values()), 0.0)
+            lifetime = engine_figures(life_inc, [e.gauges for e in latest_engines.values()])
+        ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
+        return TargetWindow(
+            url=url,
+            latest=latest,
+            seconds=seconds,
+            engines=engines,
+            total=total,
+            lifetime=lifetime,
+            speculation_configured=any(speculation_configured(e) for e in ref_engines),
+            k=k_of(ref_engines, total_inc),
+        )

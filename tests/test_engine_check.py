@@ -1,0 +1,138 @@
+"""`specwatch check` against a real vLLM server (the CPU wheel, a tiny random Llama).
+
+The expected figures are computed here, with prometheus_client alone, from the very /metrics bodies
+that `check` read: a recording proxy sits between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from http_fixtures import RecordingProxy
+from vllm_server import Traffic
+
+pytestmark = pytest.mark.engine
+
+SPEC = "vllm:spec_decode_num_"
+
+
+def raw_counters(body: bytes) -> dict:
+    """Spec-decode counters and request gauges, straight from prometheus_client."""
+    out: dict = {"per_pos": {}}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if s.name == SPEC + "accepted_tokens_per_pos_total":
+                out["per_pos"][int(s.labels["position"])] = s.value
+            elif s.name in (SPEC + "drafts_total", SPEC + "draft_tokens_total", SPEC + "accepted_tokens_total",
+                            "vllm:num_requests_running", "vllm:num_requests_waiting"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def expected_acceptance(first: dict, last: dict) -> dict:
+    d = last[SPEC + "drafts_total"] - first[SPEC + "drafts_total"]
+    t = last[SPEC + "draft_tokens_total"] - first[SPEC + "draft_tokens_total"]
+    a = last[SPEC + "accepted_tokens_total"] - first[SPEC + "accepted_tokens_total"]
+    k = len(last["per_pos"])
+    return {
+        "drafts": d, "draft_tokens": t, "accepted_tokens": a,
+        "acceptance_rate": a / t, "acceptance_length": 1 + a / d,
+        "per_position": [(last["per_pos"][i] - first["per_pos"].get(i, 0.0)) / d for i in range(k)],
+    }
+
+
+def run_check(url: str, window: float) -> tuple[int, dict, str]:
+    r = subprocess.run([sys.executable, "-m", "specwatch.cli", "check", "--url", url, "--window", str(window),
+                        "--json"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, json.loads(r.stdout), r.stderr
+
+
+def check_matches_raw_counters(server, k: int) -> dict:
+    with RecordingProxy(server.url) as proxy, Traffic(server, concurrency=2):
+        time.sleep(2.0)  # let traffic reach steady state before the window opens
+        code, report, _ = run_check(proxy.url, window=4.0)
+    assert len(proxy.metrics_bodies) == 2
+    first, last = (raw_counters(b) for b in proxy.metrics_bodies)
+    spec = report["speculation"]
+    assert report["state"] == "ok" and report["engine"]["reachable"]
+    assert report["engine"]["version"] == "0.32.0"
+    assert spec["configured"] is True
+    assert spec["k"] == k == len(last["per_pos"])
+    assert spec["window"] == expected_acceptance(first, last)
+    life = spec["lifetime"]
+    d = last[SPEC + "drafts_total"]
+    assert life["drafts"] == d
+    assert life["acceptance_length"] == 1 + last[SPEC + "accepted_tokens_total"] / d
+    assert life["per_position"] == [last["per_pos"][i] / d for i in range(k)]
+    assert report["engine"]["running"] == last["vllm:num_requests_running"]
+    assert report["engine"]["waiting"] == last["vllm:num_requests_waiting"]
+    assert report["engine"]["generation_tokens_per_s"] > 0
+    assert code in (0, 1, 2)
+    return report
+
+
+def test_check_ngram_k4_matches_raw_counters(ngram_server):
+    report = check_matches_raw_counters(ngram_server, k=4)
+    assert report["speculation"]["window"]["drafts"] > 0
+
+
+def test_check_draft_model_k3_matches_raw_counters(draft_server):
+    report = check_matches_raw_counters(draft_server, k=3)
+    window = report["speculation"]["window"]
+    # the draft shares only the tokenizer with the target: it is misaligned, and nothing is accepted
+    assert window["drafts"] > 0 and window["acceptance_rate"] < 0.05
+
+
+def test_restart_mid_window_never_gives_negative_rates(ngram_server):
+    """Stop the server between two scrapes, read it while it is down, restart it, read again."""
+    from specwatch.collectors.vllm import VllmSource
+    from specwatch.snapshot import Snapshot
+    from specwatch.window import Window
+
+    window = Window(seconds=3600)
+    src = VllmSource([ngram_server.url])
+
+    def phase():
+        # a fresh event loop per phase, so the blocking server control in between stays simple
+        async def go():
+            async with src:
+                return Snapshot(time=time.time(), targets=await src.scrape())
+
+        window.add(asyncio.run(go()))
+
+    with Traffic(ngram_server, concurrency=2):
+        time.sleep(2)
+        phase()
+        time.sleep(2)
+        phase()
+    ngram_server.stop()
+    phase()
+    down = window.latest.targets[0]
+    assert down.state == "connection_refused"
+    assert down.message.endswith("connection refused (is the server running?)")
+    code, report, _ = run_check(ngram_server.url, window=0.5)
+    assert code == 3 and report["state"] == "connection_refused"
+
+    ngram_server.restart()
+    with Traffic(ngram_server, concurrency=2):
+        time.sleep(3)
+        phase()
+        time.sleep(2)
+        phase()
+    tw = window.target(src.targets[0].url)
+    assert tw is not None and tw.total is not None
+    assert tw.total.restarts >= 1
+    acc = tw.total.acceptance
+    assert acc is not None
+    for value in (acc.drafts, acc.draft_tokens, acc.accepted_tokens, *acc.per_position,
+                  tw.total.generation_tokens_per_s, tw.total.prompt_tokens_per_s):
+        assert value is not None and value >= 0
+    assert 1.0 <= acc.acceptance_length <= 5.0

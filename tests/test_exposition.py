@@ -1,0 +1,133 @@
+import math
+
+import pytest
+
+from payloads import DOCS_EXAMPLE, NGRAM_K4, multi_engine_payload, read
+from specwatch.exposition import (
+    SAMPLE_NAMES,
+    ExpositionError,
+    full_parse_samples,
+    parse_payload,
+    select_samples,
+)
+
+
+def _keyed(samples):
+    """(family, role, labels) → value, so a counter exposed as `x` or `x_total` compares alike."""
+    out = {}
+    for s in samples:
+        if s.name in SAMPLE_NAMES:
+            family, role = SAMPLE_NAMES[s.name]
+            out[(family, role, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _assert_identical(fast, oracle):
+    assert fast.keys() == oracle.keys()
+    for key, value in oracle.items():
+        got = fast[key]
+        assert (math.isnan(got) and math.isnan(value)) or got == value, key
+
+
+PAYLOADS = {
+    "real-ngram-k4": lambda: read(NGRAM_K4),
+    "docs-example": lambda: read(DOCS_EXAMPLE),
+    "8-engines": lambda: multi_engine_payload(8),
+}
+
+
+@pytest.mark.parametrize("name", PAYLOADS)
+def test_fast_path_values_identical_to_prometheus_client(name):
+    text = PAYLOADS[name]()
+    fast = _keyed(select_samples(text))
+    oracle = _keyed(full_parse_samples(text))
+    assert len(oracle) > 10
+    _assert_identical(fast, oracle)
+
+
+@pytest.mark.parametrize(
+    "odd_line",
+    [
+        'vllm:num_requests_running{engine="0",model_name="a\\"b"} 3',  # escaped quote
+        'vllm:num_requests_running{engine="0",model_name="m"} 3 1700000000000',  # timestamp
+        'vllm:num_requests_running{engine="0", model_name="m"} 3',  # space after comma
+        '   vllm:num_requests_running{engine="0",model_name="m"} 3',  # leading blanks
+        'vllm:num_requests_running{engine="0",model_name="m"} +Inf',
+        'vllm:num_requests_running{engine="0",model_name="m}x"} 2',  # brace inside a value
+    ],
+)
+def test_lines_outside_the_canonical_shape_still_match_the_oracle(odd_line):
+    text = read(NGRAM_K4).replace(
+        'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0', odd_line
+    )
+    _assert_identical(_keyed(select_samples(text)), _keyed(full_parse_samples(text)))
+
+
+def test_real_sample_engine_figures():
+    parsed = parse_payload(read(NGRAM_K4))
+    assert len(parsed.engines) == 1
+    e = parsed.engines[0]
+    assert e.engine == "0" and e.model_name == "tiny-llama"
+    assert e.accepted_per_position == (135.0, 67.0, 40.0, 30.0)
+    assert e.counters["vllm:spec_decode_num_drafts"] == 301.0
+    assert e.counters["vllm:spec_decode_num_draft_tokens"] == 1037.0
+    assert e.counters["vllm:spec_decode_num_accepted_tokens"] == 272.0
+    # request_success has one series per finished_reason: they are summed
+    assert e.counters["vllm:request_success"] == 20.0
+    h = e.histograms["vllm:iteration_tokens_total"]
+    assert h.buckets[-1][0] == math.inf and h.buckets[-1][1] == h.count
+    assert parsed.process_start_time is not None
+    assert not parsed.missing_required()
+    # _created series are never read
+    assert not any(name.endswith("_created") for name in e.counters)
+
+
+def test_eight_engines_are_kept_apart():
+    parsed = parse_payload(multi_engine_payload(8))
+    assert [e.engine for e in parsed.engines] == [str(i) for i in range(8)]
+    drafts = [e.counters["vllm:spec_decode_num_drafts"] for e in parsed.engines]
+    assert drafts == [301.0 * (1 + i) for i in range(8)]
+    assert all(len(e.accepted_per_position) == 4 for e in parsed.engines)
+
+
+def test_old_names_without_engine_label():
+    parsed = parse_payload(read(DOCS_EXAMPLE))
+    (e,) = parsed.engines
+    assert e.engine == "0"
+    assert e.gauges["vllm:num_requests_running"] == 8.0
+
+
+def test_duplicate_series_count_once():
+    line = 'vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny-llama"} 20.0'
+    base = read(NGRAM_K4)
+    assert line in base
+    parsed = parse_payload(base.replace(line, line + "\n" + line))
+    assert parsed.engines[0].counters["vllm:request_success"] == 20.0
+
+
+@pytest.mark.parametrize(
+    "payload, fragment",
+    [
+        ("", "empty"),
+        ("<html><body>Not Found</body></html>", "HTML"),
+        ('{"detail": "nope"}', "JSON"),
+        ("\x00\x01\x02binary", "binary"),
+        ("this is { not prometheus", "not Prometheus"),
+    ],
+)
+def test_not_prometheus_text_says_what_it_is(payload, fragment):
+    with pytest.raises(ExpositionError, match=fragment):
+        parse_payload(payload)
+
+
+def test_prometheus_text_without_vllm_families_reports_missing():
+    parsed = parse_payload("# TYPE up gauge\nup 1\n")
+    assert parsed.engines == ()
+    assert parsed.missing_required() == ["vllm:num_requests_running", "vllm:generation_tokens"]
+
+
+def test_truncated_inside_a_wanted_family_is_an_error_not_a_traceback():
+    text = read(NGRAM_K4)
+    cut = text.index('vllm:num_requests_running{engine="0"') + 30
+    with pytest.raises(ExpositionError, match="malformed"):
+        parse_payload(text[:cut])

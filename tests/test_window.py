@@ -1,0 +1,198 @@
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from payloads import NGRAM_K4, read
+from specwatch.exposition import parse_payload
+from specwatch.snapshot import EngineSample, Histogram, Snapshot, TargetSample
+from specwatch.window import (
+    Window,
+    counter_increase,
+    histogram_increase,
+    histogram_quantile,
+)
+
+URL = "http://node:8000"
+
+
+def engine(drafts, draft_tokens, accepted, per_pos, gen=0.0, prompt=0.0, running=0.0, engine_id="0",
+           ttft=None):
+    hist = {}
+    if ttft is not None:
+        hist["vllm:time_to_first_token_seconds"] = ttft
+    return EngineSample(
+        engine=engine_id, model_name="m",
+        counters={"vllm:spec_decode_num_drafts": drafts, "vllm:spec_decode_num_draft_tokens": draft_tokens,
+                  "vllm:spec_decode_num_accepted_tokens": accepted, "vllm:generation_tokens": gen,
+                  "vllm:prompt_tokens": prompt},
+        gauges={"vllm:num_requests_running": running, "vllm:num_requests_waiting": 0.0,
+                "vllm:kv_cache_usage_perc": 0.5},
+        histograms=hist,
+        accepted_per_position=tuple(per_pos),
+    )
+
+
+def snap(t, *engines, start=100.0, state="ok"):
+    target = TargetSample(URL, state, engines=tuple(engines) if state == "ok" else (),
+                          process_start_time=start if state == "ok" else None)
+    return Snapshot(time=t, targets=(target,))
+
+
+def test_acceptance_over_the_window():
+    w = Window(60)
+    w.add(snap(0, engine(100, 400, 150, [80, 40, 20, 10], gen=1000)))
+    w.add(snap(10, engine(200, 800, 330, [170, 90, 45, 25], gen=1500, running=7)))
+    tw = w.target(URL)
+    acc = tw.total.acceptance
+    assert (acc.drafts, acc.draft_tokens, acc.accepted_tokens) == (100, 400, 180)
+    assert acc.acceptance_rate == pytest.approx(180 / 400)
+    assert acc.acceptance_length == pytest.approx(1 + 180 / 100)
+    assert acc.per_position == pytest.approx((0.9, 0.5, 0.25, 0.15))
+    assert tw.k == 4 and tw.speculation_configured
+    assert tw.total.generation_tokens_per_s == pytest.approx(50.0)
+    assert tw.total.running == 7
+    assert tw.lifetime.acceptance.acceptance_length == pytest.approx(1 + 330 / 200)
+
+
+def test_counter_reset_is_not_negative():
+    w = Window(60)
+    w.add(snap(0, engine(1000, 4000, 2000, [900, 600, 300, 200], gen=9000), start=100))
+    # restarted: counters dropped
+    w.add(snap(5, engine(10, 40, 20, [9, 6, 3, 2], gen=90), start=200))
+    w.add(snap(10, engine(30, 120, 60, [27, 18, 9, 6], gen=270), start=200))
+    tw = w.target(URL)
+    acc = tw.total.acceptance
+    assert acc.drafts == 30 and acc.accepted_tokens == 60
+    assert tw.total.generation_tokens_per_s == pytest.approx(27.0)
+    assert tw.total.restarts == 1
+
+
+def test_restart_caught_by_start_time_even_when_counters_grew_past_old_values():
+    w = Window(60)
+    w.add(snap(0, engine(10, 40, 20, [9, 6, 3, 2], gen=100), start=100))
+    w.add(snap(5, engine(50, 200, 100, [45, 30, 15, 10], gen=500), start=200))
+    acc = w.target(URL).total.acceptance
+    assert acc.drafts == 50  # not 40: the new server counted from zero
+
+
+def test_unreachable_reading_in_the_middle_is_skipped():
+    w = Window(60)
+    w.add(snap(0, engine(100, 400, 200, [90, 60, 30, 20])))
+    w.add(snap(5, state="connection_refused"))
+    w.add(snap(10, engine(110, 440, 220, [99, 66, 33, 22])))
+    tw = w.target(URL)
+    assert tw.total.acceptance.drafts == 10
+    assert tw.latest.ok
+
+
+def test_window_slides():
+    w = Window(10)
+    for t in range(0, 31):
+        w.add(snap(t, engine(t * 10, t * 40, t * 20, [t * 9, t * 6, t * 3, t * 2])))
+    tw = w.target(URL)
+    assert tw.seconds == pytest.approx(10)
+    assert tw.total.acceptance.drafts == pytest.approx(100)
+    assert len(w) <= 12
+
+
+def test_several_engines_sum_and_stay_apart():
+    w = Window(60)
+    w.add(snap(0, engine(0, 0, 0, [0, 0], engine_id="0"), engine(0, 0, 0, [0, 0], engine_id="1")))
+    w.add(snap(10, engine(10, 20, 10, [7, 3], engine_id="0", running=3),
+               engine(30, 60, 6, [5, 1], engine_id="1", running=4)))
+    tw = w.target(URL)
+    assert set(tw.engines) == {"m/0", "m/1"}
+    assert tw.engines["m/0"].acceptance.acceptance_length == pytest.approx(2.0)
+    assert tw.engines["m/1"].acceptance.acceptance_length == pytest.approx(1.2)
+    assert tw.total.acceptance.acceptance_length == pytest.approx(1 + 16 / 40)
+    assert tw.total.running == 7
+
+
+def test_no_speculation():
+    e = EngineSample("0", "m", counters={"vllm:generation_tokens": 5.0}, gauges={"vllm:num_requests_running": 1})
+    w = Window(60)
+    w.add(snap(0, e))
+    tw = w.target(URL)
+    assert not tw.speculation_configured and tw.k is None
+
+
+def test_v0_emitted_tokens_give_drafts():
+    def v0(emitted, accepted, tokens):
+        return EngineSample("0", "m", counters={"vllm:spec_decode_num_emitted_tokens": emitted,
+                                                "vllm:spec_decode_num_accepted_tokens": accepted,
+                                                "vllm:spec_decode_num_draft_tokens": tokens},
+                            gauges={"vllm:spec_decode_draft_acceptance_rate": 0.5})
+    w = Window(60)
+    w.add(snap(0, v0(0, 0, 0)))
+    w.add(snap(10, v0(300, 200, 400)))
+    tw = w.target(URL)
+    assert tw.speculation_configured and tw.k == 4
+    assert tw.total.acceptance.acceptance_length == pytest.approx(3.0)
+
+
+def test_histogram_quantile_like_promql():
+    h = Histogram(((0.1, 10.0), (0.5, 60.0), (1.0, 100.0), (math.inf, 100.0)), 40.0, 100.0)
+    assert histogram_quantile(0.5, h) == pytest.approx(0.1 + 0.4 * (50 - 10) / 50)
+    assert histogram_quantile(0.95, h) == pytest.approx(0.5 + 0.5 * 35 / 40)
+    past = Histogram(((0.1, 1.0), (math.inf, 10.0)), 40.0, 10.0)
+    assert histogram_quantile(0.95, past) == 0.1
+    assert histogram_quantile(0.5, Histogram((), 0, 0)) is None
+
+
+def test_histogram_delta_and_reset():
+    a = Histogram(((1.0, 5.0), (math.inf, 10.0)), 12.0, 10.0)
+    b = Histogram(((1.0, 9.0), (math.inf, 20.0)), 30.0, 20.0)
+    d = histogram_increase(a, b)
+    assert d.buckets == ((1.0, 4.0), (math.inf, 10.0)) and d.count == 10 and d.sum == 18
+    assert histogram_increase(b, a) == a  # went down: a restart
+
+
+def test_ttft_p95_over_the_window_from_real_buckets():
+    h0 = parse_payload(read(NGRAM_K4)).engines[0].histograms["vllm:time_to_first_token_seconds"]
+    zero = Histogram(tuple((le, 0.0) for le, _ in h0.buckets), 0.0, 0.0)
+    w = Window(60)
+    w.add(snap(0, engine(0, 0, 0, [0] * 4, ttft=zero)))
+    w.add(snap(5, engine(1, 4, 1, [1, 0, 0, 0], ttft=h0)))
+    p95 = w.target(URL).total.ttft_p95_s
+    assert p95 == histogram_quantile(0.95, h0) and p95 > 0
+
+
+def test_clock_going_back_starts_over():
+    w = Window(60)
+    w.add(snap(10, engine(10, 40, 20, [9, 6, 3, 2])))
+    w.add(snap(5, engine(20, 80, 40, [18, 12, 6, 4])))
+    assert len(w) == 1
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e9), st.booleans()), min_size=2, max_size=30))
+def test_increases_are_never_negative(values):
+    """Any sequence of counter values, with or without restarts, gives non-negative increases."""
+    total = 0.0
+    for (prev, _), (cur, restarted) in zip(values, values[1:]):
+        inc = counter_increase(prev, cur, restarted)
+        assert inc >= 0
+        total += inc
+    assert total >= 0
+
+
+@given(st.lists(st.integers(0, 50), min_size=2, max_size=20), st.integers(1, 4))
+def test_acceptance_length_bounded_by_k_plus_one(accepts, k):
+    """Drafts accepting 0..k tokens each give 1 ≤ L ≤ k+1 and non-increasing per-position rates."""
+    w = Window(3600)
+    drafts = tokens = acc = 0
+    per_pos = [0] * k
+    w.add(snap(0, engine(0, 0, 0, per_pos)))
+    for i, a in enumerate(accepts):
+        a = a % (k + 1)
+        drafts += 1
+        tokens += k
+        acc += a
+        for p in range(a):
+            per_pos[p] += 1
+        w.add(snap(i + 1, engine(drafts, tokens, acc, list(per_pos))))
+    a = w.target(URL).total.acceptance
+    assert 1.0 <= a.acceptance_length <= k + 1
+    assert all(x >= y for x, y in zip(a.per_position, a.per_position[1:]))
+    assert a.acceptance_length == pytest.approx(1 + sum(a.per_position))

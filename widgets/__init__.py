@@ -1,0 +1,1 @@
+"""Textual widgets: they only render Snapshots and Verdicts."""
