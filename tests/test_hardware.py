@@ -1,0 +1,169 @@
+"""Tests for specwatch.hardware: the GPU table, NVML name lookup, overrides, clocks, model table."""
+
+from __future__ import annotations
+
+import pytest
+
+from specwatch import hardware as hw
+
+NVML_NAMES = {
+    "NVIDIA H100 80GB HBM3": "H100-SXM",
+    "NVIDIA H100 PCIe": "H100-PCIE",
+    "NVIDIA H100 NVL": "H100-NVL",
+    "NVIDIA A100-SXM4-80GB": "A100-80GB-SXM",
+    "NVIDIA A100-SXM4-40GB": "A100-40GB-SXM",
+    "NVIDIA A100 80GB PCIe": "A100-80GB-PCIE",
+    "NVIDIA A100-PCIE-40GB": "A100-40GB-PCIE",
+    "NVIDIA H200": "H200-SXM",
+    "NVIDIA H200 NVL": "H200-NVL",
+    "NVIDIA L4": "L4",
+    "NVIDIA L40S": "L40S",
+    "NVIDIA A10": "A10",
+    "NVIDIA A10G": "A10G",
+    "NVIDIA GeForce RTX 4090": "RTX-4090",
+    "NVIDIA B200": "B200",
+    "NVIDIA GB200": "GB200",
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb": "H100-SXM",
+}
+
+SHORT_FORMS = {
+    "H100": "H100-SXM",
+    "h100": "H100-SXM",
+    "H100-PCIe": "H100-PCIE",
+    "h100 nvl": "H100-NVL",
+    "H200": "H200-SXM",
+    "A100": "A100-80GB-SXM",
+    "a100-40gb": "A100-40GB-SXM",
+    "L40S": "L40S",
+    "l4": "L4",
+    "A10G": "A10G",
+    "rtx4090": "RTX-4090",
+    "4090": "RTX-4090",
+    "B200": "B200",
+    "MI300X": "MI300X",
+    "AMD Instinct MI300X": "MI300X",
+    "H100-SXM": "H100-SXM",
+    "a100_80gb_pcie": "A100-80GB-PCIE",
+}
+
+
+@pytest.mark.parametrize("name,key", sorted(NVML_NAMES.items()))
+def test_lookup_real_nvml_names(name, key):
+    assert hw.lookup(name).key == key
+
+
+@pytest.mark.parametrize("name,key", sorted(SHORT_FORMS.items()))
+def test_lookup_short_forms_case_insensitive(name, key):
+    assert hw.lookup(name).key == key
+    assert hw.lookup(name.upper()).key == key
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA L40", "Tesla V100-SXM2-16GB", "", "   ", "Z100"])
+def test_lookup_unknown_names(name):
+    # Word matching: GH200 is not an H200, L40 is not an L4 or L40S.
+    assert hw.lookup(name) is None
+
+
+def test_lookup_rejects_non_strings():
+    assert hw.lookup(None) is None  # type: ignore[arg-type]
+
+
+def test_ridges_match_the_reference_table():
+    expected = {
+        "A100-40GB-SXM": 201,
+        "A100-80GB-SXM": 153,
+        "A100-80GB-PCIE": 161,
+        "H100-SXM": 295,
+        "H100-PCIE": 378,
+        "H100-NVL": 214,
+        "H200-SXM": 206,
+        "H200-NVL": 174,
+        "B200": 281,
+        "GB200": 312,
+        "L40S": 419,
+        "L4": 403,
+        "A10": 208,
+        "A10G": 117,
+        "RTX-4090": 164,
+        "MI300X": 247,
+    }
+    for key, ridge in expected.items():
+        assert hw.GPUS[key].ridge == pytest.approx(ridge, abs=1.0), key
+
+
+def test_every_entry_is_complete():
+    for spec in hw.GPUS.values():
+        assert spec.bf16_flops > 0 and spec.memory_bandwidth > 0
+        assert spec.source
+        if spec.fp8_flops is not None:
+            assert spec.fp8_flops == pytest.approx(2 * spec.bf16_flops, rel=0.02)
+    assert [spec.key for spec in hw.GPUS.values() if spec.approximate] == ["A10G"]
+    assert hw.GPUS["MI300X"].vendor == "AMD"
+
+
+def test_peak_flops_by_precision():
+    h100 = hw.GPUS["H100-SXM"]
+    assert h100.peak_flops("fp8") == pytest.approx(2 * h100.peak_flops("bf16"), rel=0.01)
+    assert h100.ridge_for("fp8") == pytest.approx(2 * h100.ridge, rel=0.01)
+    a100 = hw.GPUS["A100-80GB-SXM"]
+    assert a100.peak_flops("fp8") == a100.bf16_flops  # no FP8 tensor path on Ampere
+    with pytest.raises(ValueError):
+        h100.peak_flops("fp4")
+
+
+def test_custom_gpu_override():
+    rtx3090 = hw.custom_gpu(71e12, 936e9, name="RTX 3090")
+    assert rtx3090.ridge == pytest.approx(75.9, abs=0.1)
+    assert rtx3090.source == "user override"
+    for flops, bandwidth in ((0, 1e12), (1e12, -1), (float("nan"), 1e12), (1e12, float("inf")), ("fast", 1e12)):
+        with pytest.raises(ValueError):
+            hw.custom_gpu(flops, bandwidth)
+
+
+def test_clock_scaling():
+    assert hw.clock_scaled_flops(1000.0, 990, 1980) == pytest.approx(500.0)
+    assert hw.clock_scaled_flops(1000.0, 1985, 1980) == 1000.0  # a few MHz over max is not extra capacity
+    h100 = hw.GPUS["H100-SXM"]
+    throttled = hw.scale_for_clock(h100, 1485)
+    assert throttled.bf16_flops == pytest.approx(h100.bf16_flops * 0.75)
+    assert throttled.fp8_flops == pytest.approx(h100.fp8_flops * 0.75)
+    assert throttled.memory_bandwidth == h100.memory_bandwidth
+    assert throttled.ridge < h100.ridge  # a throttled GPU becomes compute-bound sooner
+    assert hw.scale_for_clock(hw.GPUS["B200"], 1000) == hw.GPUS["B200"]  # no max clock known
+    assert hw.scale_for_clock(hw.GPUS["B200"], 1000, 2000).bf16_flops == pytest.approx(1125e12)
+    with pytest.raises(ValueError):
+        hw.clock_scaled_flops(1000.0, 0, 1980)
+
+
+def test_model_table():
+    assert hw.MODELS["Llama-3.1-8B"].kv_bytes_per_token == 128 * 1024  # model.md §2
+    assert hw.MODELS["Llama-3.1-70B"].kv_bytes_per_token == 320 * 1024
+    assert hw.MODELS["Llama-2-7B"].kv_bytes_per_token == 512 * 1024
+    for spec in hw.MODELS.values():
+        assert 0 < spec.active_params <= spec.params
+        assert spec.source
+        assert spec.kv_bytes_per_token > 0
+    mixtral = hw.MODELS["Mixtral-8x7B"]
+    assert mixtral.is_moe and mixtral.active_params < 0.3 * mixtral.params
+    assert not hw.MODELS["Qwen2.5-72B"].is_moe
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("Llama-3.1-70B", "Llama-3.1-70B"),
+        ("llama-3.1-70b", "Llama-3.1-70B"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B"),
+        ("meta-llama/Meta-Llama-3-70B-Instruct", "Llama-3.1-70B"),
+        ("Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B"),
+        ("mixtral-8x7b", "Mixtral-8x7B"),
+        ("turboderp/Qwama-0.5B-Instruct", "Qwen2.5-0.5B"),
+    ],
+)
+def test_lookup_model(name, expected):
+    assert hw.lookup_model(name).name == expected
+
+
+def test_lookup_model_unknown():
+    assert hw.lookup_model("GPT-5") is None
+    assert hw.lookup_model("") is None

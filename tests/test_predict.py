@@ -1,0 +1,185 @@
+"""Tests for specwatch.predict: the verdict, its reasons, the argparse options and exit statuses."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+
+from specwatch.predict import PredictInputError, add_predict_arguments, parse_quantity, predict, run_predict
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="specwatch predict")
+    add_predict_arguments(parser)
+    out, err = io.StringIO(), io.StringIO()
+    status = run_predict(parser.parse_args(argv), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+
+H100_70B_NGRAM = ["--gpu", "H100", "--model", "Llama-3.1-70B", "--tp", "4", "--k", "4", "--method", "ngram"]
+
+
+def test_ngram_pays_at_batch_1_on_h100_70b():
+    result = predict("H100", model="Llama-3.1-70B", tp=4, batch=1, k=4, acceptance_length=2.5, method="ngram")
+    verdict = result["verdict"]
+    assert verdict["speculation"] == "on"
+    assert verdict["expected_speedup"] == pytest.approx(2.5, rel=0.03)
+    assert verdict["break_even_length"] == pytest.approx(1.0, abs=0.01)
+    assert verdict["crossover_concurrency"] > 1
+    assert result["bound"]["state"] == "memory"
+    assert result["bound"]["signals"][0]["name"] == "tokens_per_step"
+    assert 0.0 <= verdict["confidence"] <= 1.0
+    reasons = " | ".join(verdict["reasons"])
+    assert "acceptance length 2.50 is above break-even 1.00 for n-gram lookup with k=4" in reasons
+    assert "5 tokens per step" in reasons
+
+
+def test_ngram_costs_at_very_high_batch():
+    result = predict("H100", model="Llama-3.1-70B", tp=4, batch=1024, k=4, acceptance_length=2.5, method="ngram")
+    verdict = result["verdict"]
+    assert verdict["speculation"] == "off"
+    assert verdict["expected_speedup"] < 0.95
+    assert verdict["break_even_length"] > 2.5
+    assert result["bound"]["state"] == "compute"
+    assert any("past the H100 SXM knee" in reason for reason in verdict["reasons"])
+    # The crossover sits between the two loads.
+    assert 1 < verdict["crossover_concurrency"] < 1024
+
+
+def test_long_context_keeps_speculation_paying_at_high_batch():
+    short = predict("H100", model="Llama-3.1-8B", batch=128, k=3, acceptance_length=2.9, method="eagle3", context=500)
+    long = predict("H100", model="Llama-3.1-8B", batch=128, k=3, acceptance_length=2.9, method="eagle3", context=32000)
+    assert long["verdict"]["expected_speedup"] > short["verdict"]["expected_speedup"]
+    assert long["verdict"]["speculation"] == "on"
+    assert long["details"]["kv_share_of_plain_step"] > 0.5
+
+
+def test_draft_model_break_even_includes_its_cost():
+    result = predict(
+        "H100", model="Llama-3.1-70B", tp=4, batch=1, k=5, acceptance_length=1.2, method="draft", draft_params="1B"
+    )
+    verdict = result["verdict"]
+    assert verdict["speculation"] == "off"
+    assert verdict["break_even_length"] > 1.2
+    assert any("is below break-even" in reason and "a draft model with k=5" in reason for reason in verdict["reasons"])
+
+
+def test_acceptance_rate_converts_to_length():
+    by_rate = predict("H200", model="Qwen2.5-72B", tp=2, batch=8, k=4, acceptance_rate=0.5, method="mtp")
+    by_length = predict("H200", model="Qwen2.5-72B", tp=2, batch=8, k=4, acceptance_length=3.0, method="mtp")
+    assert by_rate["inputs"]["acceptance_length"] == pytest.approx(3.0)
+    assert by_rate["verdict"] == by_length["verdict"]
+
+
+def test_params_instead_of_model_and_custom_gpu():
+    result = predict(
+        "RTX 3090",
+        peak_flops="71e12",
+        memory_bandwidth="936e9",
+        params="8B",
+        kv_bytes_per_token="128KiB",
+        batch=2,
+        k=2,
+        acceptance_length=2.4,
+        method="eagle3",
+        context=1000,
+    )
+    assert result["inputs"]["gpu"] == "RTX 3090"
+    assert result["inputs"]["kv_bytes_per_token"] == 131072
+    assert result["verdict"]["speculation"] == "on"
+
+
+def test_no_acceptance_says_what_would_pay():
+    result = predict("L40S", model="Llama-3.1-8B", batch=32, k=3, method="eagle")
+    verdict = result["verdict"]
+    assert verdict["speculation"] == "unknown"
+    assert verdict["expected_speedup"] is None
+    assert result["details"]["required_acceptance_length"] == pytest.approx(verdict["break_even_length"])
+    assert "would pay" in verdict["reasons"][0]
+
+
+def test_json_output_and_exit_statuses():
+    status, out, err = _run(H100_70B_NGRAM + ["--batch", "1", "--acceptance-length", "2.5", "--json"])
+    assert status == 0 and err == ""
+    payload = json.loads(out)
+    assert payload["schema"] == "specwatch.predict/1"
+    assert set(payload["verdict"]) == {
+        "speculation",
+        "confidence",
+        "expected_speedup",
+        "break_even_length",
+        "crossover_concurrency",
+        "reasons",
+    }
+    assert set(payload["bound"]) == {"state", "signals"}
+
+    status, out, _ = _run(H100_70B_NGRAM + ["--batch", "1024", "--acceptance-length", "2.5"])
+    assert status == 1
+    assert out.startswith("speculation: off")
+
+    status, out, _ = _run(H100_70B_NGRAM + ["--batch", "8"])
+    assert status == 2
+    assert "speculation: unknown" in out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--gpu", "Z100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3"], "H100-SXM"),
+        (["--gpu", "H100", "--model", "Llama-9", "--batch", "1", "--k", "3"], "Llama-3.1-70B"),
+        (["--model", "Llama-3.1-8B", "--batch", "1", "--k", "3"], "--gpu is required"),
+        (["--gpu", "H100", "--batch", "1", "--k", "3"], "--model"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--params", "8B", "--batch", "1", "--k", "3"], "not both"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "many", "--k", "3"], "batch"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "-4", "--k", "3"], "batch must be positive"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "2.5"], "whole number"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1"], "--k"),
+        (
+            ["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--acceptance-length", "7"],
+            "between 1 and k+1 = 4",
+        ),
+        (
+            ["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--acceptance-rate", "70"],
+            "did you mean 0.7",
+        ),
+        (
+            ["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--acceptance-length", "2",
+             "--acceptance-rate", "0.3"],
+            "not both",
+        ),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--method", "magic"], "magic"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--method", "draft"], "--draft-params"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--dtype", "fp3"], "unknown dtype"),
+        (["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3", "--tp", "0"], "tp"),
+        (["--gpu", "X", "--peak-flops", "1e14", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3"], "both"),
+    ],
+)
+def test_bad_input_exits_3_with_a_message(argv, message):
+    status, out, err = _run(argv)
+    assert status == 3
+    assert out == ""
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_run_predict_tolerates_a_sparse_namespace():
+    # The lead's parser may not define every option; missing ones read as absent.
+    namespace = argparse.Namespace(gpu="H100", model="Llama-3.1-8B", batch="1", k="3", acceptance_length="2.2")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_predict(namespace, out=out, err=err) == 0
+    assert "speculation: on" in out.getvalue()
+
+
+def test_parse_quantity():
+    assert parse_quantity("70B", "params") == 70e9
+    assert parse_quantity("0.5b", "params") == 0.5e9
+    assert parse_quantity("500M", "params") == 500e6
+    assert parse_quantity("320KiB", "kv") == 320 * 1024
+    assert parse_quantity("3.35e12", "bw") == 3.35e12
+    assert parse_quantity(7, "k") == 7.0
+    for bad in ("", "1.2.3", "5 parsecs", "nan", True):
+        with pytest.raises(PredictInputError):
+            parse_quantity(bad, "thing")
