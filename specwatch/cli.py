@@ -39,6 +39,19 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", help="the speculation method, when the server does not expose it "
                                     "(ngram, suffix, eagle, eagle3, mtp, draft_model, ...)")
     p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
+    p.add_argument("--draft-ratio", type=float, metavar="R",
+                   help="draft cost per draft token relative to a target step, when known (r)")
+    p.add_argument("--draft-params", metavar="N", help="the draft model's parameter count (e.g. 1B)")
+    p.add_argument("--dcgm", metavar="URL",
+                   help="dcgm-exporter /metrics URL (default: try localhost:9400 quietly)")
+    p.add_argument("--no-dcgm", action="store_true", help="do not read a dcgm-exporter")
+    p.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
+    p.add_argument("--gpu", metavar="NAME", help="the GPU model, overriding what NVML or DCGM report "
+                                                 "(H100, H200, A100, L40S, ...)")
+    p.add_argument("--model", dest="model_name", metavar="NAME",
+                   help="the served model's architecture (Llama-3.1-70B, Qwen2.5-7B, ...): "
+                        "enables the datasheet step-time prior")
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel degree (default 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--window", type=float, default=5.0, metavar="SECONDS",
                        help="seconds between the two scrapes (default %(default)s)")
     check.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
+
+    from specwatch.predict import add_predict_arguments
+
+    predict = sub.add_parser("predict", help="the verdict for a configuration, with no live node",
+                             description="What speculation would do for this GPU, model, load and acceptance.")
+    add_predict_arguments(predict)
     return parser
 
 
@@ -66,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "check":
         return run_check(args)
+    if args.command == "predict":
+        from specwatch.predict import run_predict
+
+        return run_predict(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 
@@ -93,6 +116,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         settings = _source_settings(args)
         source = VllmSource(urls[:1], **settings)
+        advisor_config(args)
     except (TokenError, ValueError) as exc:
         print(f"specwatch check: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -104,36 +128,91 @@ def run_check(args: argparse.Namespace) -> int:
     return exit_status(report["state"] == "ok", report["verdict"])
 
 
+def advisor_config(args: argparse.Namespace, spec_config: dict | None = None) -> Any:
+    """The advisor's configuration from the flags (and /server_info when dev mode exposes it)."""
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.hardware import lookup, lookup_model
+    from specwatch.predict import parse_quantity
+
+    spec_config = spec_config or {}
+    gpu = None
+    if args.gpu:
+        gpu = lookup(args.gpu)
+        if gpu is None:
+            raise ValueError(f"unknown GPU {args.gpu!r} (try H100, H200, A100, L40S, L4, ...)")
+    model = None
+    if args.model_name:
+        model = lookup_model(args.model_name)
+        if model is None:
+            raise ValueError(f"unknown model {args.model_name!r} (try Llama-3.1-8B, Llama-3.1-70B, Qwen2.5-7B, ...)")
+    draft_params = parse_quantity(args.draft_params, "draft params") if args.draft_params else None
+    return AdvisorConfig(
+        method=args.method or spec_config.get("method"),
+        draft_ratio=args.draft_ratio,
+        draft_params=draft_params,
+        gpu=gpu,
+        model=model,
+        tp=args.tp,
+    )
+
+
+def gpu_poller(args: argparse.Namespace) -> Any:
+    """NVML plus dcgm-exporter, as the flags ask; None when both are off."""
+    from specwatch.collectors.gpus import GpuPoller
+    from specwatch.collectors.nvml import NvmlCollector
+
+    if args.no_nvml and args.no_dcgm:
+        return None
+    collector = _NvmlOff() if args.no_nvml else NvmlCollector()
+    return GpuPoller(collector, dcgm_url=args.dcgm, dcgm=not args.no_dcgm)
+
+
+class _NvmlOff:
+    """Stands in for the NVML collector under --no-nvml: no GPUs, and a state saying why."""
+
+    def poll(self) -> tuple[tuple, Any]:
+        from specwatch.snapshot import SourceStatus
+
+        return (), SourceStatus("nvml", "off", "NVML reading turned off (--no-nvml)")
+
+    def close(self) -> None:
+        pass
+
+
 async def _check(source: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import httpx
+
+    from specwatch.advisor import Advisor
+
     url = source.targets[0].url
     window = Window(seconds=max(args.window * 2, 1.0))
-    async with source:
-        window.add(Snapshot(time=time.time(), targets=await source.scrape()))
-        if window.latest.targets[0].ok:
-            await asyncio.sleep(args.window)
-            window.add(Snapshot(time=time.time(), targets=await source.scrape()))
+    poller = gpu_poller(args)
+
+    async def read(client: httpx.AsyncClient) -> Snapshot:
+        targets_task = source.scrape()
+        if poller is None:
+            return Snapshot(time=time.time(), targets=await targets_task)
+        targets, (gpus, sources) = await asyncio.gather(targets_task, poller.poll(client))
+        return Snapshot(time=time.time(), targets=targets, gpus=gpus, sources=sources)
+
+    try:
+        async with source, httpx.AsyncClient(timeout=args.timeout, trust_env=False) as gpu_client:
+            window.add(await read(gpu_client))
+            if window.latest.targets[0].ok:
+                await asyncio.sleep(args.window)
+                window.add(await read(gpu_client))
+    finally:
+        if poller is not None:
+            poller.close()
     info = source.info(url)
     spec_config = (info.speculative_config if info else None) or {}
     config = SpeculationConfig(
         method=args.method or spec_config.get("method"),
         draft_model=args.draft_model or spec_config.get("model"),
     )
-    verdict, bound = pending_verdict()
-    return check_report(window, url, verdict, bound, config)
-
-
-def pending_verdict() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The verdict block before the advisor decides: unknown, saying why."""
-    verdict = {
-        "speculation": "unknown",
-        "confidence": 0.0,
-        "expected_speedup": None,
-        "break_even_length": None,
-        "crossover_concurrency": None,
-        "change_recommended": False,
-        "reasons": ["the advisor is not part of this build yet: engine and speculation figures only"],
-    }
-    return verdict, {"state": "unknown", "signals": []}
+    advisor = Advisor(advisor_config(args, spec_config))
+    verdict = advisor.update(window.target(url), window.latest.gpus)
+    return check_report(window, url, verdict.to_dict(), verdict.bound, config)
 
 
 def _json_default(value: Any) -> Any:

@@ -61,10 +61,15 @@ WANTED: dict[str, str] = {
     "vllm:estimated_write_bytes_per_gpu": COUNTER,
     # the API server's start time: a change means the server restarted
     "process_start_time_seconds": GAUGE,
+    # an info gauge (always 1) whose labels carry the KV-cache size
+    "vllm:cache_config_info": GAUGE,
 }
 
 PER_POSITION_FAMILY = "vllm:spec_decode_num_accepted_tokens_per_pos"
 START_TIME_FAMILY = "process_start_time_seconds"
+CACHE_INFO_FAMILY = "vllm:cache_config_info"
+# The numeric cache_config_info labels kept, as gauges named "<family>:<label>".
+CACHE_INFO_LABELS = ("num_gpu_blocks", "block_size", "kv_cache_size_tokens")
 
 # The families without which a payload is not a usable vLLM scrape: at least one of each group.
 REQUIRED_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -221,6 +226,7 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
     builders: dict[tuple[str | None, str], _EngineBuilder] = {}
     start_time: float | None = None
     present: set[str] = set()
+    cache_info: dict[str, dict[str, float]] = {}
     for (name, label_items), value in per_series.items():
         family, role = SAMPLE_NAMES[name]
         present.add(family)
@@ -228,11 +234,21 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
             start_time = value
             continue
         labels = dict(label_items)
+        if family == CACHE_INFO_FAMILY:
+            # it carries `engine` but no `model_name`: joined to the engines below
+            cache_info[labels.get("engine", "0")] = {
+                f"{family}:{label}": float(labels[label])
+                for label in CACHE_INFO_LABELS
+                if labels.get(label, "").isdigit()
+            }
+            continue
         key = (labels.get("model_name"), labels.get("engine", "0"))
         b = builders.get(key)
         if b is None:
             b = builders[key] = _EngineBuilder(engine=key[1], model_name=key[0])
         b.add(family, role, labels, value)
+    for b in builders.values():
+        b.gauges.update(cache_info.get(b.engine, {}))
     engines = tuple(b.build() for _, b in sorted(builders.items(), key=lambda kv: _engine_order(kv[0])))
     return ParsedPayload(engines, start_time, frozenset(present))
 

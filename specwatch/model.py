@@ -248,6 +248,18 @@ _METHODS = {
 }
 
 
+# How the reasons name each method.
+METHOD_WORDS = {
+    "ngram": "n-gram lookup",
+    "suffix": "suffix lookup",
+    "eagle": "an EAGLE head",
+    "eagle3": "an EAGLE-3 head",
+    "mtp": "an MTP head",
+    "medusa": "Medusa heads",
+    "draft": "a draft model",
+}
+
+
 def canonical_method(method: str) -> str:
     """Map vLLM's method spellings onto the ones this model prices; ValueError on unknown methods."""
     key = method.strip().lower().replace("-", "_")

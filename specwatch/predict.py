@@ -43,15 +43,6 @@ EXIT_CHANGE = 1
 EXIT_NOT_ENOUGH_DATA = 2
 EXIT_BAD_INPUT = 3
 
-_METHOD_WORDS = {
-    "ngram": "n-gram lookup",
-    "suffix": "suffix lookup",
-    "eagle": "an EAGLE head",
-    "eagle3": "an EAGLE-3 head",
-    "mtp": "an MTP head",
-    "medusa": "Medusa heads",
-    "draft": "a draft model",
-}
 
 
 class PredictInputError(ValueError):
@@ -268,7 +259,7 @@ def predict(
     kv_time = batch_size * context_per_sequence * prior.kv_bytes_per_token / prior.bandwidth
     kv_share = kv_time / plain_time
     bound = perf.combine_bound([perf.tokens_per_step_signal(tokens_per_step, knee)])
-    method_words = _METHOD_WORDS[method_name]
+    method_words = perf.METHOD_WORDS[method_name]
     running = f"{batch_size:g} running"
 
     reasons: list[str] = []

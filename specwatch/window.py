@@ -28,6 +28,9 @@ GENERATION_TOKENS = "vllm:generation_tokens"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+KV_CAPACITY_TOKENS = "vllm:cache_config_info:kv_cache_size_tokens"
+KV_BLOCKS = "vllm:cache_config_info:num_gpu_blocks"
+KV_BLOCK_SIZE = "vllm:cache_config_info:block_size"
 TTFT = "vllm:time_to_first_token_seconds"
 # Per-token decode time: the per-request TPOT histogram (0.11+) is per token even under speculation;
 # the step-level ITL histograms are the fallback (they measure time between steps, see vllm.md §1.4).
@@ -236,6 +239,8 @@ class EngineFigures:
     mfu_flops_per_s: float | None
     requests_finished: float | None
     preemptions: float | None
+    kv_capacity_tokens: float | None  # the KV cache's size, from cache_config_info
+    context_tokens: float | None  # tokens held in the KV cache now: usage × capacity
     acceptance: Acceptance | None
     restarts: int = 0
 
@@ -251,6 +256,17 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
 
     kv = [next((g[n] for n in KV_USAGE if n in g), None) for g in gauges]
     kv = [v for v in kv if v is not None]
+    capacity = None
+    context = None
+    for g in gauges:
+        cap = g.get(KV_CAPACITY_TOKENS)
+        if cap is None and KV_BLOCKS in g and KV_BLOCK_SIZE in g:
+            cap = g[KV_BLOCKS] * g[KV_BLOCK_SIZE]
+        usage = next((g[n] for n in KV_USAGE if n in g), None)
+        if cap is not None:
+            capacity = (capacity or 0.0) + cap
+            if usage is not None:
+                context = (context or 0.0) + usage * cap
     ttft = inc.histogram(TTFT)
     steps = inc.histogram(ITERATION_TOKENS)
     gen = inc.counter(GENERATION_TOKENS)
@@ -278,6 +294,8 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         mfu_flops_per_s=_ratio(flops, seconds),
         requests_finished=inc.counter(REQUEST_SUCCESS),
         preemptions=inc.counter(PREEMPTIONS),
+        kv_capacity_tokens=capacity,
+        context_tokens=context,
         acceptance=acceptance(inc),
         restarts=inc.restarts,
     )
@@ -288,6 +306,7 @@ class TargetWindow:
     """One target over the window: per engine and in total, plus the lifetime totals."""
 
     url: str
+    time: float  # the latest Snapshot's time
     latest: TargetSample
     seconds: float
     engines: dict[str, EngineFigures]  # by engine label
@@ -427,6 +446,7 @@ class Window:
         ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
         return TargetWindow(
             url=url,
+            time=latest_snap.time,
             latest=latest,
             seconds=seconds,
             engines=engines,

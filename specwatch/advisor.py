@@ -1,0 +1,459 @@
+"""The advisor: a target's Window (and the GPU readings) → a Verdict (DESIGN §4).
+
+It is deterministic: its only state is what earlier updates fed it, and it reads time from the
+Snapshots, so replaying a recording gives the verdicts the live run gave.
+
+How a verdict is reached (reference/model.md §5):
+1. acceptance L over the window (per-position data give L for shorter chains exactly);
+2. the draft cost r from the method (told, or read from /server_info) and the break-even 1 + k·r;
+3. a step-time model T(N, C): the datasheet prior when the GPU (and model) are known, else a roofline
+   shape anchored on the node's own step times, refitted from live windows as a hinge;
+4. the speedup S(b) at the running batch and context, the crossover b×, and the best k′;
+5. hysteresis: S must leave the band 1 ± δ for `confirm_windows` consecutive updates to flip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from specwatch import model as perf
+from specwatch.hardware import GpuSpec, ModelSpec, lookup
+from specwatch.snapshot import GpuSample
+from specwatch.window import EngineFigures, TargetWindow
+
+ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
+
+# A knee (tokens per step) to assume when no GPU is identified: about that of an H100 in bf16
+# (0.875 × the 295 ridge). Said in the reasons, and the confidence pays for it.
+GENERIC_KNEE_TOKENS = 256.0
+# Acceptance rate under which a draft is called misaligned, and the drafts needed to say so.
+MISALIGNED_RATE = 0.05
+MISALIGNED_MIN_DRAFTS = 50
+# Prefill tax (DESIGN §3): prompt tokens per output token above this.
+PREFILL_RATIO = 10.0
+# TTFT p95 this many times its running median counts as rising.
+TTFT_RISE = 1.5
+# What a node without speculation is told: the k it is judged for, and the acceptance lengths that
+# typical drafters reach at that k (n-gram on chat ≈ 1.3–1.6, EAGLE-3 ≈ 2.5–3.5: model.md §1, §4).
+UNCONFIGURED_K = 3
+EASY_LENGTH = 1.5
+HARD_LENGTH = 2.5
+MAX_BATCH = 1024.0
+# r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
+UNSIZED_DRAFT_RATIO = 0.1
+
+
+@dataclass(frozen=True)
+class AdvisorConfig:
+    method: str | None = None  # ngram, eagle, draft_model, ... (None: unknown)
+    draft_ratio: float | None = None  # r, when the operator knows it
+    draft_params: float | None = None
+    gpu: GpuSpec | None = None  # overrides the GPU read from NVML/DCGM
+    model: ModelSpec | None = None  # enables the datasheet step-time prior
+    tp: int = 1
+    dtype: str = "bf16"
+    hysteresis: float = 0.05  # δ: S must leave 1 ± δ
+    confirm_windows: int = 3  # consecutive updates before a flip
+    sample_interval_s: float = 5.0  # data time between step-time samples
+    refit_interval_s: float = 60.0  # data time between refits of the hinge
+    sample_half_life_s: float = 600.0  # old step-time samples fade (model.md §5.2)
+    max_samples: int = 240
+
+
+@dataclass(frozen=True)
+class Verdict:
+    speculation: str  # on | off | hold | unknown
+    confidence: float
+    expected_speedup: float | None
+    break_even_length: float | None  # at the current load: ρ_v + k·r (1 + k·r at low load)
+    crossover_concurrency: float | None
+    change_recommended: bool
+    reasons: tuple[str, ...]
+    bound: dict[str, Any]
+    time: float | None = None
+    configured: bool = False
+    acceptance_length: float | None = None
+    low_load_break_even: float | None = None
+    required_acceptance_length: float | None = None
+    best_k: int | None = None
+    best_k_speedup: float | None = None
+    running: float | None = None
+    flags: tuple[str, ...] = ()  # misaligned_draft, prefill_tax, ttft_rising, extrapolated, ...
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "speculation": self.speculation,
+            "confidence": round(self.confidence, 3),
+            "expected_speedup": _round(self.expected_speedup),
+            "break_even_length": _round(self.break_even_length),
+            "crossover_concurrency": _round(self.crossover_concurrency, 1),
+            "change_recommended": self.change_recommended,
+            "reasons": list(self.reasons),
+            "acceptance_length": _round(self.acceptance_length),
+            "low_load_break_even_length": _round(self.low_load_break_even),
+            "required_acceptance_length": _round(self.required_acceptance_length),
+            "best_k": self.best_k,
+            "best_k_speedup": _round(self.best_k_speedup),
+            "flags": list(self.flags),
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def unknown_verdict(reason: str, time: float | None = None, bound: dict | None = None) -> Verdict:
+    return Verdict(UNKNOWN, 0.0, None, None, None, False, (reason,),
+                   bound or {"state": "unknown", "signals": []}, time=time)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+class Advisor:
+    """One target's advisor. Feed it every update; it keeps the hysteresis and the step-time fit."""
+
+    def __init__(self, config: AdvisorConfig | None = None) -> None:
+        self.config = config or AdvisorConfig()
+        self.committed: str | None = None  # the last on/off decision that passed hysteresis
+        self._pending: str | None = None
+        self._pending_count = 0
+        self._samples: deque[tuple[float, perf.StepSample]] = deque(maxlen=self.config.max_samples)
+        self._last_sample_time: float | None = None
+        self._fit: perf.StepTimeFit | None = None
+        self._fit_time: float | None = None
+        self._fit_prior_key: tuple | None = None
+        self._ttft_history: deque[float] = deque(maxlen=60)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def _gpu_spec(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        if self.config.gpu is not None:
+            return self.config.gpu
+        for g in gpus:
+            if not g.lost:
+                spec = lookup(g.name)
+                if spec is not None:
+                    return spec
+        return None
+
+    def _draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
+        """r and the canonical method; (None, None) when the method is not known."""
+        c = self.config
+        if c.method is None and c.draft_ratio is None:
+            return None, None
+        try:
+            name = perf.canonical_method(c.method) if c.method else "draft"
+        except ValueError:
+            return None, c.method
+        target_params = c.model.params if c.model else None
+        try:
+            return perf.draft_cost(name, draft_params=c.draft_params, target_params=target_params,
+                                   override=c.draft_ratio), name
+        except ValueError:
+            # a draft model of unknown size: its fixed per-forward overhead plus a small model's bytes
+            return perf.DraftCost(name, UNSIZED_DRAFT_RATIO,
+                                  f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
+                                  "(pass --draft-ratio)"), name
+
+    def _prior(self, gpu: GpuSpec | None, figures: EngineFigures) -> tuple[perf.HingeParameters, str]:
+        """The step-time prior: the datasheet one, or a roofline shape anchored on this node."""
+        c = self.config
+        if gpu is not None and c.model is not None:
+            try:
+                prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
+                return prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"
+            except ValueError:
+                pass
+        knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
+        # Below the knee a step costs about the weight read, whatever N; the node's own mean step
+        # time sets that level. Above the knee, time grows in proportion to N (compute-bound).
+        # Each sample implies a level through the same shape: T / max(1, N / knee).
+        observed = sorted(s.step_time_s / max(1.0, s.tokens_per_step / knee) for _, s in self._samples)
+        base = observed[len(observed) // 2] if observed else 0.02
+        prior = perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
+                                     kv_s_per_token=0.0, per_token_s=0.0)
+        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
+        return prior, f"roofline shape at {where}, level from this node's step times"
+
+    def _record_step_sample(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
+        """A (tokens per step, step time, context) sample, once per sample interval of data time."""
+        if figures.steps_per_s is None or figures.steps_per_s <= 0 or figures.tokens_per_step_mean is None:
+            return
+        if not figures.running:  # an idle engine's step rate says nothing about step time
+            return
+        if self._last_sample_time is not None and time - self._last_sample_time < self.config.sample_interval_s:
+            return
+        step_time = 1.0 / figures.steps_per_s
+        if k and r > 0 and figures.running:
+            # a speculative step also ran the drafter k times at about r of a plain step each
+            step_time /= 1.0 + k * r
+        self._samples.append((time, perf.StepSample(figures.tokens_per_step_mean, step_time,
+                                                    figures.context_tokens or 0.0)))
+        self._last_sample_time = time
+
+    def _step_model(self, time: float, prior: perf.HingeParameters) -> perf.StepTimeModel:
+        key = (prior.knee, self.config.model.name if self.config.model else None)
+        stale = (
+            self._fit is None
+            or self._fit_prior_key != key
+            or self._fit_time is None
+            or time - self._fit_time >= self.config.refit_interval_s
+        )
+        if stale and self._samples:
+            half_life = self.config.sample_half_life_s
+            weighted = [
+                perf.StepSample(s.tokens_per_step, s.step_time_s, s.context_tokens,
+                                weight=0.5 ** ((time - t) / half_life))
+                for t, s in self._samples
+            ]
+            self._fit = perf.fit_step_time(weighted, prior)
+            self._fit_time = time
+            self._fit_prior_key = key
+        return self._fit if self._fit is not None else prior
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def update(self, tw: TargetWindow | None, gpus: Sequence[GpuSample] = ()) -> Verdict:
+        time = None
+        if tw is None:
+            return unknown_verdict("the target has not been read yet")
+        target = tw.latest
+        if not target.ok:
+            return unknown_verdict(f"cannot read the target: {target.message or target.state}")
+        figures = tw.total
+        if figures is None:
+            return unknown_verdict(
+                "one reading so far: rates need two scrapes a window apart", bound=self._bound(None, gpus, None, None)
+            )
+        time = tw.time
+        gpu = self._gpu_spec(gpus)
+        k = tw.k
+        cost, method = self._draft_cost()
+        r = cost.ratio if cost else 0.05
+        self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
+        prior, prior_words = self._prior(gpu, figures)
+        step_model = self._step_model(time, prior)
+        bound = self._bound(figures, gpus, gpu, step_model)
+        reasons: list[str] = []
+        flags: list[str] = []
+        self._prefill_checks(figures, method, reasons, flags)
+
+        running = figures.running
+        if running is None or running < 1:
+            if figures.generation_tokens_per_s:
+                running = max(1.0, running or 0.0)
+            else:
+                reasons.insert(0, "no requests running in the window: nothing to judge until traffic arrives")
+                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+        context_per_seq = (figures.context_tokens or 0.0) / running if running else 0.0
+
+        if not tw.speculation_configured:
+            return self._unconfigured(tw, figures, step_model, running, context_per_seq, r, cost, reasons,
+                                      bound, flags, time, gpu, prior_words)
+
+        acc = figures.acceptance
+        life = tw.lifetime.acceptance if tw.lifetime else None
+        stale_acceptance = False
+        if acc is None or acc.acceptance_length is None:
+            if life is not None and life.acceptance_length is not None:
+                acc = life
+                stale_acceptance = True
+            else:
+                reasons.insert(0, "speculation is configured but no drafts have been verified yet")
+                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+        length = acc.acceptance_length
+        k = k or max(1, len(acc.per_position))
+        if cost is None:
+            reasons.append("speculation method unknown (pass --method): assumed a draft head, r ≈ 0.05")
+            flags.append("method_assumed")
+        low_be = perf.break_even_length(k, r)
+        be_here = perf.break_even_length_at_load(step_model, running, k, r, context_per_seq)
+        s_now = perf.speedup(step_model, running, k, length, r, context_per_seq)
+        crossover = perf.crossover_concurrency(step_model, k, length, r, context_per_seq, MAX_BATCH)
+        method_words = _method_words(method)
+
+        if acc.acceptance_rate is not None and acc.acceptance_rate < MISALIGNED_RATE \
+                and acc.drafts >= MISALIGNED_MIN_DRAFTS:
+            flags.append("misaligned_draft")
+            reasons.append(
+                f"misaligned draft: {acc.acceptance_rate:.1%} of {acc.draft_tokens:.0f} draft tokens accepted "
+                "(does the drafter share the target's tokenizer, chat template and fine-tune?)"
+            )
+        relation = "above" if length > be_here else "below"
+        at_load = f" at {running:.0f} running" if running else ""
+        reasons.insert(
+            0,
+            f"acceptance length {length:.2f} is {relation} break-even {be_here:.2f}{at_load} for {method_words} "
+            f"with k={k}" + (f" (1 + k·r = {low_be:.2f} at low load)" if abs(be_here - low_be) > 0.005 else ""),
+        )
+        n_verify = running * (k + 1)
+        reasons.append(self._load_words(running, k, n_verify, step_model, gpu, figures))
+        reasons.append(f"expected speedup {s_now:.2f}× at this load")
+        if crossover.state == "crosses":
+            reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
+        elif crossover.state == "never_pays":
+            reasons.append("it would not pay even with one request running")
+        else:
+            reasons.append(f"it keeps paying up to {MAX_BATCH:.0f} running")
+        best = None
+        if acc.per_position:
+            best = perf.best_k(step_model, running, r, context_per_seq, rates=acc.per_position)
+            if best.k != k and best.speedup > s_now * (1 + self.config.hysteresis):
+                if best.k == 0:
+                    reasons.append("no shorter chain pays here either")
+                else:
+                    reasons.append(f"k={best.k} would do better here: {best.speedup:.2f}× "
+                                   f"(L={best.length:.2f} from the per-position rates)")
+        if stale_acceptance:
+            reasons.append("no drafts in this window: acceptance is the lifetime figure")
+            flags.append("stale_acceptance")
+
+        state = self._hysteresis(s_now, reasons)
+        confidence = self._confidence(s_now, step_model, n_verify, acc.drafts, gpu, cost, stale_acceptance)
+        if step_model.confidence(n_verify) < 0.2:
+            flags.append("extrapolated")
+            reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
+                           f"({prior_words}): confidence is low")
+        change = (state == OFF) if state in (ON, OFF) else False
+        return self._verdict(state, confidence, time, reasons, bound, flags, tw, running=running,
+                             expected=s_now, be=be_here, low_be=low_be,
+                             crossover=crossover.concurrency, length=length,
+                             best=best, change=change, details={"prior": prior_words})
+
+    def _unconfigured(self, tw, figures, step_model, running, context_per_seq, r, cost, reasons, bound, flags,
+                      time, gpu, prior_words) -> Verdict:
+        k = UNCONFIGURED_K
+        needed = perf.break_even_length_at_load(step_model, running, k, r, context_per_seq)
+        method_words = _method_words(self.config.method) if cost else "a draft head (r ≈ 0.05)"
+        reasons.insert(0, f"speculation is not configured: at {running:.0f} running, {method_words} with k={k} "
+                          f"would pay above an acceptance length of {needed:.2f} (at most {k + 1} is possible)")
+        reasons.append(self._load_words(running, k, running * (k + 1), step_model, gpu, figures))
+        if needed <= EASY_LENGTH:
+            state, change = ON, True
+            reasons.append(f"typical drafters reach L ≈ {EASY_LENGTH}–{HARD_LENGTH + 1:.1f}: "
+                           "speculation would likely pay here")
+        elif needed >= HARD_LENGTH:
+            state, change = OFF, False
+            reasons.append(f"few drafters reach L ≈ {needed:.1f} at k={k}: keep speculation off at this load")
+        else:
+            state, change = UNKNOWN, False
+            reasons.append("whether it pays depends on the drafter's acceptance on this traffic: measure it "
+                           "(specwatch sweep) before turning it on")
+        confidence = 0.5 * step_model.confidence(running * (k + 1)) if state != UNKNOWN else 0.0
+        if gpu is None:
+            confidence *= 0.6
+        return self._verdict(state, min(confidence, 0.6), time, reasons, bound, flags, tw, running=running,
+                             be=needed, change=change, required=needed, details={"prior": prior_words})
+
+    def _load_words(self, running, k, n_verify, step_model, gpu, figures) -> str:
+        knee = step_model.knee_tokens
+        where = f"the {gpu.name} knee" if gpu else "the knee"
+        side = "past" if n_verify > knee else "below"
+        return (f"{running:.0f} running × {k + 1} tokens = {n_verify:.0f} tokens per step, {side} {where} "
+                f"of about {knee:.0f}")
+
+    def _prefill_checks(self, figures: EngineFigures, method: str | None, reasons: list[str],
+                        flags: list[str]) -> None:
+        ratio = figures.prompt_to_output_ratio
+        if ratio is not None and ratio > PREFILL_RATIO:
+            flags.append("prefill_tax")
+            reasons.append(f"prefill-heavy traffic ({ratio:.0f} prompt tokens per output token): speculation "
+                           "does nothing for TTFT" + (", and the draft model runs its own prefill"
+                                                      if method == "draft" else ""))
+        p95 = figures.ttft_p95_s
+        if p95 is not None:
+            history = sorted(self._ttft_history)
+            if len(history) >= 5:
+                median = history[len(history) // 2]
+                if median > 0 and p95 > TTFT_RISE * median and p95 > 0.05:
+                    flags.append("ttft_rising")
+                    reasons.append(f"TTFT p95 is rising: {p95 * 1000:.0f} ms against a recent median of "
+                                   f"{median * 1000:.0f} ms")
+            self._ttft_history.append(p95)
+
+    def _bound(self, figures: EngineFigures | None, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
+               step_model: perf.StepTimeModel | None) -> dict[str, Any]:
+        signals = []
+        ridge = gpu.ridge_for("bf16") if gpu else None
+        if figures is not None and figures.mfu_intensity is not None:
+            signals.append(perf.intensity_signal(figures.mfu_intensity, 1.0, ridge))
+        live = [g for g in gpus if not g.lost]
+        dram = _mean([g.values["dram_bw_util"] for g in live if "dram_bw_util" in g.values])
+        tensor = _mean([g.values["tensor_active"] for g in live if "tensor_active" in g.values])
+        if dram is not None or tensor is not None:
+            signals.append(perf.counter_signal(dram, tensor))
+        if figures is not None and step_model is not None and figures.tokens_per_step_mean is not None:
+            signals.append(perf.tokens_per_step_signal(figures.tokens_per_step_mean, step_model.knee_tokens))
+        return perf.combine_bound(signals).to_dict()
+
+    def _hysteresis(self, s_now: float, reasons: list[str]) -> str:
+        delta = self.config.hysteresis
+        raw = ON if s_now >= 1 + delta else OFF if s_now <= 1 - delta else HOLD
+        if raw == HOLD:
+            self._pending, self._pending_count = None, 0
+            reasons.append(f"within ±{delta:.0%} of break-even: keep the current setting")
+            return HOLD
+        if self.committed is None or raw == self.committed:
+            self.committed = raw
+            self._pending, self._pending_count = None, 0
+            return raw
+        if raw == self._pending:
+            self._pending_count += 1
+        else:
+            self._pending, self._pending_count = raw, 1
+        if self._pending_count >= self.config.confirm_windows:
+            self.committed = raw
+            self._pending, self._pending_count = None, 0
+            return raw
+        reasons.append(f"speedup has pointed {raw} for {self._pending_count} of {self.config.confirm_windows} "
+                       f"updates: holding {self.committed} until it is confirmed")
+        return HOLD
+
+    def _confidence(self, s_now, step_model, n_verify, drafts, gpu, cost, stale) -> float:
+        margin = 0.5 + 0.5 * min(1.0, abs(math.log(s_now)) / 0.2)
+        data = min(1.0, 0.3 + drafts / 200.0)
+        model_conf = max(0.2, step_model.confidence(n_verify)) ** 0.5
+        confidence = 0.95 * margin * data * model_conf
+        if gpu is None:
+            confidence *= 0.7
+        if cost is None:
+            confidence *= 0.8
+        if stale:
+            confidence *= 0.5
+        return float(min(0.95, max(0.0, confidence)))
+
+    def _verdict(self, state, confidence, time, reasons, bound, flags, tw, *, running=None, expected=None,
+                 be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,
+                 details=None) -> Verdict:
+        return Verdict(
+            speculation=state,
+            confidence=confidence,
+            expected_speedup=expected,
+            break_even_length=be,
+            crossover_concurrency=crossover,
+            change_recommended=change,
+            reasons=tuple(reasons),
+            bound=bound,
+            time=time,
+            configured=tw.speculation_configured,
+            acceptance_length=length,
+            low_load_break_even=low_be,
+            required_acceptance_length=required,
+            best_k=best.k if best else None,
+            best_k_speedup=best.speedup if best else None,
+            running=running,
+            flags=tuple(flags),
+            details=details or {},
+        )
+
+
+def _method_words(method: str | None) -> str:
+    if method is None:
+        return "the drafter"
+    return perf.METHOD_WORDS.get(method, method)

@@ -1,0 +1,202 @@
+"""Synthetic telemetry: Snapshots a node would produce under a given load, from the roofline model.
+
+Used by the advisor's tests (scripted ramps with a known crossover) and by the demo's scenario
+generator. Deterministic for a seed. Every Snapshot is labelled synthetic by the caller's recording
+header; nothing here pretends to be a real reading.
+
+The node: a hinge step time T(N, C) (flat below the knee, rising above), k draft tokens with fixed
+per-position acceptance, draft cost r per draft token. At b running sequences a speculative step
+handles N = b·(k+1) tokens, takes T(N, C) + k·r·T(b, C), and emits b·L tokens; with speculation off a
+step handles b tokens in T(b, C) and emits b.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from specwatch.model import HingeParameters
+from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, SourceStatus, TargetSample
+
+ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+                     16384.0, math.inf)
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                   10.0, 20.0, 40.0, 80.0, math.inf)
+
+
+@dataclass(frozen=True)
+class SyntheticNode:
+    step: HingeParameters
+    k: int = 4
+    per_position: tuple[float, ...] = (0.7, 0.5, 0.35, 0.25)  # P(first i+1 drafts accepted)
+    draft_ratio: float = 0.0
+    speculation: bool = True
+    gpu_name: str = "NVIDIA H100 80GB HBM3"
+    gpus: int = 1
+    model_name: str = "meta-llama/Llama-3.1-70B-Instruct"
+    context_per_sequence: float = 1500.0
+    kv_capacity_tokens: float = 400_000.0
+    prompt_tokens_per_request: float = 1000.0
+    output_tokens_per_request: float = 300.0
+    noise: float = 0.03  # relative scatter of step times
+    power_limit_w: float = 700.0
+    url: str = "http://synthetic-node:8000"
+    version: str = "0.32.0"
+
+    @property
+    def acceptance_length(self) -> float:
+        return 1.0 + sum(self.per_position[: self.k])
+
+
+@dataclass
+class _Totals:
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: list[float] = field(default_factory=list)
+    generation: float = 0.0
+    prompt: float = 0.0
+    finished: float = 0.0
+    steps: float = 0.0
+    step_tokens: float = 0.0
+    step_buckets: list[float] = field(default_factory=lambda: [0.0] * len(ITERATION_BUCKETS))
+    ttft: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS))
+    ttft_sum: float = 0.0
+    tpot: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS))
+    tpot_sum: float = 0.0
+    itl: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS))
+    itl_sum: float = 0.0
+
+
+def _observe(buckets: list[float], bounds: Sequence[float], value: float, count: float) -> None:
+    for i, le in enumerate(bounds):
+        if value <= le:
+            buckets[i] += count
+
+
+def _histogram(buckets: Sequence[float], bounds: Sequence[float], total: float) -> Histogram:
+    return Histogram(tuple(zip(bounds, buckets)), total, buckets[-1])
+
+
+def generate(
+    node: SyntheticNode,
+    load: Sequence[float],
+    start_time: float = 1_800_000_000.0,
+    interval_s: float = 1.0,
+    seed: int = 0,
+) -> Iterator[Snapshot]:
+    """One Snapshot per entry of `load` (running sequences), `interval_s` apart."""
+    rng = np.random.default_rng(seed)
+    totals = _Totals(per_position=[0.0] * node.k)
+    length = node.acceptance_length if node.speculation else 1.0
+    for i, running in enumerate(load):
+        b = max(0.0, float(running))
+        context = b * node.context_per_sequence
+        if b > 0:
+            plain = float(node.step.step_time(b, context))
+            if node.speculation:
+                step_time = float(node.step.step_time(b * (node.k + 1), context)) + node.k * node.draft_ratio * plain
+                tokens_per_step = b * (node.k + 1)
+            else:
+                step_time = plain
+                tokens_per_step = b
+            step_time *= float(np.exp(node.noise * rng.standard_normal()))
+            steps = interval_s / step_time
+            emitted = steps * b * length
+            totals.steps += steps
+            totals.step_tokens += steps * tokens_per_step
+            _observe(totals.step_buckets, ITERATION_BUCKETS, tokens_per_step, steps)
+            if node.speculation:
+                totals.drafts += steps * b
+                totals.draft_tokens += steps * b * node.k
+                totals.accepted += steps * b * (length - 1.0)
+                for p in range(node.k):
+                    totals.per_position[p] += steps * b * node.per_position[p]
+            totals.generation += emitted
+            finished = emitted / node.output_tokens_per_request
+            totals.finished += finished
+            totals.prompt += finished * node.prompt_tokens_per_request
+            # TTFT: a prefill of the prompt at the plain step's pace, plus queueing that grows with load
+            ttft = plain * (1 + node.prompt_tokens_per_request / max(node.step.knee, 1.0)) * (1 + b / 64)
+            _observe(totals.ttft, LATENCY_BUCKETS, ttft, finished)
+            totals.ttft_sum += ttft * finished
+            tpot = step_time / length
+            _observe(totals.tpot, LATENCY_BUCKETS, tpot, finished)
+            totals.tpot_sum += tpot * finished
+            _observe(totals.itl, LATENCY_BUCKETS, step_time, steps * b)
+            totals.itl_sum += step_time * steps * b
+        t = start_time + i * interval_s
+        yield Snapshot(time=t, targets=(_target(node, totals, b, context),), gpus=_gpus(node, b, context),
+                       sources=(SourceStatus("nvml", "ok", "synthetic"),))
+
+
+def _target(node: SyntheticNode, totals: _Totals, running: float, context: float) -> TargetSample:
+    counters = {
+        "vllm:generation_tokens": totals.generation,
+        "vllm:prompt_tokens": totals.prompt,
+        "vllm:request_success": totals.finished,
+        "vllm:num_preemptions": 0.0,
+    }
+    if node.speculation:
+        counters |= {
+            "vllm:spec_decode_num_drafts": totals.drafts,
+            "vllm:spec_decode_num_draft_tokens": totals.draft_tokens,
+            "vllm:spec_decode_num_accepted_tokens": totals.accepted,
+        }
+    gauges = {
+        "vllm:num_requests_running": running,
+        "vllm:num_requests_waiting": max(0.0, running - 192.0),
+        "vllm:kv_cache_usage_perc": min(1.0, context / node.kv_capacity_tokens),
+        "vllm:cache_config_info:kv_cache_size_tokens": node.kv_capacity_tokens,
+    }
+    histograms = {
+        "vllm:iteration_tokens_total": _histogram(totals.step_buckets, ITERATION_BUCKETS, totals.step_tokens),
+        "vllm:time_to_first_token_seconds": _histogram(totals.ttft, LATENCY_BUCKETS, totals.ttft_sum),
+        "vllm:request_time_per_output_token_seconds": _histogram(totals.tpot, LATENCY_BUCKETS, totals.tpot_sum),
+        "vllm:inter_token_latency_seconds": _histogram(totals.itl, LATENCY_BUCKETS, totals.itl_sum),
+    }
+    engine = EngineSample(
+        engine="0",
+        model_name=node.model_name,
+        counters=counters,
+        gauges=gauges,
+        histograms=histograms,
+        accepted_per_position=tuple(totals.per_position) if node.speculation else (),
+    )
+    return TargetSample(node.url, "ok", version=node.version, engines=(engine,), process_start_time=1.0)
+
+
+def _gpus(node: SyntheticNode, running: float, context: float) -> tuple[GpuSample, ...]:
+    """Counter signatures from the same model: DRAM busy while the weight read dominates the step,
+    tensor pipes busy once the GEMMs do."""
+    if running <= 0:
+        values = {"sm_active": 0.0, "tensor_active": 0.0, "dram_bw_util": 0.0, "util_gpu": 0.0,
+                  "power_w": 0.12 * node.power_limit_w}
+    else:
+        n = running * (node.k + 1) if node.speculation else running
+        h = node.step
+        total = float(h.step_time(n, context))
+        memory = h.base_s + h.kv_s_per_token * context
+        compute = h.base_s * n / max(h.knee, 1.0)
+        values = {
+            "sm_active": min(0.98, 0.6 + 0.4 * min(1.0, compute / total)),
+            "tensor_active": min(0.95, 0.9 * compute / total),
+            "dram_bw_util": min(0.8, 0.8 * memory / total),
+            "util_gpu": 1.0,
+            "power_w": node.power_limit_w * min(1.0, 0.45 + 0.55 * compute / total),
+        }
+    values |= {"power_limit_w": node.power_limit_w, "memory_total_bytes": 80e9, "memory_used_bytes": 76e9}
+    return tuple(
+        GpuSample(index=i, name=node.gpu_name, uuid=f"GPU-synthetic-{i}", source="nvml", values=dict(values))
+        for i in range(node.gpus)
+    )
+
+
+def ramp(low: int, high: int, dwell: int, down: bool = True) -> list[float]:
+    """Running sequences stepping low → high (doubling, then through the midpoints) and back."""
+    levels = sorted({int(round(x)) for x in np.geomspace(low, high, 2 * int(math.log2(high / low)) + 1)})
+    up = [float(level) for level in levels for _ in range(dwell)]
+    return up + up[::-1] if down else up

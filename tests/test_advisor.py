@@ -1,0 +1,143 @@
+"""The advisor on scripted telemetry from the roofline model (specwatch.synthetic)."""
+
+import dataclasses
+
+import pytest
+
+from specwatch.advisor import Advisor, AdvisorConfig
+from specwatch.model import HingeParameters
+from specwatch.snapshot import Snapshot, TargetSample
+from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.window import Window
+
+# An A100-80GB-like node: flat 20 ms steps up to a knee of 134 tokens per step, then compute-bound.
+# n-gram, k=4, L=2.0: S(b) = 2·T(b)/T(5b), which crosses 1 at b = 2·134/5 ≈ 54.
+STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                       per_token_s=0.0)
+NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                     context_per_sequence=0.0)
+TRUE_CROSSOVER = 2 * 134 / 5
+
+
+def run(node, load, config=AdvisorConfig(method="ngram"), window_s=10.0, seed=0):
+    window = Window(window_s)
+    advisor = Advisor(config)
+    out = []
+    for snap in generate(node, load, seed=seed):
+        window.add(snap)
+        verdict = advisor.update(window.target(node.url), snap.gpus)
+        out.append((snap.targets[0].engines[0].gauges["vllm:num_requests_running"], verdict))
+    return out
+
+
+def decisions(seq):
+    """The on/off decisions in order, holds and unknowns left out, repeats collapsed."""
+    out = []
+    for _, v in seq:
+        if v.speculation in ("on", "off") and (not out or out[-1] != v.speculation):
+            out.append(v.speculation)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ramp_run():
+    return run(NODE, ramp(1, 128, 20))
+
+
+def test_ramp_flips_off_once_near_the_crossover_and_back_on_once(ramp_run):
+    assert decisions(ramp_run) == ["on", "off", "on"]
+    flips = [(b, v) for (b, v), (_, prev) in zip(ramp_run[1:], ramp_run) if v.speculation == "off"
+             and prev.speculation != "off"]
+    (b_off, v_off), = flips
+    # the ramp's levels are 45, 64, 91: the flip must come on the first level past the crossover
+    assert 45 < b_off <= 64
+    assert v_off.crossover_concurrency == pytest.approx(TRUE_CROSSOVER, rel=0.15)
+    assert v_off.change_recommended and v_off.expected_speedup < 0.95
+    back_on = [b for (b, v), (_, prev) in zip(ramp_run[1:], ramp_run) if v.speculation == "on"
+               and prev.speculation != "on" and prev.speculation != "unknown"]
+    assert len(back_on) == 1 and 32 <= back_on[0] < TRUE_CROSSOVER
+
+
+def test_low_load_verdict_and_reasons(ramp_run):
+    b, v = ramp_run[30]
+    assert b == 2 and v.speculation == "on"
+    assert v.expected_speedup == pytest.approx(2.0, rel=0.05)
+    assert v.break_even_length == pytest.approx(1.0, abs=0.02)
+    assert any("acceptance length 2.00 is above break-even" in r for r in v.reasons)
+    assert any("A100 80GB SXM knee" in r for r in v.reasons)
+    assert v.bound["state"] == "memory"
+
+
+def test_high_load_is_compute_bound(ramp_run):
+    b, v = max(ramp_run, key=lambda bv: bv[0])
+    assert b == 128 and v.speculation == "off"
+    assert v.bound["state"] == "compute"
+    assert any("past the" in r for r in v.reasons)
+
+
+def test_no_flapping_under_stationary_load_at_the_crossover():
+    """Noisy load sitting right at b×: never more than one decision change."""
+    load = [54.0] * 400
+    seq = run(dataclasses.replace(NODE, noise=0.08), load)
+    assert len(decisions(seq)) <= 1
+    speedups = [v.expected_speedup for _, v in seq[50:]]
+    assert all(0.8 < s < 1.2 for s in speedups)
+
+
+def test_replay_gives_the_same_verdicts():
+    load = ramp(1, 64, 10)
+    a = [v.to_dict() for _, v in run(NODE, load, seed=3)]
+    b = [v.to_dict() for _, v in run(NODE, load, seed=3)]
+    assert a == b
+
+
+def test_node_without_speculation_reports_the_length_it_would_need():
+    node = dataclasses.replace(NODE, speculation=False)
+    seq = run(node, [4.0] * 30 + [120.0] * 30, config=AdvisorConfig())
+    _, low = seq[25]
+    _, high = seq[-1]
+    assert low.configured is False
+    assert low.required_acceptance_length == pytest.approx(1.15, abs=0.05)  # 1 + 3·0.05 (draft head)
+    assert low.speculation == "on" and low.change_recommended
+    assert "would pay above an acceptance length of" in low.reasons[0]
+    assert high.required_acceptance_length > 2.5
+    assert high.speculation == "off" and not high.change_recommended
+
+
+def test_misaligned_draft_is_flagged_and_turned_off():
+    node = dataclasses.replace(NODE, per_position=(0.01, 0.0, 0.0, 0.0), draft_ratio=0.1)
+    seq = run(node, [2.0] * 30, config=AdvisorConfig(method="draft_model", draft_ratio=0.1))
+    _, v = seq[-1]
+    assert "misaligned_draft" in v.flags
+    assert v.speculation == "off" and v.change_recommended
+    assert any(r.startswith("misaligned draft") for r in v.reasons)
+    assert any("below break-even 1.40" in r for r in v.reasons)
+
+
+def test_prefill_tax_warning():
+    node = dataclasses.replace(NODE, prompt_tokens_per_request=8000, output_tokens_per_request=100)
+    _, v = run(node, [4.0] * 20)[-1]
+    assert "prefill_tax" in v.flags
+    assert any("prefill-heavy traffic (80 prompt tokens per output token)" in r for r in v.reasons)
+
+
+def test_unknown_states_say_what_is_missing():
+    advisor = Advisor()
+    assert advisor.update(None).speculation == "unknown"
+    down = Window(10)
+    down.add(Snapshot(1.0, (TargetSample("http://x", "connection_refused", "vLLM at http://x: connection refused"),)))
+    v = advisor.update(down.target("http://x"))
+    assert v.speculation == "unknown" and "connection refused" in v.reasons[0]
+    one = Window(10)
+    one.add(next(generate(NODE, [4.0])))
+    v = advisor.update(one.target(NODE.url))
+    assert v.speculation == "unknown" and "two scrapes" in v.reasons[0]
+    idle = run(NODE, [0.0] * 5)[-1][1]
+    assert idle.speculation == "unknown" and "no requests running" in idle.reasons[0]
+
+
+def test_unknown_method_lowers_confidence_and_says_so():
+    _, known = run(NODE, [4.0] * 20)[-1]
+    _, unknown = run(NODE, [4.0] * 20, config=AdvisorConfig())[-1]
+    assert "method_assumed" in unknown.flags and unknown.confidence < known.confidence
+    assert any("pass --method" in r for r in unknown.reasons)
