@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -96,14 +96,12 @@ def _sample_names() -> dict[str, tuple[str, str]]:
 
 SAMPLE_NAMES = _sample_names()
 
-# The canonical line shape. Label values may not hold a quote, a backslash or a newline; the value is
-# a plain decimal or Inf/NaN; there is no timestamp. Everything else goes to prometheus_client.
+# The canonical line shape: `name{label="value",...} number`. Label values may not hold a quote, a
+# backslash or a newline; the value is a plain decimal or Inf/NaN; there is no timestamp. Everything
+# else goes to prometheus_client.
 _PAIR = r"[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n]*\""
-_LINE = re.compile(
-    r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:" + _PAIR + r"(?:," + _PAIR + r")*,?)?)\})?"
-    r"[ \t]+([+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN))[ \t]*"
-)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_VALUE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)")
 _LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)=\"([^\"]*)\"")
 
 
@@ -111,26 +109,131 @@ class ExpositionError(ValueError):
     """The payload is not Prometheus text (or is broken inside a family specwatch reads)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     name: str
-    labels: dict[str, str]
+    labels: dict[str, str]  # shared between samples with the same label text: read, never modify
     value: float
+    series: tuple[tuple[str, str], ...]  # the sorted label pairs: with the name, the series identity
+
+
+def make_sample(name: str, labels: dict[str, str], value: float) -> Sample:
+    return Sample(name, labels, value, tuple(sorted(labels.items())))
+
+
+# Label text → (labels, sorted pairs), for label texts in the canonical shape. The same label
+# texts come back on every scrape (only values change), so steady-state parsing skips label work.
+# Bounded: a server that mints new label values each scrape just turns the cache over.
+_LABEL_CACHE: dict[str, tuple[dict[str, str], tuple[tuple[str, str], ...]]] = {}
+_LABEL_CACHE_MAX = 16384
+_LABELS_SHAPE = re.compile(r"(?:" + _PAIR + r"(?:," + _PAIR + r")*,?)?")
+
+
+def _labels(text: str) -> tuple[dict[str, str], tuple[tuple[str, str], ...]] | None:
+    """Parsed canonical label text, or None when it is not canonical (or repeats a name)."""
+    hit = _LABEL_CACHE.get(text)
+    if hit is not None:
+        return hit
+    if _LABELS_SHAPE.fullmatch(text) is None:
+        return None
+    pairs = _LABEL.findall(text)
+    labels = dict(pairs)
+    if len(labels) != len(pairs):  # a repeated label name: prometheus_client rejects the line
+        return None
+    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+        _LABEL_CACHE.clear()
+    entry = _LABEL_CACHE[text] = (labels, tuple(sorted(pairs)))
+    return entry
+
+
+def _type_names() -> dict[str, str]:
+    """Name on a `# TYPE` line → the wanted family it opens (counters may carry `_total` there)."""
+    names: dict[str, str] = {}
+    for family, kind in WANTED.items():
+        names[family] = family
+        if kind == COUNTER:
+            names[family + "_total"] = family
+    return names
+
+
+TYPE_NAMES = _type_names()
+
+
+def _lines_starting(body: str, prefix: str) -> int:
+    return body.count("\n" + prefix) + body.startswith(prefix)
 
 
 def select_samples(text: str) -> list[Sample]:
-    """The samples of the WANTED families, with values identical to prometheus_client's parse."""
+    """The samples of the WANTED families, with values identical to prometheus_client's parse.
+
+    The fast path walks the payload family by family (`# TYPE` blocks, as every Prometheus client
+    library groups them) and reads lines only inside the wanted blocks. It first checks, with
+    C-speed substring counts, that every `vllm:` sample line sits in its own family's block; a
+    payload that is not grouped, is indented or has CR line ends takes the line-by-line path.
+    """
+    if text[:1] in (" ", "\t") or "\n " in text or "\n\t" in text or "\r" in text:
+        return _select_line_by_line(text)
+    blocks = text.split("\n# TYPE ")
+    if blocks[0].startswith("# TYPE "):
+        blocks[0] = blocks[0][len("# TYPE "):]
+    elif _lines_starting(blocks[0], "vllm:") or _lines_starting(blocks[0], START_TIME_FAMILY):
+        return _select_line_by_line(text)  # samples before any TYPE line
+    else:
+        blocks = blocks[1:]
+    wanted_lines: list[str] = []
+    for block in blocks:
+        head, _, body = block.partition("\n")
+        name = head.split(" ", 1)[0]
+        # The grouping check: every vllm:/process_start_time line of this block is of its family.
+        tracked = _lines_starting(body, "vllm:") + _lines_starting(body, START_TIME_FAMILY)
+        own = _lines_starting(body, name) if name.startswith("vllm:") or name == START_TIME_FAMILY else 0
+        if own != tracked:
+            return _select_line_by_line(text)
+        if name in TYPE_NAMES:
+            wanted_lines.extend(line for line in body.split("\n") if line and line[0] != "#")
+    samples: list[Sample] = []
+    for line in wanted_lines:
+        sample = _canonical_sample(line)
+        if sample is None:
+            return _parse_with_prometheus_client(wanted_lines)
+        samples.append(sample)
+    return samples
+
+
+_EMPTY_LABELS: tuple[dict[str, str], tuple[tuple[str, str], ...]] = ({}, ())
+
+
+def _canonical_sample(line: str) -> Sample | None:
+    """`name{labels} value` in the canonical shape, or None (the caller falls back)."""
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace != -1 and (space == -1 or brace < space):
+        close = line.rfind("}")
+        if close < brace:
+            return None
+        name = line[:brace]
+        parsed = _labels(line[brace + 1:close])
+        rest = line[close + 1:]
+    else:
+        if space == -1:
+            return None
+        name = line[:space]
+        parsed = _EMPTY_LABELS
+        rest = line[space:]
+    if parsed is None or name not in SAMPLE_NAMES or not rest[:1].isspace():
+        return None
+    value = rest.strip(" \t")
+    if _VALUE.fullmatch(value) is None:  # a timestamp, an underscore, an exotic spelling: fall back
+        return None
+    return Sample(name, parsed[0], float(value), parsed[1])
+
+
+def _select_line_by_line(text: str) -> list[Sample]:
     samples: list[Sample] = []
     wanted_lines: list[str] = []
     needs_fallback = False
     for line in text.splitlines():
-        if not line:
-            continue
-        if line[0] in " \t":  # prometheus_client strips every line; so must we
-            line = line.strip()
-            if not line:
-                continue
-        if line[0] == "#":
+        line = line.strip()  # as prometheus_client does
+        if not line or line[0] == "#":
             continue
         m = _NAME.match(line)
         if m is None or m.group() not in SAMPLE_NAMES:
@@ -138,17 +241,11 @@ def select_samples(text: str) -> list[Sample]:
         wanted_lines.append(line)
         if needs_fallback:
             continue
-        m = _LINE.fullmatch(line)
-        if m is None:
+        sample = _canonical_sample(line)
+        if sample is None:
             needs_fallback = True
             continue
-        name, label_text, value = m.groups()
-        pairs = _LABEL.findall(label_text) if label_text else []
-        labels = dict(pairs)
-        if len(labels) != len(pairs):  # a repeated label name: prometheus_client rejects the line
-            needs_fallback = True
-            continue
-        samples.append(Sample(name, labels, float(value)))
+        samples.append(sample)
     if needs_fallback:
         return _parse_with_prometheus_client(wanted_lines)
     return samples
@@ -159,7 +256,7 @@ def _parse_with_prometheus_client(lines: list[str]) -> list[Sample]:
     # keeps sample names exactly as exposed: what the fast path produces too.
     try:
         return [
-            Sample(s.name, dict(s.labels), float(s.value))
+            make_sample(s.name, dict(s.labels), float(s.value))
             for family in text_string_to_metric_families("\n".join(lines) + "\n")
             for s in family.samples
         ]
@@ -170,7 +267,7 @@ def _parse_with_prometheus_client(lines: list[str]) -> list[Sample]:
 def full_parse_samples(text: str) -> list[Sample]:
     """Every sample, through prometheus_client alone: the oracle for tests and error diagnosis."""
     return [
-        Sample(s.name, dict(s.labels), float(s.value))
+        make_sample(s.name, dict(s.labels), float(s.value))
         for family in text_string_to_metric_families(text)
         for s in family.samples
     ]
@@ -219,21 +316,21 @@ def _diagnose_empty(text: str) -> None:
 
 def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
     # Keyed by the full label set first, so a duplicated series counts once (the last one wins).
-    per_series: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    per_series: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
     for s in samples:
-        per_series[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        per_series[(s.name, s.series)] = s
 
     builders: dict[tuple[str | None, str], _EngineBuilder] = {}
     start_time: float | None = None
     present: set[str] = set()
     cache_info: dict[str, dict[str, float]] = {}
-    for (name, label_items), value in per_series.items():
+    for (name, _), sample in per_series.items():
         family, role = SAMPLE_NAMES[name]
+        labels, value = sample.labels, sample.value
         present.add(family)
         if family == START_TIME_FAMILY:
             start_time = value
             continue
-        labels = dict(label_items)
         if family == CACHE_INFO_FAMILY:
             # it carries `engine` but no `model_name`: joined to the engines below
             cache_info[labels.get("engine", "0")] = {

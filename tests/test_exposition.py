@@ -131,3 +131,21 @@ def test_truncated_inside_a_wanted_family_is_an_error_not_a_traceback():
     cut = text.index('vllm:num_requests_running{engine="0"') + 30
     with pytest.raises(ExpositionError, match="malformed"):
         parse_payload(text[:cut])
+
+
+def test_ungrouped_family_still_matches_the_oracle():
+    """A vLLM series placed inside another family's block (not grouped, as no client library emits)
+    sends the payload down the line-by-line path, which still reads it."""
+    text = read(NGRAM_K4)
+    moved = 'vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 0.0'
+    assert moved in text
+    text = text.replace(moved + "\n", "")
+    text = text.replace("# TYPE python_info gauge\n", "# TYPE python_info gauge\n" + moved.replace("0.0", "7.0") + "\n")
+    samples = select_samples(text)
+    assert any(s.name == "vllm:num_requests_waiting" and s.value == 7.0 for s in samples)
+    _assert_identical(_keyed(samples), _keyed(full_parse_samples(text)))
+
+
+def test_crlf_payload_matches_the_oracle():
+    text = read(NGRAM_K4).replace("\n", "\r\n")
+    _assert_identical(_keyed(select_samples(text)), _keyed(full_parse_samples(text)))

@@ -1,0 +1,99 @@
+"""The pipeline every front end shares: Snapshots in, per-target windows and verdicts out.
+
+    Source ──Snapshot──▶ Monitor.ingest ──▶ {url: TargetState} + [VerdictChange]
+
+`check`, the TUI (live or replay), headless replay, and the exporter all drive one Monitor, so the
+same Snapshots give the same verdicts whichever of them is reading. Pure: no I/O, no clock.
+
+The advisor is evaluated on a fixed cadence of data time (`evaluate_every_s`), not on every
+Snapshot: a 1 Hz live poll and a 100× replay then evaluate at the same instants, which is what
+makes a replay reproduce the live verdicts exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specwatch.advisor import Advisor, AdvisorConfig, Verdict, unknown_verdict
+from specwatch.snapshot import Snapshot
+from specwatch.window import TargetWindow, Window
+
+
+@dataclass(frozen=True)
+class TargetState:
+    url: str
+    window: TargetWindow | None
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """The verdict for a target changed (speculation on/off/hold/unknown), with its reasons."""
+
+    time: float
+    url: str
+    previous: str | None
+    verdict: Verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "time": self.time,
+            "target": self.url,
+            "previous": self.previous,
+            "speculation": v.speculation,
+            "confidence": round(v.confidence, 3),
+            "expected_speedup": None if v.expected_speedup is None else round(v.expected_speedup, 4),
+            "reasons": list(v.reasons),
+        }
+
+
+class Monitor:
+    def __init__(
+        self,
+        window_s: float = 30.0,
+        advisor_config: AdvisorConfig | None = None,
+        evaluate_every_s: float = 1.0,
+    ) -> None:
+        self.window = Window(window_s)
+        self.advisor_config = advisor_config or AdvisorConfig()
+        self.evaluate_every_s = evaluate_every_s
+        self._advisors: dict[str, Advisor] = {}
+        self._states: dict[str, TargetState] = {}
+        self._next_evaluation: float | None = None
+
+    @property
+    def states(self) -> dict[str, TargetState]:
+        return dict(self._states)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.window.latest
+
+    def _advisor(self, url: str) -> Advisor:
+        advisor = self._advisors.get(url)
+        if advisor is None:
+            advisor = self._advisors[url] = Advisor(self.advisor_config)
+        return advisor
+
+    def ingest(self, snapshot: Snapshot) -> list[VerdictChange]:
+        """Add one Snapshot; returns the verdict changes it caused (empty between evaluations)."""
+        previous_latest = self.window.latest
+        self.window.add(snapshot)
+        if previous_latest is not None and snapshot.time < previous_latest.time:
+            self._next_evaluation = None  # the timeline restarted (a seek back): evaluate at once
+        if self._next_evaluation is not None and snapshot.time < self._next_evaluation:
+            return []
+        self._next_evaluation = snapshot.time + self.evaluate_every_s
+        changes: list[VerdictChange] = []
+        for target in snapshot.targets:
+            tw = self.window.target(target.url)
+            verdict = self._advisor(target.url).update(tw, snapshot.gpus) if tw is not None \
+                else unknown_verdict("no reading yet", snapshot.time)
+            before = self._states.get(target.url)
+            if before is None or before.verdict.speculation != verdict.speculation:
+                changes.append(VerdictChange(snapshot.time, target.url,
+                                             before.verdict.speculation if before else None, verdict))
+            self._states[target.url] = TargetState(target.url, tw, verdict)
+        return changes
