@@ -180,30 +180,19 @@ class _NvmlOff:
 
 
 async def _check(source: Any, args: argparse.Namespace) -> dict[str, Any]:
-    import httpx
-
     from specwatch.advisor import Advisor
+    from specwatch.sources import LiveSource
 
     url = source.targets[0].url
     window = Window(seconds=max(args.window * 2, 1.0))
-    poller = gpu_poller(args)
-
-    async def read(client: httpx.AsyncClient) -> Snapshot:
-        targets_task = source.scrape()
-        if poller is None:
-            return Snapshot(time=time.time(), targets=await targets_task)
-        targets, (gpus, sources) = await asyncio.gather(targets_task, poller.poll(client))
-        return Snapshot(time=time.time(), targets=targets, gpus=gpus, sources=sources)
-
+    live = LiveSource(source, gpu_poller(args), interval_s=args.window, gpu_timeout_s=args.timeout)
     try:
-        async with source, httpx.AsyncClient(timeout=args.timeout, trust_env=False) as gpu_client:
-            window.add(await read(gpu_client))
-            if window.latest.targets[0].ok:
-                await asyncio.sleep(args.window)
-                window.add(await read(gpu_client))
+        window.add(await live.read())
+        if window.latest.targets[0].ok:
+            await asyncio.sleep(args.window)
+            window.add(await live.read())
     finally:
-        if poller is not None:
-            poller.close()
+        await live.aclose()
     info = source.info(url)
     spec_config = (info.speculative_config if info else None) or {}
     config = SpeculationConfig(
