@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from specwatch import model as perf
-from specwatch.hardware import GpuSpec, ModelSpec, lookup
+from specwatch.collectors.nvml import is_performance_limited
+from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_for_clock
 from specwatch.snapshot import GpuSample
 from specwatch.window import EngineFigures, TargetWindow
 
@@ -139,7 +140,7 @@ class Advisor:
             if not g.lost:
                 spec = lookup(g.name)
                 if spec is not None:
-                    return spec
+                    return _throttled(spec, g)
         return None
 
     def _draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
@@ -451,6 +452,20 @@ class Advisor:
             flags=tuple(flags),
             details=details or {},
         )
+
+
+def _throttled(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
+    """The spec at the clock the GPU runs at, when a power or thermal cap holds it down.
+
+    An idle GPU also runs slow clocks, but for want of work, not because it is capped: only capped
+    clocks move the ridge. The factor is rounded to 5 % so that clock jitter does not refit the
+    step-time model on every update.
+    """
+    current, maximum = gpu.values.get("sm_clock_mhz"), gpu.values.get("sm_clock_max_mhz")
+    if current is None or not maximum or not is_performance_limited(gpu.throttle_reasons):
+        return spec
+    factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
+    return scale_for_clock(spec, factor * maximum, maximum)
 
 
 def _method_words(method: str | None) -> str:

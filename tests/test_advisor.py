@@ -141,3 +141,17 @@ def test_unknown_method_lowers_confidence_and_says_so():
     _, unknown = run(NODE, [4.0] * 20, config=AdvisorConfig())[-1]
     assert "method_assumed" in unknown.flags and unknown.confidence < known.confidence
     assert any("pass --method" in r for r in unknown.reasons)
+
+
+def test_power_capped_clock_lowers_the_knee():
+    from specwatch.advisor import _throttled
+    from specwatch.hardware import lookup
+    from specwatch.snapshot import GpuSample
+
+    spec = lookup("NVIDIA H100 80GB HBM3")
+    capped = GpuSample(0, spec.name, values={"sm_clock_mhz": 990.0, "sm_clock_max_mhz": 1980.0},
+                       throttle_reasons=("power cap",))
+    idle = GpuSample(0, spec.name, values={"sm_clock_mhz": 345.0, "sm_clock_max_mhz": 1980.0},
+                     throttle_reasons=("idle",))
+    assert _throttled(spec, capped).ridge == pytest.approx(spec.ridge / 2)
+    assert _throttled(spec, idle) is spec
