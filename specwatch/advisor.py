@@ -65,6 +65,22 @@ class AdvisorConfig:
 
 
 @dataclass(frozen=True)
+class AdvisorInputs:
+    """The model inputs behind the latest verdict of a node with speculation configured."""
+
+    step_model: perf.StepTimeModel
+    draft_ratio: float
+    draft_ratio_known: bool
+    method: str | None
+    per_position: tuple[float, ...]
+    k: int
+    running: float
+    context_per_sequence: float
+    stale_acceptance: bool
+    prior_words: str
+
+
+@dataclass(frozen=True)
 class Verdict:
     speculation: str  # on | off | hold | unknown
     confidence: float
@@ -130,6 +146,10 @@ class Advisor:
         self._fit_time: float | None = None
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
+        # The running batch sizes the step-time samples came from: where the fit is measured.
+        self.observed_batch: tuple[float, float] | None = None
+        # What the last verdict rested on, for `tune` to build a schedule from.
+        self.last_inputs: AdvisorInputs | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -197,6 +217,8 @@ class Advisor:
         self._samples.append((time, perf.StepSample(figures.tokens_per_step_mean, step_time,
                                                     figures.context_tokens or 0.0)))
         self._last_sample_time = time
+        low, high = self.observed_batch or (figures.running, figures.running)
+        self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
     def _step_model(self, time: float, prior: perf.HingeParameters) -> perf.StepTimeModel:
         key = (prior.knee, self.config.model.name if self.config.model else None)
@@ -270,6 +292,8 @@ class Advisor:
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         length = acc.acceptance_length
         k = k or max(1, len(acc.per_position))
+        self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
+                                         running, context_per_seq, stale_acceptance, prior_words)
         if cost is None:
             reasons.append("speculation method unknown (pass --method): assumed a draft head, r ≈ 0.05")
             flags.append("method_assumed")

@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     predict = sub.add_parser("predict", help="the verdict for a configuration, with no live node",
                              description="What speculation would do for this GPU, model, load and acceptance.")
     add_predict_arguments(predict)
+
+    from specwatch.tune import add_tune_arguments
+
+    tune = sub.add_parser("tune", help="the speculation schedule by batch size, ready to paste into vLLM",
+                          description="Watch a server (or read a recording) and compute, for every batch size, "
+                                      "the k that maximises the expected speedup.")
+    add_tune_arguments(tune)
     return parser
 
 
@@ -85,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "check":
         return run_check(args)
+    if args.command == "tune":
+        from specwatch.tune import run_tune
+
+        return run_tune(args)
     if args.command == "predict":
         from specwatch.predict import run_predict
 
@@ -113,6 +124,10 @@ def run_check(args: argparse.Namespace) -> int:
         print("specwatch check: --window must be greater than 0", file=sys.stderr)
         return EXIT_UNREADABLE
     urls = args.urls or [DEFAULT_URL]
+    if len(urls) > 1:
+        print("specwatch check: check reads one target; run it once per --url (watch and export take several)",
+              file=sys.stderr)
+        return EXIT_UNREADABLE
     try:
         settings = _source_settings(args)
         source = VllmSource(urls[:1], **settings)

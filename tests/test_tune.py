@@ -1,0 +1,75 @@
+"""`specwatch tune` on scripted telemetry with known per-position acceptance and a known knee."""
+
+import dataclasses
+
+import pytest
+
+from specwatch import model as perf
+from specwatch.advisor import AdvisorConfig
+from specwatch.monitor import Monitor
+from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.tune import format_tune, tune_report, validate_with_vllm
+
+STEP = perf.HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                            per_token_s=0.0)
+NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.6, 0.4, 0.25, 0.15),
+                     context_per_sequence=0.0)
+
+
+def observe(node, load, method="ngram"):
+    config = AdvisorConfig(method=method, sample_interval_s=0.0, refit_interval_s=0.0)
+    monitor = Monitor(window_s=10, advisor_config=config, evaluate_every_s=5)
+    for snap in generate(node, load):
+        monitor.ingest(snap)
+    return monitor._advisors[node.url]
+
+
+@pytest.fixture(scope="module")
+def ramp_advisor():
+    return observe(NODE, ramp(1, 128, 15))
+
+
+def test_schedule_follows_the_model(ramp_advisor):
+    inputs = ramp_advisor.last_inputs
+    assert inputs.per_position == pytest.approx(NODE.per_position, abs=0.01)
+    report = tune_report(inputs, observed_batch=ramp_advisor.observed_batch, max_batch=160)
+    ks = [k for _, _, k in report["schedule"]]
+    # k=4 at low batch, fewer tokens towards the knee, off past the crossover
+    assert report["schedule"][0][:1] == [1] and ks[0] == 4 and ks[-1] == 0
+    assert ks == sorted(ks, reverse=True) and len(set(ks)) >= 3
+    assert report["schedule"][-1][1] == 160
+    # where the truth turns speculation off (same rates, the true step time)
+    truth = perf.speculation_schedule(STEP, NODE.per_position, 0.0, max_batch=160, current_k=4)
+    true_off = truth.ranges[-1].start
+    assert truth.ranges[-1].k == 0
+    assert report["schedule"][-1][0] == pytest.approx(true_off, rel=0.15)
+    # the speedup against the static k: never worse, better where k shrank
+    for r in report["ranges"]:
+        assert r["speedup_vs_current"][0] >= 1.0 - 1e-9
+    assert report["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
+                                            "num_speculative_tokens_per_batch_size": report["schedule"]}
+    text = format_tune(report)
+    assert "--speculative-config '" in text and "num_speculative_tokens_per_batch_size" in text
+
+
+def test_batch_sizes_never_observed_are_marked_extrapolated(ramp_advisor):
+    low, high = ramp_advisor.observed_batch
+    assert low == 1 and high == 128
+    report = tune_report(ramp_advisor.last_inputs, observed_batch=(low, high), max_batch=256)
+    assert report["ranges"][-1]["extrapolated"] is True
+    assert report["ranges"][0]["extrapolated"] is False
+    assert any("extrapolated" in n for n in report["notes"])
+
+
+def test_poor_acceptance_everywhere_turns_it_off():
+    node = dataclasses.replace(NODE, per_position=(0.03, 0.01, 0.0, 0.0), draft_ratio=0.1)
+    advisor = observe(node, [2.0] * 40 + [8.0] * 40, method="draft_model")
+    report = tune_report(advisor.last_inputs, observed_batch=advisor.observed_batch, max_batch=64)
+    assert report["schedule"] == [[1, 64, 0]]
+    assert report["never_pays"] is True
+    assert any("does not pay at any batch size" in n for n in report["notes"])
+
+
+def test_validator_absent_is_said_plainly():
+    result = validate_with_vllm([[1, 8, 2]], 2, 8, python="/nonexistent/python")
+    assert result["ok"] is None and "could not run" in result["message"]
