@@ -514,6 +514,11 @@ class HingeParameters:
         return self.knee
 
     def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
+        if isinstance(n_tokens, (int, float)) and isinstance(context_tokens, (int, float)):
+            # Scalars take plain arithmetic: the advisor calls this a few hundred times per verdict
+            # (crossover search, best k), where numpy's per-call overhead would dominate.
+            return (self.base_s + self.kv_s_per_token * context_tokens + self.per_token_s * n_tokens
+                    + self.slope_s_per_token * max(0.0, n_tokens - self.knee))
         n = np.asarray(n_tokens, dtype=float)
         c = np.asarray(context_tokens, dtype=float)
         value = (

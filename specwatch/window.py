@@ -112,35 +112,58 @@ class Increases:
         return None
 
 
+def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
+    """One counter (or histogram count) going down means the engine restarted: every counter began
+    again at zero, even those that have already climbed past their old values."""
+    cur_counters = cur.counters
+    for name, value in prev.counters.items():
+        if cur_counters.get(name, math.inf) < value:
+            return True
+    for name, h in cur.histograms.items():
+        before = prev.histograms.get(name)
+        if before is not None and h.count < before.count:
+            return True
+    return False
+
+
+def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
+                      counters: dict[str, float], per_pos: list[float], histograms: dict[str, Histogram]) -> None:
+    """Add what happened from `first` to `last` with no restart in between (counters are cumulative,
+    so that is last − first), or from zero to `last` when the segment began with a restart."""
+    for name, value in last.counters.items():
+        counters[name] = counters.get(name, 0.0) + counter_increase(
+            0.0 if from_zero else first.counters.get(name, 0.0), value)
+    before_pos = () if from_zero else first.accepted_per_position
+    for i, value in enumerate(last.accepted_per_position):
+        if i >= len(per_pos):
+            per_pos.append(0.0)
+        per_pos[i] += counter_increase(before_pos[i] if i < len(before_pos) else 0.0, value)
+    for name, h in last.histograms.items():
+        before_h = None if from_zero else first.histograms.get(name)
+        delta = h if before_h is None else histogram_increase(before_h, h)
+        histograms[name] = _add_histograms(histograms.get(name), delta)
+
+
 def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]]) -> Increases | None:
-    """Sum the per-pair increases of one engine. Each pair is (earlier, later, server_restarted)."""
+    """What one engine did over consecutive readings. Each pair is (earlier, later, server_restarted).
+
+    The same as summing Prometheus' increase() pair by pair, computed per stretch between restarts:
+    within a stretch the counters are cumulative, so only its ends matter, and a sliding window costs
+    one subtraction per stretch rather than one per pair.
+    """
     if not pairs:
         return None
     counters: dict[str, float] = {}
     per_pos: list[float] = []
     histograms: dict[str, Histogram] = {}
     restarts = 0
+    first, from_zero = pairs[0][0], False
     for prev, cur, restarted in pairs:
-        # One counter going down means the engine restarted: every counter began again at zero,
-        # even those that have already climbed past their old values.
-        if not restarted:
-            restarted = any(cur.counters.get(n, math.inf) < v for n, v in prev.counters.items()) or any(
-                h.count < prev.histograms[n].count for n, h in cur.histograms.items() if n in prev.histograms
-            )
-        restarts += restarted
-        for name, value in cur.counters.items():
-            counters[name] = counters.get(name, 0.0) + counter_increase(
-                prev.counters.get(name, 0.0), value, restarted
-            )
-        for i, value in enumerate(cur.accepted_per_position):
-            before = prev.accepted_per_position[i] if i < len(prev.accepted_per_position) else 0.0
-            if i >= len(per_pos):
-                per_pos.append(0.0)
-            per_pos[i] += counter_increase(before, value, restarted)
-        for name, h in cur.histograms.items():
-            before_h = prev.histograms.get(name)
-            delta = h if before_h is None else histogram_increase(before_h, h, restarted)
-            histograms[name] = _add_histograms(histograms.get(name), delta)
+        if restarted or engine_restarted(prev, cur):
+            _segment_increase(first, prev, from_zero, counters, per_pos, histograms)
+            restarts += 1
+            first, from_zero = cur, True
+    _segment_increase(first, pairs[-1][1], from_zero, counters, per_pos, histograms)
     return Increases(0.0, counters, tuple(per_pos), histograms, restarts)
 
 

@@ -1,0 +1,102 @@
+"""The recording budget (issue 6): a 24 h, 1 Hz recording of one node with 8 GPUs must take at most
+50 MB and replay headless through the Window and the Advisor (the Monitor) in at most 10 s.
+
+    python benchmarks/bench_recording.py [--hours 24] [--evaluate-every 1] [--keep FILE]
+
+Generates the telemetry with specwatch.synthetic (an 8× H100 node, Llama-3.1-70B at TP=8 as the
+datasheet prior, n-gram k=4, the load ramping 1 → 256 → 1 every 20 minutes, with noise), writes it
+with the recorder as a live recorder would (one flush per Snapshot: the worst case for size), then
+times (a) reading the file back and (b) the headless replay: reading plus the Monitor, evaluating
+every --evaluate-every seconds of data time. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specwatch import model as perf
+from specwatch.hardware import lookup, lookup_model
+from specwatch.monitor import Monitor
+from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
+from specwatch.replaycli import replay_advisor_config
+from specwatch.synthetic import SyntheticNode, generate, ramp
+
+BUDGET_BYTES = 50_000_000
+BUDGET_REPLAY_S = 10.0
+
+
+class StepClock:
+    """The writer's wall clock, one second per Snapshot: every write is flushed, as live at 1 Hz."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--evaluate-every", type=float, default=1.0,
+                        help="the Monitor's cadence in seconds of data time (the live default is 1)")
+    parser.add_argument("--keep", type=Path, help="keep the recording at this path")
+    args = parser.parse_args()
+    seconds = int(args.hours * 3600)
+    gpu, model = lookup("H100"), lookup_model("Llama-3.1-70B")
+    node = SyntheticNode(step=perf.prior_for_model(gpu, model, tp=8).hinge(), gpus=8,
+                         per_position=(0.6, 0.4, 0.25, 0.15))
+    cycle = ramp(1, 256, 35)  # 17 levels up and down, 35 s each: about 20 minutes
+    load = [cycle[i % len(cycle)] for i in range(seconds)]
+    path = args.keep or Path(tempfile.mkdtemp(prefix="specwatch-bench-")) / "24h.swrec"
+    header = RecordingHeader(data="synthetic", notes="benchmark", interval_s=1.0,
+                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 8})
+    t = time.perf_counter()
+    with RecordingWriter(path, header, overwrite=True, clock=StepClock()) as writer:
+        for snapshot in generate(node, load, seed=1):
+            writer.write(snapshot)
+    write_s = time.perf_counter() - t
+    size = os.path.getsize(path)
+
+    t = time.perf_counter()
+    read_header, snapshots = open_snapshots(path)
+    count = sum(1 for _ in snapshots)
+    read_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    read_header, snapshots = open_snapshots(path)
+    monitor = Monitor(window_s=30.0, advisor_config=replay_advisor_config(read_header),
+                      evaluate_every_s=args.evaluate_every)
+    changes = 0
+    for snapshot in snapshots:
+        changes += len(monitor.ingest(snapshot))
+    replay_s = time.perf_counter() - t
+    evaluations = seconds / args.evaluate_every
+    result = {
+        "hours": args.hours, "snapshots": count, "gpus": node.gpus,
+        "bytes": size, "bytes_per_snapshot": round(size / count, 1),
+        "bytes_24h_equivalent": round(size * 86400 / seconds),
+        "size_budget_met": size * 86400 / seconds <= BUDGET_BYTES,
+        "write_s": round(write_s, 2), "read_s": round(read_s, 2),
+        "evaluate_every_s": args.evaluate_every, "evaluations": round(evaluations),
+        "replay_s": round(replay_s, 2),
+        "monitor_ms_per_evaluation": round(1000 * (replay_s - read_s) / evaluations, 3),
+        "replay_s_24h_equivalent": round(replay_s * 86400 / seconds, 1),
+        "replay_budget_met": replay_s * 86400 / seconds <= BUDGET_REPLAY_S,
+        "verdict_changes": changes,
+    }
+    print(json.dumps(result, indent=2))
+    if not args.keep:
+        path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Replay: the bundled scenarios, headless timelines, ReplaySource controls, and replay == live."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from specwatch.advisor import AdvisorConfig
+from specwatch.collectors.replay import ReplaySource
+from specwatch.model import HingeParameters
+from specwatch.monitor import Monitor
+from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, write_recording
+from specwatch.replaycli import (
+    add_demo_arguments,
+    add_record_arguments,
+    add_replay_arguments,
+    list_scenarios,
+    run_demo_headless,
+    run_record,
+    run_replay_headless,
+)
+from specwatch.sources import SnapshotSource
+from specwatch.synthetic import SyntheticNode, generate, ramp
+
+# n-gram, k=4, L=2.0 on an A100-like hinge: S(b) = 2·T(b)/T(5b) crosses 1 near b = 54.
+STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
+NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                     context_per_sequence=0.0, gpus=2)
+
+
+def parse(add, argv):
+    p = argparse.ArgumentParser()
+    add(p)
+    return p.parse_args(argv)
+
+
+def timeline(capsys, run, args) -> list[dict]:
+    assert run(args) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def decisions(changes: list[dict]) -> list[str]:
+    out: list[str] = []
+    for c in changes:
+        if c["speculation"] in ("on", "off") and (not out or out[-1] != c["speculation"]):
+            out.append(c["speculation"])
+    return out
+
+
+def test_bundled_scenarios_are_listed_labelled_and_small(capsys):
+    scenarios = {s.name: s for s in list_scenarios()}
+    assert {"h100-70b-ngram", "h100-70b-longctx-eagle"} <= set(scenarios)
+    for s in scenarios.values():
+        assert s.path.stat().st_size < 2_000_000
+        rec = read_recording(s.path)
+        assert rec.warnings == [] and len(rec.snapshots) > 100
+        assert rec.header.data == s.data
+    assert scenarios["h100-70b-ngram"].data == "synthetic"
+    if "real-cpu-tiny-llama-ngram" in scenarios:
+        real = read_recording(scenarios["real-cpu-tiny-llama-ngram"].path)
+        assert real.header.data == "real" and real.header.gpus == ()
+    assert run_demo_headless(parse(add_demo_arguments, ["--list"])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [s.name for s in list_scenarios()]
+
+
+def test_synthetic_ngram_scenario_flips_both_ways_and_is_deterministic(capsys):
+    args = parse(add_demo_arguments, ["--scenario", "h100-70b-ngram", "--headless", "--json"])
+    first = timeline(capsys, run_demo_headless, args)
+    assert decisions(first) == ["on", "off", "on"]
+    for change in first:
+        assert {"time", "speculation", "confidence", "expected_speedup", "reasons"} <= set(change)
+    off = next(c for c in first if c["speculation"] == "off")
+    assert off["expected_speedup"] < 1 and off["reasons"]
+    assert timeline(capsys, run_demo_headless, args) == first
+
+
+def test_long_context_scenario_keeps_paying_at_high_batch(capsys):
+    args = parse(add_demo_arguments, ["--scenario", "h100-70b-longctx-eagle", "--headless", "--json"])
+    assert decisions(timeline(capsys, run_demo_headless, args)) == ["on"]
+
+
+def test_unknown_scenario_and_bad_files_exit_with_a_message(capsys, tmp_path):
+    assert run_demo_headless(parse(add_demo_arguments, ["--scenario", "nope", "--headless"])) == 2
+    assert "h100-70b-ngram" in capsys.readouterr().err
+    bad = tmp_path / "bad.swrec"
+    bad.write_text("not a recording")
+    assert run_replay_headless(parse(add_replay_arguments, [str(bad), "--headless", "--json"])) == 3
+    err = capsys.readouterr().err
+    assert "not a specwatch recording" in err and "Traceback" not in err
+
+
+def live_run(path: Path) -> list[dict]:
+    """A "live" run: each Snapshot goes to the recorder and to a Monitor as it arrives."""
+    config = AdvisorConfig(method="ngram")
+    monitor = Monitor(advisor_config=config)
+    changes = []
+    header = RecordingHeader(data="synthetic", interval_s=1.0, advisor={"method": "ngram"})
+    with RecordingWriter(path, header) as writer:
+        for snapshot in generate(NODE, ramp(1, 128, 12), seed=11):
+            writer.write(snapshot)
+            changes += [c.to_dict() for c in monitor.ingest(snapshot)]
+    return changes
+
+
+def test_headless_replay_reproduces_the_live_verdicts_exactly(tmp_path, capsys):
+    path = tmp_path / "live.swrec"
+    live = live_run(path)
+    assert decisions(live) == ["on", "off", "on"]  # the run has something to reproduce
+    replayed = timeline(capsys, run_replay_headless, parse(add_replay_arguments, [str(path), "--headless", "--json"]))
+    assert replayed == live
+
+
+def test_replay_source_at_speed_reproduces_the_live_verdicts(tmp_path):
+    path = tmp_path / "live.swrec"
+    live = live_run(path)
+
+    async def play() -> list[dict]:
+        source = await ReplaySource.open(path, speed=100.0)
+        assert isinstance(source, SnapshotSource) and source.kind == "REPLAY"
+        monitor = Monitor(advisor_config=AdvisorConfig(method="ngram"))
+        out = []
+        while (snapshot := await source.read()) is not None:
+            out += [c.to_dict() for c in monitor.ingest(snapshot)]
+        await source.aclose()
+        return out
+
+    assert asyncio.run(play()) == live
+
+
+@pytest.fixture
+def small_recording(tmp_path) -> Path:
+    path = tmp_path / "small.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", notes="small"), generate(NODE, [4.0] * 20))
+    return path
+
+
+def test_replay_source_pause_step_seek_and_loop(small_recording):
+    async def drive() -> None:
+        source = ReplaySource(small_recording, speed=100.0, paused=True)
+        t0 = source.start
+        assert "SYNTHETIC" in source.describe() and "small.swrec" in source.describe()
+        # paused: a read waits until a step releases exactly one Snapshot
+        pending = asyncio.ensure_future(source.read())
+        await asyncio.sleep(0.05)
+        assert not pending.done()
+        source.step()
+        assert (await pending).time == t0
+        source.step(2)
+        assert [(await source.read()).time for _ in range(2)] == [t0 + 1, t0 + 2]
+        source.seek(t0 + 15.5)
+        source.step()
+        assert (await source.read()).time == t0 + 16
+        assert source.position == t0 + 16
+        source.seek(t0)  # back in time
+        source.resume()
+        times = [(await source.read()).time for _ in range(20)]
+        assert times == [t0 + i for i in range(20)]
+        assert await source.read() is None and source.finished
+        source.loop = True
+        source.seek(t0 + 18)
+        assert [(await source.read()).time for _ in range(4)] == [t0 + 18, t0 + 19, t0, t0 + 1]
+        assert source.loops == 1
+        with pytest.raises(ValueError):
+            source.set_speed(1000.0)
+        source.set_speed(0.5)
+        assert source.speed == 0.5
+        await source.aclose()
+        assert await source.read() is None
+
+    asyncio.run(drive())
+
+
+def test_pause_while_waiting_holds_the_next_snapshot(small_recording):
+    async def drive() -> None:
+        source = ReplaySource(small_recording, speed=0.5)  # two seconds between Snapshots
+        first = await source.read()
+        waiting = asyncio.ensure_future(source.read())
+        await asyncio.sleep(0.05)
+        source.pause()
+        source.set_speed(100.0)
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # paused: not released even though it is now due
+        source.resume()
+        assert (await waiting).time == first.time + 1
+
+    asyncio.run(drive())
+
+
+def test_record_an_unreachable_target_keeps_a_valid_file(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    out = tmp_path / "down.swrec"
+    args = parse(add_record_arguments, ["-o", str(out), "--url", f"http://127.0.0.1:{port}", "--duration", "1",
+                                        "--interval", "0.5", "--no-nvml", "--no-dcgm", "--method", "ngram",
+                                        "--timeout", "1"])
+    assert run_record(args) == 0
+    assert "connection" in capsys.readouterr().err
+    rec = read_recording(out)
+    assert rec.header.data == "real" and rec.header.advisor == {"method": "ngram"}
+    assert len(rec.snapshots) >= 2 and all(not s.targets[0].ok for s in rec.snapshots)
+    assert rec.warnings == []
+    assert run_record(args) == 3  # the file exists now and --force was not given
