@@ -81,6 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Watch a server (or read a recording) and compute, for every batch size, "
                                       "the k that maximises the expected speedup.")
     add_tune_arguments(tune)
+
+    from specwatch.replaycli import add_demo_arguments, add_record_arguments, add_replay_arguments
+
+    record = sub.add_parser("record", help="record the live sources to a file, headless",
+                            description="Record Snapshots from the live sources until --duration or Ctrl-C.")
+    add_record_arguments(record)
+    replay = sub.add_parser("replay", help="play a recording back through the same advisor",
+                            description="Play a recording in the dashboard, or print its verdict timeline "
+                                        "with --headless.")
+    add_replay_arguments(replay)
+    demo = sub.add_parser("demo", help="play a bundled scenario: no GPU and no server needed",
+                          description="Play a bundled recording (real or synthetic, and labelled so).")
+    add_demo_arguments(demo)
     return parser
 
 
@@ -92,6 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "check":
         return run_check(args)
+    if args.command == "record":
+        from specwatch.replaycli import run_record
+
+        return run_record(args)
+    if args.command == "replay":
+        from specwatch.replaycli import run_replay_headless
+
+        return run_replay_headless(args) if args.headless else run_replay_tui(args)
+    if args.command == "demo":
+        from specwatch.replaycli import run_demo_headless
+
+        return run_demo_headless(args) if args.headless or args.list else run_demo_tui(args)
     if args.command == "tune":
         from specwatch.tune import run_tune
 
@@ -217,6 +242,16 @@ async def _check(source: Any, args: argparse.Namespace) -> dict[str, Any]:
     advisor = Advisor(advisor_config(args, spec_config))
     verdict = advisor.update(window.target(url), window.latest.gpus)
     return check_report(window, url, verdict.to_dict(), verdict.bound, config)
+
+
+def run_replay_tui(args: argparse.Namespace) -> int:
+    print("specwatch replay: the dashboard is not part of this build yet; use --headless", file=sys.stderr)
+    return 2
+
+
+def run_demo_tui(args: argparse.Namespace) -> int:
+    print("specwatch demo: the dashboard is not part of this build yet; use --headless", file=sys.stderr)
+    return 2
 
 
 def _json_default(value: Any) -> Any:
