@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="play a bundled scenario: no GPU and no server needed",
                           description="Play a bundled recording (real or synthetic, and labelled so).")
     add_demo_arguments(demo)
+
+    from specwatch.sweepcli import add_sweep_arguments
+
+    sweep = sub.add_parser("sweep", help="baseline vs speculative across concurrency: where the curves cross",
+                           description="Run the same prompts against a server without and one with speculation "
+                                       "at rising concurrency, and find where speculation stops paying.")
+    add_sweep_arguments(sweep)
     return parser
 
 
@@ -117,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from specwatch.replaycli import run_demo_headless
 
         return run_demo_headless(args) if args.headless or args.list else run_demo_tui(args)
+    if args.command == "sweep":
+        from specwatch.sweepcli import run_sweep
+
+        return run_sweep(args)
     if args.command == "tune":
         from specwatch.tune import run_tune
 

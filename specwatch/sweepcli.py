@@ -1,0 +1,348 @@
+"""`specwatch sweep`: the flags and the command, for cli.py to wire in.
+
+    specwatch sweep --baseline URL --speculative URL [--tiers 1,2,4,8,16,32,64] [-o DIR] [--json]
+    specwatch sweep --serve MODEL --speculative-config JSON [--serve-arg ARG ...] [...]
+    specwatch sweep --from-bench BASELINE_DIR SPECULATIVE_DIR [-o DIR] [--json]
+
+Exit status: 0 the sweep ran every tier; 3 it stopped early or a file or folder could not be used
+(the message says why, and the partial results are kept and written); 2 bad arguments.
+
+Until cli.py wires it, `python -m specwatch.sweepcli ...` runs the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from specwatch import loadgen
+from specwatch import sweep as sw
+
+EXIT_COMPLETE = 0
+EXIT_BAD_ARGUMENTS = 2
+EXIT_INCOMPLETE = 3
+
+__all__ = ["add_sweep_arguments", "run_sweep", "load_sweep", "crossover_marker", "main"]
+
+load_sweep = sw.load_sweep
+crossover_marker = sw.crossover_marker
+
+
+def _tiers(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tiers must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 or v > 4096 for v in values):
+        raise argparse.ArgumentTypeError("tiers must be integers in 1..4096")
+    return tuple(sorted(set(values)))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `specwatch sweep`."""
+    targets = p.add_argument_group("targets (one of)")
+    targets.add_argument("--baseline", metavar="URL", help="the server without speculation")
+    targets.add_argument("--speculative", metavar="URL", help="the same server with speculation")
+    targets.add_argument("--serve", metavar="MODEL",
+                         help="launch vLLM here for MODEL twice: without, then with --speculative-config")
+    targets.add_argument("--from-bench", nargs=2, metavar=("BASELINE_DIR", "SPECULATIVE_DIR"),
+                         help="build the report from `vllm bench serve --save-result` JSON files; "
+                              "each file's max_concurrency is its tier")
+
+    serve = p.add_argument_group("--serve")
+    serve.add_argument("--speculative-config", metavar="JSON",
+                       help='vLLM\'s --speculative-config for the second launch, e.g. '
+                            '\'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\'')
+    serve.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                       help="one more argument for both vLLM launches (repeat; use --serve-arg=--flag for flags)")
+    serve.add_argument("--vllm-python", metavar="PATH", default=sys.executable,
+                       help="the Python that has vLLM installed (default: this one)")
+    serve.add_argument("--start-timeout", type=_positive_float, default=sw.START_TIMEOUT_S, metavar="SECONDS",
+                       help="how long to wait for each vLLM launch to be ready (default %(default)s)")
+
+    load = p.add_argument_group("load")
+    load.add_argument("--tiers", type=_tiers, default=sw.DEFAULT_TIERS, metavar="C,C,...",
+                      help="concurrency tiers (default 1,2,4,8,16,32,64)")
+    load.add_argument("--requests", type=_positive_int, metavar="N",
+                      help="measured requests per tier (default max(16, 4 × concurrency) unless --duration)")
+    load.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+                      help="measured seconds per tier (with --requests, whichever ends first)")
+    load.add_argument("--warmup", type=_nonnegative_int, metavar="N",
+                      help="warm-up requests per tier, not counted (default: one per concurrent worker)")
+    load.add_argument("--max-tokens", type=_positive_int, default=loadgen.DEFAULT_MAX_TOKENS, metavar="N",
+                      help="max tokens per request, the same on both servers (default %(default)s)")
+    load.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    load.add_argument("--api", choices=loadgen.APIS, default=loadgen.API_COMPLETIONS,
+                      help="/v1/completions or /v1/chat/completions (default %(default)s)")
+    load.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                      help="let requests stop at end-of-sequence (by default every request runs to --max-tokens)")
+    load.add_argument("--prompts", choices=loadgen.PROMPT_SET_NAMES, default="mixed",
+                      help="built-in prompt set: echo (summarise/repeat), code, open (open-ended) or mixed "
+                           "(default %(default)s)")
+    load.add_argument("--prompt-file", metavar="PATH",
+                      help="JSONL of prompts or chat messages, or a ShareGPT JSON file (overrides --prompts)")
+    load.add_argument("--num-prompts", type=_positive_int, default=512, metavar="N",
+                      help="prompts to take from the set or the file (default %(default)s)")
+    load.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt sets (default 0)")
+    load.add_argument("--served-model", metavar="NAME",
+                      help="the model name to request (default: the first one /v1/models lists)")
+    load.add_argument("--request-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
+                      help="per-request timeout (default %(default)s)")
+    load.add_argument("--scrape-interval", type=_positive_float, default=1.0, metavar="SECONDS",
+                      help="how often /metrics is read during a tier (default %(default)s)")
+    load.add_argument("--token-env", metavar="NAME", default="SPECWATCH_TOKEN",
+                      help="environment variable holding a bearer token (default %(default)s)")
+    load.add_argument("--token-file", metavar="PATH", help="file whose first line is a bearer token")
+    load.add_argument("--ca-file", metavar="PATH", help="CA bundle for HTTPS targets")
+    load.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+
+    model = p.add_argument_group("the predicted curve (datasheet with --gpu and --model; else fitted)")
+    model.add_argument("--gpu", metavar="NAME", help="the GPU (H100, H200, A100, L40S, ...)")
+    model.add_argument("--model", dest="model_name", metavar="NAME",
+                       help="the served model's architecture (Llama-3.1-8B, Qwen2.5-7B, ...)")
+    model.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)")
+    model.add_argument("--dtype", default="bf16", help="weight format (default bf16)")
+    model.add_argument("--method", help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
+                                        "when neither --speculative-config nor the server says")
+    model.add_argument("--draft-ratio", type=float, metavar="R", help="draft cost per draft token, when measured")
+    model.add_argument("--draft-params", metavar="N", help="the draft model's parameter count (e.g. 1B)")
+    model.add_argument("--k", type=_positive_int, metavar="K", help="draft tokens per step, when /metrics lacks it")
+
+    out = p.add_argument_group("output")
+    out.add_argument("-o", "--output", metavar="DIR",
+                     help="folder for sweep.json, sweep.csv and sweep.txt (default ./specwatch-sweep-TIME)")
+    out.add_argument("--json", action="store_true", help="print the specwatch.sweep/1 JSON on stdout")
+    out.add_argument("--width", type=_positive_int, default=78, help="plot width in columns (default 78)")
+    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+class ArgumentProblem(ValueError):
+    pass
+
+
+def _prediction_inputs(args: argparse.Namespace, method: str | None) -> sw.PredictionInputs:
+    from specwatch.predict import PredictInputError, parse_quantity
+
+    if bool(args.gpu) != bool(args.model_name):
+        raise ArgumentProblem("the datasheet curve needs both --gpu and --model (without them it is fitted)")
+    if args.gpu:
+        from specwatch.hardware import lookup, lookup_model
+
+        if lookup(args.gpu) is None:
+            raise ArgumentProblem(f"unknown GPU {args.gpu!r} (try H100, H200, A100, L40S, L4, ...)")
+        if lookup_model(args.model_name) is None:
+            raise ArgumentProblem(f"unknown model {args.model_name!r} (try Llama-3.1-8B, Qwen2.5-7B, ...)")
+    if args.draft_ratio is not None and not (math.isfinite(args.draft_ratio) and args.draft_ratio >= 0):
+        raise ArgumentProblem("--draft-ratio must be ≥ 0")
+    try:
+        draft_params = parse_quantity(args.draft_params, "draft params") if args.draft_params else None
+    except PredictInputError as exc:
+        raise ArgumentProblem(str(exc)) from None
+    chosen = args.method or method
+    if chosen is not None:
+        from specwatch.model import canonical_method
+
+        try:
+            canonical_method(chosen)
+        except ValueError as exc:
+            raise ArgumentProblem(str(exc)) from None
+    return sw.PredictionInputs(gpu=args.gpu, model=args.model_name, tp=args.tp, dtype=args.dtype,
+                               method=chosen, draft_ratio=args.draft_ratio, draft_params=draft_params, k=args.k)
+
+
+def _target_mode(args: argparse.Namespace) -> str:
+    modes = [m for m, given in (("urls", args.baseline or args.speculative), ("serve", args.serve),
+                                ("bench", args.from_bench)) if given]
+    if len(modes) != 1:
+        raise ArgumentProblem("give one target: --baseline URL --speculative URL, --serve MODEL, "
+                              "or --from-bench BASELINE_DIR SPECULATIVE_DIR")
+    mode = modes[0]
+    if mode == "urls" and not (args.baseline and args.speculative):
+        raise ArgumentProblem("--baseline and --speculative go together")
+    if mode == "serve" and not args.speculative_config:
+        raise ArgumentProblem("--serve needs --speculative-config for its second launch")
+    if mode != "serve" and (args.speculative_config or args.serve_arg):
+        raise ArgumentProblem("--speculative-config and --serve-arg only apply with --serve")
+    return mode
+
+
+def _output_dir(args: argparse.Namespace) -> Path:
+    if args.output:
+        return Path(args.output)
+    return Path(f"specwatch-sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+
+
+def _prompts(args: argparse.Namespace) -> tuple[list[loadgen.Prompt], str]:
+    if args.prompt_file:
+        prompts = loadgen.load_prompt_file(args.prompt_file, limit=min(args.num_prompts, loadgen.MAX_PROMPTS))
+        return prompts, f"file {args.prompt_file}"
+    return loadgen.synthetic_prompts(args.prompts, min(args.num_prompts, loadgen.MAX_PROMPTS), args.seed), \
+        f"built-in {args.prompts} (seed {args.seed})"
+
+
+def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run `specwatch sweep` from parsed flags; returns the exit status (0, 2 or 3)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, file=err, flush=True)
+
+    try:
+        mode = _target_mode(args)
+        spec_config = sw.validate_speculative_config(args.speculative_config) if mode == "serve" else None
+        method = spec_config.get("method") if spec_config else None
+        prediction = _prediction_inputs(args, method)
+        out_dir = _output_dir(args)
+    except (ArgumentProblem, ValueError) as exc:
+        print(f"specwatch sweep: {exc}", file=err)
+        return EXIT_BAD_ARGUMENTS
+
+    def finish(record: sw.SweepRecord, server_method: str | None = None) -> int:
+        report = record.report(prediction, method=server_method)
+        plot = sw.render_plot(report, width=args.width)
+        try:
+            files = sw.write_report(report, out_dir, plot)
+        except OSError as exc:
+            print(f"specwatch sweep: cannot write the results to {out_dir}: {exc.strerror or exc}", file=err)
+            files = []
+        if args.json:
+            print(json.dumps(report, indent=2, allow_nan=False), file=out)
+        else:
+            print(plot, file=out)
+        if files:
+            say("wrote " + ", ".join(str(f) for f in files))
+        if report["stopped"]:
+            print(f"specwatch sweep: stopped early: {report['stopped']}"
+                  + (f" (partial results in {out_dir})" if files else ""), file=err)
+        for error in report["errors"]:
+            print(f"specwatch sweep: {error}", file=err)
+        return EXIT_COMPLETE if report["complete"] else EXIT_INCOMPLETE
+
+    if mode == "bench":
+        record = sw.record_from_bench(*args.from_bench)
+        return finish(record)
+
+    try:
+        prompts, prompt_source = _prompts(args)
+        request = loadgen.RequestSettings(model="-", api=args.api, max_tokens=args.max_tokens,
+                                          temperature=args.temperature, ignore_eos=args.ignore_eos,
+                                          timeout_s=args.request_timeout)
+        plan = sw.SweepPlan(tiers=tuple(args.tiers), requests=args.requests, duration_s=args.duration,
+                            warmup=args.warmup, scrape_interval_s=args.scrape_interval)
+        from specwatch.collectors.vllm import TokenError, read_token
+
+        token = read_token(args.token_env, args.token_file)
+        verify: bool | str = False if args.insecure else (args.ca_file or True)
+        if mode == "urls":
+            from specwatch.collectors.vllm import normalise_url
+
+            baseline_url = normalise_url(args.baseline)[0]
+            speculative_url = normalise_url(args.speculative)[0]
+    except loadgen.PromptFileError as exc:
+        print(f"specwatch sweep: {exc}", file=err)
+        return EXIT_INCOMPLETE
+    except (TokenError, ValueError) as exc:
+        print(f"specwatch sweep: {exc}", file=err)
+        return EXIT_BAD_ARGUMENTS
+
+    record = sw.SweepRecord(source="live" if mode == "urls" else "serve")
+    record.settings = {
+        "tiers": list(plan.tiers), "requests_per_tier": args.requests, "duration_s": args.duration,
+        "warmup": args.warmup, "max_tokens": args.max_tokens, "temperature": args.temperature,
+        "api": args.api, "ignore_eos": args.ignore_eos, "prompts": prompt_source, "num_prompts": len(prompts),
+        "request_timeout_s": args.request_timeout, "scrape_interval_s": args.scrape_interval,
+    }
+
+    def save_partial(rec: sw.SweepRecord) -> None:
+        # after every tier, so a sweep that is killed or stops keeps what it measured
+        try:
+            sw.write_report(rec.report(prediction, method=_server_method(rec)), out_dir)
+        except OSError as exc:
+            say(f"cannot write partial results to {out_dir}: {exc.strerror or exc}")
+
+    live = sw.LiveSweep(record, plan, prompts, request, token=token, verify=verify,
+                        progress=say, on_tier=save_partial)
+    say(f"sweep: tiers {','.join(map(str, plan.tiers))}, prompts {prompt_source}, max tokens {args.max_tokens}; "
+        f"results in {out_dir}")
+    try:
+        if mode == "urls":
+            asyncio.run(sw.sweep_two_servers(
+                live, sw.Endpoint("baseline", baseline_url, args.served_model),
+                sw.Endpoint("speculative", speculative_url, args.served_model)))
+        else:
+            servers = {
+                side: sw.LaunchedServer(args.vllm_python, args.serve,
+                                        speculative_config=spec_config if side == "speculative" else None,
+                                        extra_args=args.serve_arg, log_path=out_dir / f"vllm-{side}.log",
+                                        start_timeout_s=args.start_timeout)
+                for side in sw.SIDES
+            }
+            record.servers["speculative"]["speculative_config"] = spec_config
+            try:
+                asyncio.run(sw.sweep_serve(live, servers, args.served_model))
+            finally:
+                # an interrupt can cancel the sweep's own clean-up: stopping again is harmless
+                for server in servers.values():
+                    server.stop()
+    except ValueError as exc:
+        print(f"specwatch sweep: {exc}", file=err)
+        return EXIT_BAD_ARGUMENTS
+    except KeyboardInterrupt:
+        record.stopped = "interrupted"
+    return finish(record, _server_method(record))
+
+
+def _server_method(record: sw.SweepRecord) -> str | None:
+    config = record.servers.get("speculative", {}).get("speculative_config")
+    if isinstance(config, dict) and isinstance(config.get("method"), str):
+        return config["method"]
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specwatch sweep",
+                                     description="Baseline vs speculative across concurrency: where the curves cross.")
+    add_sweep_arguments(parser)
+    return run_sweep(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

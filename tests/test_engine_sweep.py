@@ -1,0 +1,104 @@
+"""`specwatch sweep` against real vLLM servers (the CPU wheel, a tiny random Llama): a baseline
+without speculation and the n-gram (k = 4) server, tiers 1, 2, 4, 8, kept short."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from vllm_server import ECHO_PROMPTS, VllmServer
+
+pytestmark = pytest.mark.engine
+
+TIERS = (1, 2, 4, 8)
+# Enough work per tier that it lasts a few scrape intervals even at concurrency 8 on the CPU.
+REQUESTS = 16
+MAX_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def baseline_server(tiny_models, vllm_py, tmp_path_factory):
+    target, _ = tiny_models
+    # the same flags as the n-gram fixture's server, less the speculation
+    server = VllmServer(target, None, extra_args=["--enable-mfu-metrics"], python=vllm_py,
+                        log_dir=tmp_path_factory.mktemp("vllm-baseline-logs"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(baseline_server, ngram_server, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ECHO_PROMPTS) + "\n")
+    out_dir = tmp_path / "sweep"
+    r = subprocess.run(
+        [sys.executable, "-m", "specwatch.sweepcli", "--baseline", baseline_server.url,
+         "--speculative", ngram_server.url, "--tiers", ",".join(map(str, TIERS)), "--requests", str(REQUESTS),
+         "--warmup", "1", "--max-tokens", str(MAX_TOKENS), "--prompt-file", str(prompts), "--scrape-interval", "0.25",
+         "--method", "ngram", "--request-timeout", "120", "-o", str(out_dir), "--json"],
+        capture_output=True, text=True, timeout=1200)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    print((out_dir / "sweep.txt").read_text())  # shown with -s: what an operator sees
+
+    # the files are complete and agree with what was printed
+    assert json.loads((out_dir / "sweep.json").read_text()) == report
+    csv_rows = (out_dir / "sweep.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in csv_rows[1:]] == [str(c) for c in TIERS]
+    assert report["schema"] == "specwatch.sweep/1" and report["complete"] and not report["errors"]
+    assert [t["concurrency"] for t in report["tiers"]] == list(TIERS)
+    assert report["servers"]["baseline"]["model"] == "tiny-llama"
+    assert report["servers"]["speculative"]["version"] == "0.32.0"
+
+    tps = {side: {t["concurrency"]: t[side]["output_tokens_per_s"] for t in report["tiers"]}
+           for side in ("baseline", "speculative")}
+    for t in report["tiers"]:
+        for side in ("baseline", "speculative"):
+            figures = t[side]
+            assert figures["requests_ok"] == REQUESTS and figures["requests_failed"] == 0, (t["concurrency"], side, figures)
+            assert figures["output_tokens"] == REQUESTS * MAX_TOKENS  # ignore_eos: every request runs to max tokens
+            assert 0 < figures["ttft_p50_s"] <= figures["ttft_p95_s"]
+            # chunks that reach the client together (a busy 2-core host) can make a TPOT near 0
+            assert 0 <= figures["tpot_p50_s"] <= figures["tpot_p95_s"]
+        spec = t["speculative"]
+        assert spec["k"] == 4
+        assert 1.0 <= spec["acceptance_length"] <= 5.0
+        assert t["baseline"]["acceptance_length"] is None
+    # plausible figures: more concurrency brings the baseline more tokens/s at first. (On two CPU
+    # cores the n-gram server's verify steps of b·5 tokens are compute-bound from the start, so its
+    # tokens/s need not grow: that is the very effect the sweep exists to show.)
+    assert max(tps["baseline"][c] for c in TIERS[1:]) > tps["baseline"][1], tps
+    assert all(v > 0 for side in tps.values() for v in side.values())
+    # the running batch was read from /metrics while requests were in flight. A tier can be over
+    # in a fraction of a second here, and a busy API server answers /metrics late, so not every
+    # tier gets an in-flight reading; those that do are within the tier's concurrency.
+    readings = [(t["concurrency"], t[side]["running_mean"]) for t in report["tiers"] for side in ("baseline", "speculative")
+                if t[side]["running_mean"] is not None]
+    assert any(value > 0 for _, value in readings), readings
+    assert all(0 <= value <= c for c, value in readings), readings
+
+    # the crossing is the log-interpolated fall of tokens/s speedup through 1, if it falls in range
+    ratios = [(c, tps["speculative"][c] / tps["baseline"][c]) for c in TIERS]
+    expected = None
+    if ratios[0][1] >= 1:
+        for (c0, s0), (c1, s1) in zip(ratios, ratios[1:]):
+            if s0 >= 1 > s1:
+                a, b = math.log2(c0), math.log2(c1)
+                expected = 2 ** (a + (s0 - 1) / (s0 - s1) * (b - a))
+                break
+    assert report["crossing"]["throughput"] == (pytest.approx(expected) if expected is not None else None)
+
+    # the predicted curve is drawn beside the measured one: fitted (no GPU here), over the tiers
+    predicted = report["predicted"]
+    assert predicted["basis"] == "fitted" and predicted["k"] == 4
+    assert predicted["draft_ratio"] == 0.0 and predicted["draft_ratio_basis"].startswith("ngram")
+    assert min(p["concurrency"] for p in predicted["points"]) == 1
+    assert max(p["concurrency"] for p in predicted["points"]) == 8
+    plot = (out_dir / "sweep.txt").read_text()
+    assert "predicted (fitted)" in plot and "output tokens/s by concurrency" in plot
+    assert max(len(line) for line in plot.splitlines()) <= 80
