@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from typing import Any, Sequence
@@ -173,7 +174,7 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     report = asyncio.run(_check(source, args))
     if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False, default=_json_default))
+        print(json.dumps(finite_json(report), indent=2, allow_nan=False, default=_json_default))
     else:
         print(format_summary(report))
     return exit_status(report["state"] == "ok", report["verdict"])
@@ -263,6 +264,17 @@ def run_replay_tui(args: argparse.Namespace) -> int:
 def run_demo_tui(args: argparse.Namespace) -> int:
     print("specwatch demo: the dashboard is not part of this build yet; use --headless", file=sys.stderr)
     return 2
+
+
+def finite_json(value: Any) -> Any:
+    """The value with every NaN or infinity replaced by null: JSON has no spelling for them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

@@ -13,6 +13,7 @@ values identical to a full prometheus_client parse on every sample of the real c
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -367,6 +368,10 @@ class _EngineBuilder:
         self.per_position: dict[int, float] = {}
 
     def add(self, family: str, role: str, labels: dict[str, str], value: float) -> None:
+        if not math.isfinite(value):
+            # NaN or ±Inf in a counter, gauge or bucket count means nothing usable; keeping it out
+            # of the Snapshot keeps it out of every rate (the family still counts as present).
+            return
         kind = WANTED[family]
         if family == PER_POSITION_FAMILY:
             pos = labels.get("position", "")

@@ -149,3 +149,16 @@ def test_ungrouped_family_still_matches_the_oracle():
 def test_crlf_payload_matches_the_oracle():
     text = read(NGRAM_K4).replace("\n", "\r\n")
     _assert_identical(_keyed(select_samples(text)), _keyed(full_parse_samples(text)))
+
+
+def test_non_finite_values_are_kept_out_of_engine_samples():
+    text = read(NGRAM_K4)
+    text = text.replace('vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0',
+                        'vllm:num_requests_running{engine="0",model_name="tiny-llama"} NaN')
+    text = text.replace('vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny-llama"} 301.0',
+                        'vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny-llama"} +Inf')
+    parsed = parse_payload(text)
+    e = parsed.engines[0]
+    assert "vllm:num_requests_running" not in e.gauges
+    assert "vllm:spec_decode_num_drafts" not in e.counters
+    assert "vllm:num_requests_running" in parsed.families_present
