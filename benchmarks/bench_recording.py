@@ -1,7 +1,7 @@
 """The recording budget (issue 6): a 24 h, 1 Hz recording of one node with 8 GPUs must take at most
 50 MB and replay headless through the Window and the Advisor (the Monitor) in at most 10 s.
 
-    python benchmarks/bench_recording.py [--hours 24] [--evaluate-every 1] [--keep FILE]
+    python benchmarks/bench_recording.py [--hours 24] [--evaluate-every 5] [--keep FILE]
 
 Generates the telemetry with specwatch.synthetic (an 8× H100 node, Llama-3.1-70B at TP=8 as the
 datasheet prior, n-gram k=4, the load ramping 1 → 256 → 1 every 20 minutes, with noise), writes it
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from specwatch import model as perf
 from specwatch.hardware import lookup, lookup_model
-from specwatch.monitor import Monitor
+from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
 from specwatch.replaycli import replay_advisor_config
 from specwatch.synthetic import SyntheticNode, generate, ramp
@@ -45,8 +45,9 @@ class StepClock:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=24.0)
-    parser.add_argument("--evaluate-every", type=float, default=1.0,
-                        help="the Monitor's cadence in seconds of data time (the live default is 1)")
+    parser.add_argument("--evaluate-every", type=float, default=DEFAULT_EVALUATE_EVERY_S,
+                        help="the Monitor's cadence in seconds of data time "
+                             f"(default: the Monitor's, {DEFAULT_EVALUATE_EVERY_S:g}, as live)")
     parser.add_argument("--keep", type=Path, help="keep the recording at this path")
     args = parser.parse_args()
     seconds = int(args.hours * 3600)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -99,6 +100,17 @@ class ReplaySource:
     @property
     def speed(self) -> float:
         return self._speed
+
+    @speed.setter
+    def speed(self, value: float) -> None:
+        self.set_speed(value)
+
+    # read() waits until each Snapshot is due, so a front end should read again at once
+    paces_itself = True
+
+    @property
+    def synthetic(self) -> bool:
+        return self.header.synthetic
 
     @property
     def interval_s(self) -> float:
@@ -209,3 +221,108 @@ def _check_speed(speed: float) -> float:
     if not MIN_SPEED <= speed <= MAX_SPEED:
         raise ValueError(f"replay speed must be between {MIN_SPEED:g}× and {MAX_SPEED:g}×, not {speed:g}×")
     return speed
+
+
+class PlaylistSource:
+    """Several recordings played one after another, round and round: the demo.
+
+    Each recording's times are shifted to carry on from the previous one's end, so the Window sees
+    one continuous timeline; the header says which recording is playing, and whether it is real or
+    synthetic, at every moment.
+    """
+
+    kind = "REPLAY"
+    paces_itself = True
+
+    def __init__(self, sources: list[ReplaySource], names: list[str] | None = None) -> None:
+        if not sources:
+            raise ValueError("a playlist needs at least one recording")
+        self.sources = sources
+        self.names = names or [s.path.name for s in sources]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("playlist names must differ: they keep the recordings' targets apart")
+        self.index = 0
+        self.offset = 0.0  # added to the playing recording's times
+        self._last_time: float | None = None
+        self.rounds = 0
+
+    @property
+    def current(self) -> ReplaySource:
+        return self.sources[self.index]
+
+    @staticmethod
+    def target_url(url: str, name: str) -> str:
+        """The URL a recording's target is shown under in the playlist."""
+        return f"{url}#{name}"
+
+    @property
+    def synthetic(self) -> bool:
+        return self.current.header.synthetic
+
+    @property
+    def interval_s(self) -> float:
+        return self.current.interval_s
+
+    @property
+    def speed(self) -> float:
+        return self.current.speed
+
+    @speed.setter
+    def speed(self, value: float) -> None:
+        for source in self.sources:
+            source.set_speed(value)
+
+    @property
+    def paused(self) -> bool:
+        return self.current.paused
+
+    def describe(self) -> str:
+        nxt = self.names[(self.index + 1) % len(self.sources)]
+        playing = f"demo {self.index + 1}/{len(self.sources)}: {self.current.describe()}"
+        return playing if len(self.sources) == 1 else f"{playing} · next: {nxt}"
+
+    def pause(self) -> None:
+        self.current.pause()
+
+    def resume(self) -> None:
+        self.current.resume()
+
+    def toggle_pause(self) -> None:
+        self.current.toggle_pause()
+
+    def seek(self, data_time: float) -> None:
+        self.current.seek(data_time - self.offset)
+
+    def seek_relative(self, seconds: float) -> None:
+        self.current.seek_relative(seconds)
+
+    def step(self, count: int = 1) -> None:
+        self.current.step(count)
+
+    async def read(self) -> Snapshot | None:
+        for _ in range(len(self.sources) + 1):
+            snapshot = await self.current.read()
+            if snapshot is not None:
+                # Each recording's targets are tagged with its name: two recordings of one URL are
+                # still two nodes to the Monitor, each judged under its own recording's settings.
+                name = self.names[self.index]
+                targets = tuple(dataclasses.replace(t, url=self.target_url(t.url, name)) for t in snapshot.targets)
+                shifted = Snapshot(time=snapshot.time + self.offset, targets=targets,
+                                   gpus=snapshot.gpus, sources=snapshot.sources, version=snapshot.version)
+                self._last_time = shifted.time
+                return shifted
+            # this recording is done: the next one carries on a beat after it
+            paused = self.current.paused
+            self.index = (self.index + 1) % len(self.sources)
+            self.rounds += self.index == 0
+            nxt = self.current
+            nxt.seek(nxt.start if nxt.start is not None else 0.0)
+            if paused:
+                nxt.pause()
+            if nxt.start is not None and self._last_time is not None:
+                self.offset = self._last_time + nxt.interval_s - nxt.start
+        return None
+
+    async def aclose(self) -> None:
+        for source in self.sources:
+            await source.aclose()

@@ -128,6 +128,9 @@ def unknown_verdict(reason: str, time: float | None = None, bound: dict | None =
                    bound or {"state": "unknown", "signals": []}, time=time)
 
 
+_UNSEEN = object()
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -146,6 +149,7 @@ class Advisor:
         self._fit_time: float | None = None
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
+        self._gpu_by_name: dict[str, Any] = {}
         # The running batch sizes the step-time samples came from: where the fit is measured.
         self.observed_batch: tuple[float, float] | None = None
         # What the last verdict rested on, for `tune` to build a schedule from.
@@ -158,7 +162,9 @@ class Advisor:
             return self.config.gpu
         for g in gpus:
             if not g.lost:
-                spec = lookup(g.name)
+                spec = self._gpu_by_name.get(g.name, _UNSEEN)
+                if spec is _UNSEEN:
+                    spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
                 if spec is not None:
                     return _throttled(spec, g)
         return None

@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    from specwatch.watchcli import add_watch_arguments
+
+    watch = sub.add_parser("watch", help="the live dashboard (what bare `specwatch` runs)",
+                           description="The live dashboard: the verdict, the numbers under it, and their history.")
+    add_watch_arguments(watch)
+
     check = sub.add_parser("check", help="read the node twice, a window apart, and print the verdict",
                            description="Scrape the target twice, --window seconds apart, and report.")
     add_source_arguments(check)
@@ -102,15 +108,30 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Run the same prompts against a server without and one with speculation "
                                        "at rising concurrency, and find where speculation stops paying.")
     add_sweep_arguments(sweep)
+
+    from specwatch.exportcli import add_export_arguments, add_fleet_arguments
+
+    export = sub.add_parser("export", help="serve the verdict as Prometheus metrics (a headless agent)",
+                            description="Run the sources and the advisor, and serve specwatch_* metrics.")
+    add_export_arguments(export)
+    fleet = sub.add_parser("fleet", help="every node's verdict, read through Prometheus",
+                           description="A table of nodes from a Prometheus server that scrapes specwatch agents.")
+    add_fleet_arguments(fleet)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or (argv[0] not in commands and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["watch", *argv]  # bare `specwatch [flags]` is `specwatch watch [flags]`
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command == "watch":
+        from specwatch.recorder import live_recorder
+        from specwatch.watchcli import run_watch
+
+        return run_watch(args, recorder=live_recorder(args))
     if args.command == "check":
         return run_check(args)
     if args.command == "record":
@@ -125,6 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from specwatch.replaycli import run_demo_headless
 
         return run_demo_headless(args) if args.headless or args.list else run_demo_tui(args)
+    if args.command == "export":
+        from specwatch.exportcli import run_export
+
+        return run_export(args)
+    if args.command == "fleet":
+        from specwatch.exportcli import run_fleet
+
+        return run_fleet(args)
     if args.command == "sweep":
         from specwatch.sweepcli import run_sweep
 
@@ -257,13 +286,64 @@ async def _check(source: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_replay_tui(args: argparse.Namespace) -> int:
-    print("specwatch replay: the dashboard is not part of this build yet; use --headless", file=sys.stderr)
-    return 2
+    """The dashboard over a recording: pause, seek, speed and step keys."""
+    from specwatch.app import run_app
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingError
+    from specwatch.replaycli import replay_monitor
+
+    try:
+        source = ReplaySource(args.file, speed=args.speed)
+        monitor = replay_monitor(source.header, args)
+    except (RecordingError, OSError) as exc:
+        print(f"specwatch replay: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except ValueError as exc:
+        print(f"specwatch replay: {exc}", file=sys.stderr)
+        return 2
+    return run_app(source, monitor, title="specwatch replay")
 
 
 def run_demo_tui(args: argparse.Namespace) -> int:
-    print("specwatch demo: the dashboard is not part of this build yet; use --headless", file=sys.stderr)
-    return 2
+    """The dashboard over the bundled scenarios, one after another, looping, each labelled real or
+    synthetic. --scenario plays just one."""
+    from specwatch.app import run_app
+    from specwatch.collectors.replay import PlaylistSource, ReplaySource
+    from specwatch.recording import RecordingError
+    from specwatch.replaycli import list_scenarios, replay_advisor_config, replay_monitor
+
+    scenarios = list_scenarios()
+    if args.scenario:
+        scenarios = [s for s in scenarios if s.name == args.scenario]
+        if not scenarios:
+            names = ", ".join(s.name for s in list_scenarios())
+            print(f"specwatch demo: no scenario {args.scenario!r}; bundled: {names}", file=sys.stderr)
+            return 2
+    else:
+        # the synthetic H100 story first: it shows speculation paying, costing, and paying again
+        scenarios.sort(key=lambda s: (s.name != "h100-70b-ngram", s.data != "real", s.name))
+    if not scenarios:
+        print("specwatch demo: no bundled scenarios found (is the package installed completely?)", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        sources = [ReplaySource(s.path, speed=args.speed, loop=len(scenarios) == 1) for s in scenarios]
+        monitor = replay_monitor(sources[0].header, args)
+        if len(sources) > 1:
+            names = [s.name for s in scenarios]
+            source: Any = PlaylistSource(sources, names)
+            # each scenario is judged under the settings its recording was made with
+            monitor.target_configs = {
+                PlaylistSource.target_url(url, name): replay_advisor_config(src.header, args)
+                for src, name in zip(sources, names)
+                for url in {t.url for snap in src.recording.snapshots[:1] for t in snap.targets}
+                | set(src.header.targets)
+            }
+        else:
+            source = sources[0]
+    except (RecordingError, OSError, ValueError) as exc:
+        print(f"specwatch demo: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    return run_app(source, monitor, title="specwatch demo")
 
 
 def finite_json(value: Any) -> Any:

@@ -801,27 +801,67 @@ def _axis_coverage(tokens_min: float, tokens_max: float, prior_knee: float) -> f
     return float(min(max((high - low) / top, 0.0), 1.0))
 
 
-def _nonnegative_ridge_solve(design: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least squares with θ ≥ 0 for a handful of columns: try every set of columns held at zero and
-    keep the best feasible solution (16 small solves for 4 parameters; exact, no iteration)."""
-    columns = design.shape[1]
-    best: tuple[np.ndarray, float] | None = None
-    for zero_count in range(columns + 1):
-        for zeros in itertools.combinations(range(columns), zero_count):
-            free = [index for index in range(columns) if index not in zeros]
-            theta = np.zeros(columns)
-            if free:
-                solution, *_ = np.linalg.lstsq(design[:, free], target, rcond=None)
-                if np.any(solution < 0):
-                    continue
-                theta[free] = solution
-            cost = float(np.sum((design @ theta - target) ** 2))
-            if best is None or cost < best[1]:
-                best = (theta, cost)
-        if best is not None and zero_count == 0:
-            break  # the unconstrained optimum is feasible, so it is the constrained one
-    assert best is not None  # the all-zero set is always feasible
-    return best
+# The 15 non-empty sets of free parameters of the 4-parameter hinge, grouped by size: a least
+# squares with θ ≥ 0 is solved exactly by the best feasible solution over these (and θ = 0).
+_FREE_SETS = {
+    size: np.array(list(itertools.combinations(range(4), size)), dtype=np.intp) for size in range(1, 5)
+}
+
+
+def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray, knees: np.ndarray,
+                 penalty: np.ndarray, theta0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every knee: min ‖W(Xθ − y)‖² + ‖P(θ − θ0)‖² over θ ≥ 0, X = [1, C, max(0, N − knee), N].
+
+    Returns the costs (one per knee) and the minimisers (knees × 4). All knees are solved at once
+    from their normal equations: only the hinge column depends on the knee, so the 4×4 Gram
+    matrices cost one (knees × samples) product. The non-negativity is exact, as an active-set
+    enumeration: every set of free parameters is solved, the others held at zero, and the cheapest
+    feasible solution is kept (when the unconstrained one is feasible it is that one). Columns are
+    scaled to unit diagonal before solving, which keeps the small systems well conditioned.
+    """
+    hinge = np.maximum(0.0, n[None, :] - knees[:, None]) * sqrt_w  # knees × samples
+    shared = np.column_stack([sqrt_w, c * sqrt_w, n * sqrt_w])  # samples × 3: the 1, C, N columns
+    yw = y * sqrt_w
+    count = knees.size
+    gram = np.empty((count, 4, 4))
+    rhs = np.empty((count, 4))
+    shared_gram = shared.T @ shared
+    cross = hinge @ shared  # knees × 3
+    order = (0, 1, 3)  # where the shared columns sit among (base, kv, slope, per-token)
+    for i, a in enumerate(order):
+        for j, b in enumerate(order):
+            gram[:, a, b] = shared_gram[i, j]
+        gram[:, a, 2] = gram[:, 2, a] = cross[:, i]
+    gram[:, 2, 2] = np.einsum("ks,ks->k", hinge, hinge)
+    rhs[:, list(order)] = shared.T @ yw
+    rhs[:, 2] = hinge @ yw
+    penalty_sq = penalty * penalty
+    gram[:, range(4), range(4)] += penalty_sq
+    rhs += penalty_sq * theta0
+    total = float(yw @ yw) + float(penalty_sq @ (theta0 * theta0))
+    scale = 1.0 / np.sqrt(gram[:, range(4), range(4)])  # > 0: every column has its penalty row
+    gram *= scale[:, :, None] * scale[:, None, :]
+    rhs *= scale
+
+    best_cost = np.full(count, total)  # θ = 0 is always feasible
+    best_theta = np.zeros((count, 4))
+    for size, sets in _FREE_SETS.items():
+        # knees × sets × size × size systems, solved in one call
+        sub_gram = gram[:, sets[:, :, None], sets[:, None, :]]
+        sub_rhs = rhs[:, sets]
+        z = np.linalg.solve(sub_gram, sub_rhs[..., None])[..., 0]
+        cost = total - np.einsum("ksi,ksi->ks", z, sub_rhs)  # at the optimum: ‖b‖² − zᵀg
+        cost = np.where(np.all(z >= 0.0, axis=2), cost, np.inf)
+        pick = np.argmin(cost, axis=1)
+        picked_cost = cost[np.arange(count), pick]
+        better = picked_cost < best_cost
+        if np.any(better):
+            theta = np.zeros((count, 4))
+            rows = np.arange(count)[:, None]
+            theta[rows, sets[pick]] = z[np.arange(count), pick]
+            best_cost = np.where(better, picked_cost, best_cost)
+            best_theta = np.where(better[:, None], theta * scale, best_theta)
+    return best_cost, best_theta
 
 
 def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior) -> StepTimeFit:
@@ -834,26 +874,18 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     `coverage`, `knee_observed` and `confidence(N)`.
     """
     prior_hinge = prior.hinge() if isinstance(prior, StepTimePrior) else prior
-    usable = [
-        sample
-        for sample in samples
-        if all(
-            math.isfinite(value)
-            for value in (sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
-        )
-        and sample.tokens_per_step > 0
-        and sample.step_time_s > 0
-        and sample.context_tokens >= 0
-        and sample.weight > 0
-    ]
-    if not usable:
+    # One array of (N, T, C, weight) rows, filtered at once: the advisor refits from a few hundred.
+    data = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
+                     for sample in samples], dtype=float).reshape(-1, 4)
+    n, y, c, w = data.T
+    with np.errstate(invalid="ignore"):
+        keep = np.all(np.isfinite(data), axis=1) & (n > 0) & (y > 0) & (c >= 0) & (w > 0)
+    usable_count = int(np.count_nonzero(keep))
+    if not usable_count:
         return StepTimeFit(prior_hinge, prior_hinge, 0, None, None, 0.0, False, None, DATASHEET_CONFIDENCE)
 
-    n = np.array([sample.tokens_per_step for sample in usable])
-    c = np.array([sample.context_tokens for sample in usable])
-    y = np.array([sample.step_time_s for sample in usable])
-    w = np.array([sample.weight for sample in usable])
-    w = w * (len(usable) / np.sum(w))  # weights are relative; the sample count sets the data's say
+    n, y, c, w = n[keep], y[keep], c[keep], w[keep]
+    w = w * (usable_count / np.sum(w))  # weights are relative; the sample count sets the data's say
     y_scale = float(np.median(y))
     sqrt_w = np.sqrt(w) / (SAMPLE_RELATIVE_NOISE * y_scale)
 
@@ -873,17 +905,11 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     scales = np.maximum(PRIOR_RELATIVE_SD * np.abs(theta0), PRIOR_RELATIVE_SD * floors)
     penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
 
-    best: tuple[float, float, np.ndarray] | None = None
-    for knee in np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS):
-        columns = np.column_stack([np.ones_like(n), c, np.maximum(0.0, n - knee), n])
-        design = np.vstack([columns * sqrt_w[:, None], penalty_rows])
-        target = np.concatenate([y * sqrt_w, penalty_rows @ theta0])
-        theta, cost = _nonnegative_ridge_solve(design, target)
-        cost += prior_strength * (math.log(knee / prior_hinge.knee) / PRIOR_KNEE_LOG_SD) ** 2
-        if best is None or cost < best[0]:
-            best = (cost, float(knee), theta)
-    assert best is not None
-    _, knee, theta = best
+    knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
+    costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / PRIOR_KNEE_LOG_SD) ** 2
+    best_index = int(np.argmin(costs))  # the first of equal costs, as a scan keeping strict improvements
+    knee, theta = float(knees[best_index]), thetas[best_index]
     fitted = HingeParameters(
         base_s=float(theta[0]),
         knee=knee,
@@ -896,12 +922,12 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     knee_observed = bool(np.any(n < 0.8 * knee) and np.any(n > 1.25 * knee))
     # Quality inside the data: grows with the sample count, falls with scatter (10 % relative
     # scatter costs about a third).
-    quality = (1.0 - math.exp(-len(usable) / 8.0)) * math.exp(-relative_rmse / 0.25)
+    quality = (1.0 - math.exp(-usable_count / 8.0)) * math.exp(-relative_rmse / 0.25)
     quality = max(quality, DATASHEET_CONFIDENCE * 0.5)
     return StepTimeFit(
         parameters=fitted,
         prior=prior_hinge,
-        n_samples=len(usable),
+        n_samples=usable_count,
         tokens_min=float(n.min()),
         tokens_max=float(n.max()),
         coverage=coverage,
@@ -1010,6 +1036,12 @@ def crossover_concurrency(
 
     if excess(1.0) < 0:
         return Crossover(None, "never_pays", max_batch)
+    hinge = model.parameters if isinstance(model, StepTimeFit) else model
+    if isinstance(hinge, HingeParameters) and _plain_hinge(hinge):
+        crossing = _hinge_crossing(hinge, k, length, draft_ratio, context_per_sequence, max_batch)
+        if crossing is None:
+            return Crossover(None, "pays_throughout", max_batch)
+        return Crossover(crossing, "crosses", max_batch)
     grid = np.geomspace(1.0, max_batch, 96)
     previous = 1.0
     for b in grid[1:]:
@@ -1024,6 +1056,44 @@ def crossover_concurrency(
             return Crossover(0.5 * (low + high), "crosses", max_batch)
         previous = float(b)
     return Crossover(None, "pays_throughout", max_batch)
+
+
+def _plain_hinge(h: HingeParameters) -> bool:
+    """A hinge with finite, non-negative terms and a positive base: T > 0 for every N."""
+    values = (h.base_s, h.knee, h.slope_s_per_token, h.kv_s_per_token, h.per_token_s)
+    return all(math.isfinite(v) and v >= 0 for v in values) and h.base_s > 0
+
+
+def _hinge_crossing(h: HingeParameters, k: int, length: float, draft_ratio: float,
+                    context_per_sequence: float, max_batch: float) -> float | None:
+    """The first b in (1, max_batch] where S(b) falls below 1, solved exactly for a hinge.
+
+    S(b) < 1 ⇔ g(b) = (L − k·r)·T(b, b·s̄) − T(b·(k+1), b·s̄) < 0, and for a hinge g is piecewise
+    linear in b with breaks where b or b·(k+1) reaches the knee: on each piece the root is one
+    division. The caller has checked S(1) ≥ 1. None when S stays ≥ 1 up to max_batch.
+    """
+    gain = length - k * draft_ratio
+    wide = k + 1.0
+    linear = h.kv_s_per_token * context_per_sequence  # seconds per unit of b from the context
+
+    def g(b: float) -> float:
+        plain = h.base_s + linear * b + h.per_token_s * b + h.slope_s_per_token * max(0.0, b - h.knee)
+        verify = (h.base_s + linear * b + h.per_token_s * wide * b
+                  + h.slope_s_per_token * max(0.0, wide * b - h.knee))
+        return gain * plain - verify
+
+    breaks = sorted({b for b in (h.knee / wide, h.knee) if 1.0 < b < max_batch})
+    low, g_low = 1.0, g(1.0)
+    for high in (*breaks, max_batch):
+        g_high = g(high)
+        if g_high < 0:
+            if g_low < 0:  # only at b = 1 itself, within rounding of the caller's check
+                return low
+            # linear on [low, high]: g(low) ≥ 0 > g(high)
+            root = low + (high - low) * g_low / (g_low - g_high)
+            return min(max(root, low), high)
+        low, g_low = high, g_high
+    return None
 
 
 @dataclass(frozen=True)
@@ -1062,8 +1132,19 @@ def best_k(
         raise ValueError("best_k needs per-position rates, or a length and its k")
     top = measured_k if k_max is None else int(k_max)
     best = KChoice(0, 1.0, 1.0, False)
+    exact: list[float] = []  # L(k′) for k′ ≤ the measured k: 1 + the first k′ rates (length_at_k)
+    if rates is not None:
+        total = 0.0
+        for p in rates:
+            total += min(max(float(p), 0.0), 1.0)  # as np.clip, NaN included
+            exact.append(1.0 + total)
     for candidate in range(1, top + 1):
-        estimate = length_at_k(rates, candidate) if rates is not None else length_at_k_iid(length, measured_k, candidate)
+        if candidate <= len(exact):
+            estimate = LengthAtK(candidate, exact[candidate - 1], False, "per-position")
+        elif rates is not None:
+            estimate = length_at_k(rates, candidate)
+        else:
+            estimate = length_at_k_iid(length, measured_k, candidate)
         value = speedup(model, batch, candidate, estimate.length, draft_ratio, context_per_sequence)
         if value > best.speedup:
             best = KChoice(candidate, estimate.length, value, estimate.extrapolated)

@@ -7,17 +7,23 @@ same Snapshots give the same verdicts whichever of them is reading. Pure: no I/O
 
 The advisor is evaluated on a fixed cadence of data time (`evaluate_every_s`), not on every
 Snapshot: a 1 Hz live poll and a 100× replay then evaluate at the same instants, which is what
-makes a replay reproduce the live verdicts exactly.
+makes a replay reproduce the live verdicts exactly. The default cadence is every 5 s of data time:
+responsive enough for an operator (a flip needs `confirm_windows` evaluations, 15 s), and cheap
+enough that a 24 h recording replays headless in seconds (issue 6's budget).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from specwatch.advisor import Advisor, AdvisorConfig, Verdict, unknown_verdict
 from specwatch.snapshot import Snapshot
 from specwatch.window import TargetWindow, Window
+
+
+# Seconds of data time between evaluations of the advisor, live and in replay alike.
+DEFAULT_EVALUATE_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,13 @@ class Monitor:
         self,
         window_s: float = 30.0,
         advisor_config: AdvisorConfig | None = None,
-        evaluate_every_s: float = 1.0,
+        evaluate_every_s: float = DEFAULT_EVALUATE_EVERY_S,
+        target_configs: Mapping[str, AdvisorConfig] | None = None,
     ) -> None:
         self.window = Window(window_s)
         self.advisor_config = advisor_config or AdvisorConfig()
+        # Targets judged under settings of their own (the demo's scenarios differ in method).
+        self.target_configs = dict(target_configs or {})
         self.evaluate_every_s = evaluate_every_s
         self._advisors: dict[str, Advisor] = {}
         self._states: dict[str, TargetState] = {}
@@ -74,7 +83,7 @@ class Monitor:
     def _advisor(self, url: str) -> Advisor:
         advisor = self._advisors.get(url)
         if advisor is None:
-            advisor = self._advisors[url] = Advisor(self.advisor_config)
+            advisor = self._advisors[url] = Advisor(self.target_configs.get(url, self.advisor_config))
         return advisor
 
     def ingest(self, snapshot: Snapshot) -> list[VerdictChange]:

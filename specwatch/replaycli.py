@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 from specwatch.advisor import AdvisorConfig
-from specwatch.monitor import Monitor, VerdictChange
+# DEFAULT_EVALUATE_EVERY_S: the Monitor's default cadence, what a live run uses (5 s of data time)
+from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor, VerdictChange
 from specwatch.recording import (
     FILE_SUFFIX,
     RecordingError,
@@ -39,7 +40,6 @@ EXIT_WRITE_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREADABLE = 3
 DEFAULT_WINDOW_S = 30.0  # the Monitor's default window
-DEFAULT_EVALUATE_EVERY_S = 1.0  # the Monitor's default cadence: what a live run uses
 
 # ==================================================================================================
 # record

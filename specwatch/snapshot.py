@@ -34,8 +34,11 @@ class Histogram:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Histogram:
+        # Recordings hold 86 400 Snapshots a day, each with a few histograms of ~20 buckets: values
+        # that JSON already decoded as floats are taken as they are (float() of a float is itself).
         return cls(
-            buckets=tuple((_dec(le), float(c)) for le, c in d["buckets"]),
+            buckets=tuple([(le if le.__class__ is float else _dec(le), c if c.__class__ is float else float(c))
+                           for le, c in d["buckets"]]),
             sum=float(d["sum"]),
             count=float(d["count"]),
         )
@@ -72,10 +75,11 @@ class EngineSample:
         return cls(
             engine=str(d["engine"]),
             model_name=d.get("model_name"),
-            counters={k: _dec(v) for k, v in d.get("counters", {}).items()},
-            gauges={k: _dec(v) for k, v in d.get("gauges", {}).items()},
+            counters={k: v if v.__class__ is float else _dec(v) for k, v in d.get("counters", {}).items()},
+            gauges={k: v if v.__class__ is float else _dec(v) for k, v in d.get("gauges", {}).items()},
             histograms={k: Histogram.from_dict(h) for k, h in d.get("histograms", {}).items()},
-            accepted_per_position=tuple(float(v) for v in d.get("accepted_per_position", ())),
+            accepted_per_position=tuple([v if v.__class__ is float else float(v)
+                                         for v in d.get("accepted_per_position", ())]),
         )
 
 
@@ -223,7 +227,7 @@ class GpuSample:
             name=str(d["name"]),
             uuid=d.get("uuid"),
             source=str(d.get("source", "nvml")),
-            values={k: _dec(v) for k, v in d.get("values", {}).items()},
+            values={k: v if v.__class__ is float else _dec(v) for k, v in d.get("values", {}).items()},
             errors={str(k): str(v) for k, v in d.get("errors", {}).items()},
             lost=bool(d.get("lost", False)),
             throttle_reasons=tuple(d.get("throttle_reasons", ())),

@@ -55,8 +55,14 @@ def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
 def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False) -> Histogram:
     if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
         return cur
-    prev_by_le = dict(prev.buckets)
-    buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur.buckets)
+    prev_buckets, cur_buckets = prev.buckets, cur.buckets
+    if all(p[0] == c[0] for p, c in zip(prev_buckets, cur_buckets)):
+        # the usual case, the same bounds in the same order: pair the buckets by position
+        deltas = [c - p for (_, c), (_, p) in zip(cur_buckets, prev_buckets)]
+        buckets = tuple([(b[0], d if d > 0.0 else 0.0) for b, d in zip(cur_buckets, deltas)])
+    else:
+        prev_by_le = dict(prev_buckets)
+        buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur_buckets)
     return Histogram(buckets, max(0.0, cur.sum - prev.sum), cur.count - prev.count)
 
 
@@ -144,8 +150,11 @@ def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
         histograms[name] = _add_histograms(histograms.get(name), delta)
 
 
-def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]]) -> Increases | None:
+def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]],
+                      restarts_checked: bool = False) -> Increases | None:
     """What one engine did over consecutive readings. Each pair is (earlier, later, server_restarted).
+    With `restarts_checked` the flags already include engine restarts (engine_restarted), as the
+    Window computes them once per pair rather than once per pair per evaluation.
 
     The same as summing Prometheus' increase() pair by pair, computed per stretch between restarts:
     within a stretch the counters are cumulative, so only its ends matter, and a sliding window costs
@@ -159,7 +168,7 @@ def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]]) 
     restarts = 0
     first, from_zero = pairs[0][0], False
     for prev, cur, restarted in pairs:
-        if restarted or engine_restarted(prev, cur):
+        if restarted or (not restarts_checked and engine_restarted(prev, cur)):
             _segment_increase(first, prev, from_zero, counters, per_pos, histograms)
             restarts += 1
             first, from_zero = cur, True
@@ -377,6 +386,9 @@ class Window:
             raise ValueError("the window must be longer than 0 s")
         self.seconds = seconds
         self._snapshots: deque[Snapshot] = deque()
+        # engine_restarted per pair of readings, keyed by the readings' ids (checked by identity, so
+        # a reused id never matches): a pair stays in the window for many evaluations.
+        self._restarts: dict[tuple[int, int], tuple[EngineSample, EngineSample, bool]] = {}
 
     def __len__(self) -> int:
         return len(self._snapshots)
@@ -397,6 +409,17 @@ class Window:
         # keep one snapshot at or before the window's start, so the span covers the whole window
         while len(self._snapshots) > 2 and self._snapshots[1].time <= snapshot.time - self.seconds:
             self._snapshots.popleft()
+
+    def _engine_restarted(self, prev: EngineSample, cur: EngineSample) -> bool:
+        key = (id(prev), id(cur))
+        hit = self._restarts.get(key)
+        if hit is not None and hit[0] is prev and hit[1] is cur:
+            return hit[2]
+        if len(self._restarts) > 64 + 16 * len(self._snapshots):
+            self._restarts.clear()  # pairs that left the window; the live ones are recomputed once
+        result = engine_restarted(prev, cur)
+        self._restarts[key] = (prev, cur, result)
+        return result
 
     def target_urls(self) -> list[str]:
         latest = self.latest
@@ -432,7 +455,9 @@ class Window:
             current = {_engine_key(e): e for e in t.engines}
             for key, e in current.items():
                 if key in prev_engines:
-                    pairs.setdefault(key, []).append((prev_engines[key], e, restarted))
+                    prev_e = prev_engines[key]
+                    pairs.setdefault(key, []).append(
+                        (prev_e, e, restarted or self._engine_restarted(prev_e, e)))
                     last_time[key] = time
                 else:
                     first_time.setdefault(key, time)
@@ -446,7 +471,7 @@ class Window:
         latest_engines = {_engine_key(e): e for e in latest.engines} if latest.ok else {}
         per_engine_inc: dict[str, Increases] = {}
         for key, ps in pairs.items():
-            inc = increases_between(ps)
+            inc = increases_between(ps, restarts_checked=True)
             if inc is not None:
                 span = last_time[key] - first_time[key]
                 per_engine_inc[key] = Increases(span, inc.counters, inc.accepted_per_position,

@@ -362,3 +362,104 @@ def test_best_k_shrinks_with_load():
     assert 1 <= iid.k <= 4
     with pytest.raises(ValueError):
         m.best_k(prior, 1, 0.05)
+
+
+def _reference_hinge_fit(samples, prior):
+    """The fit as first written: for each knee, every set of free parameters by lstsq (slow, plain)."""
+    import itertools
+    n = np.array([s.tokens_per_step for s in samples])
+    c = np.array([s.context_tokens for s in samples])
+    y = np.array([s.step_time_s for s in samples])
+    w = np.array([s.weight for s in samples])
+    w = w * (len(samples) / np.sum(w))
+    sqrt_w = np.sqrt(w) / (m.SAMPLE_RELATIVE_NOISE * float(np.median(y)))
+    coverage = m._axis_coverage(float(n.min()), float(n.max()), prior.knee)
+    strength = m.PRIOR_SAMPLES * (1.0 - coverage) + m.PRIOR_FLOOR
+    theta0 = prior.as_vector()
+    floors = np.array([prior.base_s, prior.base_s / max(float(np.max(c)), 1.0), prior.base_s / prior.knee,
+                       0.25 * prior.base_s / prior.knee])
+    penalty = np.diag(math.sqrt(strength) / np.maximum(0.5 * np.abs(theta0), 0.5 * floors))
+    best = None
+    for knee in np.geomspace(prior.knee / 4.0, prior.knee * 2.0, m.KNEE_GRID_POINTS):
+        design = np.vstack([np.column_stack([np.ones_like(n), c, np.maximum(0.0, n - knee), n]) * sqrt_w[:, None],
+                            penalty])
+        target = np.concatenate([y * sqrt_w, penalty @ theta0])
+        knee_best = None
+        for size in range(5):
+            for free in itertools.combinations(range(4), size):
+                theta = np.zeros(4)
+                if free:
+                    solution, *_ = np.linalg.lstsq(design[:, list(free)], target, rcond=None)
+                    if np.any(solution < 0):
+                        continue
+                    theta[list(free)] = solution
+                cost = float(np.sum((design @ theta - target) ** 2))
+                if knee_best is None or cost < knee_best[0]:
+                    knee_best = (cost, theta)
+        cost = knee_best[0] + strength * (math.log(knee / prior.knee) / m.PRIOR_KNEE_LOG_SD) ** 2
+        if best is None or cost < best[0]:
+            best = (cost, float(knee), knee_best[1])
+    return best[1], best[2]
+
+
+def test_batched_hinge_fit_matches_the_plain_active_set_enumeration():
+    rng = np.random.default_rng(5)
+    prior = m.prior_for_model(H100, LLAMA_8B).hinge()
+    for _ in range(25):
+        truth = m.HingeParameters(prior.base_s * rng.uniform(0.6, 1.6), prior.knee * rng.uniform(0.3, 1.8),
+                                  prior.slope_s_per_token * rng.uniform(0.5, 2), prior.kv_s_per_token * rng.uniform(0, 2),
+                                  rng.uniform(0, 5e-6))
+        low = rng.uniform(1, 200)
+        tokens = np.geomspace(low, low * rng.uniform(1.5, 50), int(rng.integers(3, 120)))
+        samples = [m.StepSample(s.tokens_per_step, s.step_time_s, s.context_tokens, float(rng.uniform(0.1, 1)))
+                   for s in _hinge_samples(truth, tokens, rng, noise=0.05, context_per_token=rng.uniform(0, 300))]
+        knee, theta = _reference_hinge_fit(samples, prior)
+        fit = m.fit_step_time(samples, prior).parameters
+        assert fit.knee == pytest.approx(knee, rel=1e-12)
+        got = np.array([fit.base_s, fit.kv_s_per_token, fit.slope_s_per_token, fit.per_token_s])
+        np.testing.assert_allclose(got, theta, rtol=1e-6, atol=1e-6 * np.max(np.abs(theta)))
+
+
+def test_hinge_crossover_is_solved_exactly_and_agrees_with_the_scan():
+    """A hinge (the advisor's model) takes the exact piecewise-linear solve; any other model the scan.
+    Both find the same b× (and the same state) for the same step times."""
+
+    class Opaque:  # the same step times, but not a HingeParameters: forces the scan and bisection
+        def __init__(self, hinge):
+            self.hinge = hinge
+            self.knee_tokens = hinge.knee
+
+        def step_time(self, n_tokens, context_tokens=0.0):
+            return self.hinge.step_time(n_tokens, context_tokens)
+
+        def confidence(self, n_tokens):
+            return 0.5
+
+    rng = np.random.default_rng(9)
+    prior = m.prior_for_model(H100, LLAMA_70B, tp=4).hinge()
+    states = set()
+    for _ in range(300):
+        hinge = m.HingeParameters(prior.base_s * rng.uniform(0.3, 3), prior.knee * rng.uniform(0.1, 4),
+                                  prior.slope_s_per_token * rng.uniform(0, 3), prior.kv_s_per_token * rng.uniform(0, 3),
+                                  float(rng.choice([0.0, rng.uniform(0, 2e-5)])))
+        k = int(rng.integers(1, 8))
+        length = float(rng.uniform(1, k + 1))
+        r = float(rng.choice([0.0, rng.uniform(0, 0.3)]))
+        context = float(rng.choice([0.0, rng.uniform(0, 1e5)]))
+        exact = m.crossover_concurrency(hinge, k, length, r, context)
+        scanned = m.crossover_concurrency(Opaque(hinge), k, length, r, context)
+        assert exact.state == scanned.state
+        states.add(exact.state)
+        if exact.state == "crosses":
+            assert exact.concurrency == pytest.approx(scanned.concurrency, rel=1e-9)
+            assert m.speedup(hinge, exact.concurrency, k, length, r, context) == pytest.approx(1.0, abs=1e-9)
+    assert states == {"crosses", "never_pays", "pays_throughout"}
+
+
+def test_best_k_lengths_are_the_per_position_ones():
+    prior = m.prior_for_model(H100, LLAMA_8B)
+    rates = [0.9, 0.8, 1.2, -0.1]  # counter skew: clipped into 0..1 as length_at_k does
+    for batch in (1, 16, 64, 256):
+        best = m.best_k(prior, batch, 0.05, rates=rates)
+        if best.k:
+            assert best.length == pytest.approx(m.length_at_k(rates, best.k).length, rel=1e-15)

@@ -196,3 +196,24 @@ def test_acceptance_length_bounded_by_k_plus_one(accepts, k):
     assert 1.0 <= a.acceptance_length <= k + 1
     assert all(x >= y for x, y in zip(a.per_position, a.per_position[1:]))
     assert a.acceptance_length == pytest.approx(1 + sum(a.per_position))
+
+
+def test_a_window_read_every_step_agrees_with_a_fresh_one():
+    """The Window remembers which pairs of readings were restarts; reading it after every add must
+    give what a Window filled at once gives, restarts and histograms included."""
+    readings = []
+    for t in range(40):
+        drafts = (t % 17) * 10.0 if t >= 20 else t * 10.0  # the counters drop at t = 20 and 34: restarts
+        readings.append(snap(float(t), engine(drafts, 4 * drafts, 2 * drafts, [drafts, drafts / 2],
+                                              gen=3 * drafts, running=float(t % 5))))
+    live = Window(12)
+    restarts = 0
+    for i, s in enumerate(readings):
+        live.add(s)
+        fresh = Window(12)
+        for earlier in readings[: i + 1]:
+            fresh.add(earlier)
+        assert live.target(URL) == fresh.target(URL)
+        assert live.target(URL) == live.target(URL)
+        restarts += live.target(URL).total.restarts if live.target(URL).total else 0
+    assert restarts > 0

@@ -1,0 +1,705 @@
+"""The Textual dashboard: the live (or replayed) view an operator reads at a glance.
+
+    SnapshotSource ──read()──▶ poll worker ──Monitor.ingest (thread)──▶ SnapshotIngested ──▶ visible panels
+                                          └──recorder.write (thread)
+
+How it stays responsive (Harlequin / Dolphie style):
+- The poll runs in an async worker on the app's loop (the sources are async: httpx, NVML in a
+  thread), and the Monitor's CPU work runs in a thread. Results come back as typed messages.
+- A poll is re-armed only after the previous one completed (a one-shot timer set when its result
+  is handled), so a slow node never piles up requests, whatever the interval.
+- Widgets only render the DashboardView they are given. After each poll, only the panels that are
+  on screen (active tab, shown at this size, no modal on top, display not paused) get the new view;
+  a tab that becomes visible is given the latest one.
+- Collection and recording go on while the display is paused.
+
+Any SnapshotSource works. Replay controls are duck-typed: a source with pause(), resume(), seek(t),
+step() (and optionally a `speed` property) gets the replay keys. A recorder is any object with
+start(path), stop() and write(snapshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, TabbedContent, TabPane
+
+from specwatch.hardware import GpuSpec, lookup
+from specwatch.monitor import Monitor, TargetState, VerdictChange
+from specwatch.snapshot import Snapshot
+from specwatch.sources import SnapshotSource
+from specwatch.widgets.engine import EnginePanel
+from specwatch.widgets.events import EventLog
+from specwatch.widgets.gpu import GpuPanel
+from specwatch.widgets.header import HeaderBar
+from specwatch.widgets.help import HelpScreen
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.roofline import RooflinePanel
+from specwatch.widgets.speculation import SpeculationPanel
+from specwatch.widgets.trends import TrendsPanel
+from specwatch.widgets.verdict import VerdictBanner
+from specwatch.widgets.view import (
+    DashboardView,
+    History,
+    SourceInfo,
+    SweepMarker,
+    snapshot_engine_keys,
+    trend_values,
+)
+
+# Poll intervals offered by + and - (seconds), and replay speeds offered by [ and ].
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+SEEK_STEP_S = 10.0
+MAX_EVENTS = 500
+TABS = ("overview", "gpus", "speculation", "roofline", "trends", "events")
+REPLAY_METHODS = ("pause", "resume", "seek", "step")
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+class SnapshotIngested(Message):
+    """A poll completed: the Snapshot read, the Monitor's states after it, and its verdict changes."""
+
+    def __init__(self, snapshot: Snapshot, states: dict[str, TargetState], changes: list[VerdictChange]) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.states = states
+        self.changes = changes
+
+
+class VerdictChanged(Message):
+    """The verdict of one target changed (posted once per change, after its SnapshotIngested)."""
+
+    def __init__(self, change: VerdictChange) -> None:
+        super().__init__()
+        self.change = change
+
+
+class PollFailed(Message):
+    """The source raised instead of returning a Snapshot; polling goes on."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class SourceEnded(Message):
+    """The source has no more Snapshots (a replay played out)."""
+
+
+class RecordingChanged(Message):
+    """Recording started (path set) or stopped (path None); error says why a request failed."""
+
+    def __init__(self, path: str | None, error: str | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.error = error
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def has_replay_controls(source: Any) -> bool:
+    return all(callable(getattr(source, name, None)) for name in REPLAY_METHODS)
+
+
+def source_is_synthetic(source: Any) -> bool:
+    """A source says it is synthetic with a `synthetic` attribute, or in its description."""
+    flag = getattr(source, "synthetic", None)
+    if isinstance(flag, bool):
+        return flag
+    try:
+        return "synthetic" in source.describe().lower()
+    except Exception:  # noqa: BLE001 - a description is decoration; never let it stop the app
+        return False
+
+
+def next_in(values: tuple[float, ...], current: float, step: int) -> float:
+    """The next value up (step 1) or down (step -1) from current in a sorted tuple."""
+    if step > 0:
+        return next((v for v in values if v > current + 1e-9), values[-1])
+    return next((v for v in reversed(values) if v < current - 1e-9), values[0])
+
+
+async def maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def default_recording_path(recorder: Any, data_time: float | None) -> str:
+    """The recorder's own default when it has one, else specwatch-<data time>.rec here."""
+    suggest = getattr(recorder, "default_path", None)
+    if callable(suggest):
+        return str(suggest())
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(data_time if data_time is not None else 0))
+    return str(Path.cwd() / f"specwatch-{stamp}.rec")
+
+
+# -- the app ---------------------------------------------------------------------------------------
+
+class SpecwatchApp(App[int]):
+    """The dashboard over any SnapshotSource, with a Monitor doing the thinking."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "specwatch"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-normal"), (150, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
+
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("space,p", "toggle_pause", "pause"),
+        Binding("plus,equals_sign", "interval(-1)", "faster", key_display="+"),
+        Binding("minus", "interval(1)", "slower", key_display="-"),
+        Binding("t", "next_target", "target", show=False),
+        Binding("e", "next_engine", "engine", show=False),
+        Binding("r", "toggle_recording", "record", show=False),
+        Binding("1", "tab('overview')", "overview", show=False),
+        Binding("2", "tab('gpus')", "GPUs", show=False),
+        Binding("3", "tab('speculation')", "speculation", show=False),
+        Binding("4", "tab('roofline')", "roofline", show=False),
+        Binding("5", "tab('trends')", "trends", show=False),
+        Binding("6", "tab('events')", "events", show=False),
+        # priority: the tab bar would take the arrows otherwise; check_action lets them through to
+        # it when the source is not a replay
+        Binding("left", "seek(-1)", "back 10 s", show=False, priority=True),
+        Binding("right", "seek(1)", "fwd 10 s", show=False, priority=True),
+        Binding("left_square_bracket", "speed(-1)", "slower", show=False),
+        Binding("right_square_bracket", "speed(1)", "faster", show=False),
+        Binding("full_stop", "step", "step", show=False),
+    ]
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        monitor: Monitor,
+        *,
+        title: str | None = None,
+        recorder: Any | None = None,
+        record_path: str | None = None,
+        sweep: Any | None = None,
+        history_minutes: float = 10.0,
+        gpu: GpuSpec | None = None,
+    ) -> None:
+        super().__init__()
+        if title:
+            self.title = title
+        self.source = source
+        self.monitor = monitor
+        self.recorder = recorder
+        self.record_path = record_path
+        self.sweep = SweepMarker.from_results(sweep)
+        self.history_minutes = history_minutes
+        self.gpu_override = gpu or getattr(monitor.advisor_config, "gpu", None)
+        self.replay = has_replay_controls(source)
+        self.synthetic = source_is_synthetic(source)
+        suggested = getattr(source, "interval_s", None)
+        self.interval_s = float(suggested) if isinstance(suggested, (int, float)) and suggested >= 0 else 1.0
+        self.paused = False
+        self.ended = False
+        self.recording: str | None = None
+        self.polls = 0  # completed polls, for tests and the benchmark
+        self.last_error: str | None = None
+        self.latest: Snapshot | None = None
+        self.states: dict[str, TargetState] = {}
+        self.target_urls: tuple[str, ...] = ()
+        self.target_index = 0
+        self.engine: str | None = None
+        self.events: deque[VerdictChange] = deque(maxlen=MAX_EVENTS)
+        self._histories: dict[str, History] = {}
+        self._poll_timer: Timer | None = None
+        self._poll_in_flight = False
+        self._recorder_lock = threading.Lock()
+        self._view: DashboardView | None = None
+        self._view_dirty = True
+        self._stepping = False
+        self._reading = False  # a poll is awaiting source.read() (not yet ingesting)
+        self._poll_started = 0.0  # event-loop time the last poll began
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield VerdictBanner(id="verdict")
+        with TabbedContent(id="tabs", initial="overview"):
+            with TabPane("Overview", id="overview"):
+                with VerticalScroll():
+                    with Horizontal(id="overview-top"):
+                        yield EnginePanel(id="ov-engine")
+                        yield SpeculationPanel(id="ov-speculation")
+                        yield RooflinePanel(id="ov-roofline", classes="wide-only")
+                    yield GpuPanel(id="ov-gpus", classes="wide-only")
+                    yield TrendsPanel(id="ov-trends", classes="wide-only")
+                    yield EventLog(id="ov-events", classes="wide-only")
+            with TabPane("GPUs", id="gpus"):
+                with VerticalScroll():
+                    yield GpuPanel(id="gpu-panel")
+            with TabPane("Speculation", id="speculation"):
+                with VerticalScroll():
+                    yield SpeculationPanel(id="speculation-panel")
+                    yield EnginePanel(id="engine-panel")
+            with TabPane("Roofline", id="roofline"):
+                yield RooflinePanel(id="roofline-panel")
+            with TabPane("Trends", id="trends"):
+                with VerticalScroll():
+                    yield TrendsPanel(id="trends-panel")
+            with TabPane("Events", id="events"):
+                with VerticalScroll():
+                    yield EventLog(id="events-panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._show_everywhere(self.view())
+        self._start_poll()
+
+    # -- polling -------------------------------------------------------------------------------
+
+    def poll_delay(self) -> float:
+        """Seconds until the next read: a replay source's own pace (it knows its speed), else ours."""
+        if getattr(self.source, "paces_itself", False):
+            return 0.0  # its read() waits until the next Snapshot is due
+        if self.replay:
+            try:
+                return max(0.0, float(self.source.interval_s))
+            except (AttributeError, TypeError, ValueError):
+                return self.interval_s
+        return self.interval_s
+
+    def _arm_poll(self) -> None:
+        """Schedule the next poll; called only once the previous one has been handled."""
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        self._poll_timer = None
+        if self.ended or (self.paused and self.replay) or self._poll_in_flight:
+            return
+        interval = self.poll_delay()
+        # Keep the cadence (a 1 s interval reads once a second, not once per 1 s + scrape time), but
+        # after a slow read still leave the node a tenth of the interval before asking again.
+        elapsed = asyncio.get_running_loop().time() - self._poll_started
+        delay = max(interval - elapsed, 0.1 * interval)
+        if delay <= 0:
+            self.call_later(self._start_poll)  # as fast as the source gives (a replay at full speed)
+        else:
+            self._poll_timer = self.set_timer(delay, self._start_poll, name="poll")
+
+    def _start_poll(self) -> None:
+        self._poll_timer = None
+        if self._poll_in_flight or self.ended:
+            return
+        self._poll_in_flight = True
+        self._poll_started = asyncio.get_running_loop().time()
+        self._poll()
+
+    @work(group="poll", exit_on_error=False, description="read the source and ingest")
+    async def _poll(self) -> None:
+        self._reading = True
+        try:
+            snapshot = await self.source.read()
+        except Exception as exc:  # noqa: BLE001 - a source must never take the dashboard down
+            self.post_message(PollFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        finally:
+            self._reading = False
+        if snapshot is None:
+            self.post_message(SourceEnded())
+            return
+        await self._ingest_and_post(snapshot)
+
+    async def _ingest_and_post(self, snapshot: Snapshot) -> None:
+        try:
+            states, changes = await asyncio.to_thread(self._ingest, snapshot)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(PollFailed(f"ingest failed: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(SnapshotIngested(snapshot, states, changes))
+        for change in changes:
+            self.post_message(VerdictChanged(change))
+
+    def _ingest(self, snapshot: Snapshot) -> tuple[dict[str, TargetState], list[VerdictChange]]:
+        """Runs in a thread: the Monitor's work and the recorder's write. Polls never overlap,
+        so the Monitor is only ever used from one thread at a time."""
+        changes = self.monitor.ingest(snapshot)
+        with self._recorder_lock:
+            if self.recording is not None and self.recorder is not None:
+                self.recorder.write(snapshot)
+        return self.monitor.states, changes
+
+    def on_snapshot_ingested(self, message: SnapshotIngested) -> None:
+        self._poll_in_flight = False
+        self.polls += 1
+        self.last_error = None
+        snapshot = message.snapshot
+        self.latest = snapshot
+        self.states = message.states
+        urls = tuple(t.url for t in snapshot.targets)
+        if urls != self.target_urls:
+            current = self.target_urls[self.target_index] if self.target_urls else None
+            self.target_urls = urls
+            self.target_index = urls.index(current) if current in urls else 0
+        for url in urls:
+            history = self._histories.get(url)
+            if history is None:
+                history = self._histories[url] = History(self.history_minutes)
+            history.add(snapshot.time, trend_values(self.states.get(url), snapshot.gpus))
+        self._view_dirty = True
+        self._arm_poll()
+        stepping, self._stepping = self._stepping, False
+        self.refresh_visible(force=stepping)
+
+    def on_verdict_changed(self, message: VerdictChanged) -> None:
+        self.events.appendleft(message.change)
+        self._view_dirty = True
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self._poll_in_flight = False
+        self.last_error = message.error
+        self.notify(message.error, title="poll failed", severity="error", timeout=4)
+        self._arm_poll()
+
+    def on_source_ended(self, _: SourceEnded) -> None:
+        self._poll_in_flight = False
+        self.ended = True
+        self._view_dirty = True
+        self.refresh_visible()
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def source_info(self) -> SourceInfo:
+        try:
+            description = self.source.describe()
+        except Exception:  # noqa: BLE001
+            description = ""
+        speed = getattr(self.source, "speed", None) if self.replay else None
+        return SourceInfo(
+            kind=str(getattr(self.source, "kind", "LIVE")),
+            description=description,
+            synthetic=source_is_synthetic(self.source),  # a demo playlist mixes real and synthetic
+            paused=self.paused,
+            ended=self.ended,
+            interval_s=self.interval_s,
+            replay_speed=float(speed) if isinstance(speed, (int, float)) else None,
+            recording=self.recording,
+        )
+
+    def gpu_spec(self) -> GpuSpec | None:
+        if self.gpu_override is not None:
+            return self.gpu_override
+        for g in self.latest.gpus if self.latest is not None else ():
+            if not g.lost:
+                spec = lookup(g.name)
+                if spec is not None:
+                    return spec
+        return None
+
+    def view(self) -> DashboardView:
+        """The view of the selected target and engine; rebuilt only after something changed."""
+        if self._view is not None and not self._view_dirty:
+            return self._view
+        snapshot = self.latest
+        url = self.target_urls[self.target_index] if self.target_urls else None
+        engine_keys = snapshot_engine_keys(snapshot, url)
+        if self.engine is not None and self.engine not in engine_keys:
+            self.engine = None
+        self._view = DashboardView(
+            source=self.source_info(),
+            time=snapshot.time if snapshot is not None else None,
+            target_urls=self.target_urls,
+            target_index=self.target_index,
+            state=self.states.get(url) if url else None,
+            target=snapshot.target(url) if snapshot is not None and url else None,
+            engine_keys=engine_keys,
+            engine=self.engine,
+            gpus=snapshot.gpus if snapshot is not None else (),
+            sources=snapshot.sources if snapshot is not None else (),
+            history=self._histories.get(url) if url else None,
+            events=tuple(self.events),
+            method=getattr(self.monitor.advisor_config, "method", None),
+            sweep=self.sweep,
+            window_s=self.monitor.window.seconds,
+            history_minutes=self.history_minutes,
+            gpu_spec=self.gpu_spec(),
+        )
+        self._view_dirty = False
+        return self._view
+
+    def panels(self) -> Iterable[Panel]:
+        return self.screen_stack[0].query(Panel) if self.screen_stack else ()
+
+    @staticmethod
+    def is_shown(widget: Panel) -> bool:
+        """On screen now: it and every container above it displayed (inactive tabs are not)."""
+        node: Any = widget
+        while node is not None and not isinstance(node, Screen):
+            if not node.display:
+                return False
+            node = node.parent
+        return True
+
+    def refresh_visible(self, force: bool = False) -> None:
+        """Hand the new view to the panels on screen; skipped while paused or under a modal."""
+        if not self.screen_stack or self.screen is not self.screen_stack[0]:
+            return
+        if self.paused and not force:
+            # the header still says PAUSED, and where a replay stands
+            self.screen_stack[0].query_one(HeaderBar).show(self.view())
+            return
+        view = self.view()
+        with self.batch_update():
+            for panel in self.panels():
+                if panel.view is not view and self.is_shown(panel):
+                    panel.show(view)
+
+    def _show_everywhere(self, view: DashboardView) -> None:
+        for panel in self.panels():
+            panel.show(view)
+
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self) -> None:
+        # the newly shown panels have not seen the latest view; ContentSwitcher updates display
+        # before the next refresh, so hand it over after that
+        self.call_after_refresh(self.refresh_visible)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.refresh_visible)
+
+    def on_screen_resume(self) -> None:
+        self.call_after_refresh(self.refresh_visible)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("seek", "speed", "step") and not self.replay:
+            return False
+        return True
+
+    def _changed(self) -> None:
+        self._view_dirty = True
+        self.refresh_visible()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(replay=self.replay, recorder=self.recorder is not None),
+                         callback=lambda _: self.call_after_refresh(self.refresh_visible))
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.replay:
+            try:
+                (self.source.pause if self.paused else self.source.resume)()
+            except Exception as exc:  # noqa: BLE001
+                self.notify(f"replay: {exc}", severity="error")
+            if not self.paused:
+                self._start_poll()
+            else:
+                if self._poll_timer is not None:
+                    self._poll_timer.stop()
+                    self._poll_timer = None
+                if self._poll_in_flight and self._reading:
+                    # A paused replay may hold its read until resumed: give it up so that step
+                    # works. A read is cancellation-safe (the source hands nothing over until it
+                    # returns); an ingest already under way is left to finish.
+                    self.workers.cancel_group(self, "poll")
+                    self._poll_in_flight = self._reading = False
+        self._changed()
+
+    def action_interval(self, step: int) -> None:
+        """Poll faster (step -1) or slower (step 1). Takes effect at once, even mid-wait."""
+        if self.replay:
+            self.action_speed(-step)
+            return
+        self.interval_s = next_in(INTERVALS, self.interval_s, step)
+        try:
+            self.source.interval_s = self.interval_s  # LiveSource takes it; others may not
+        except (AttributeError, TypeError):
+            pass
+        if self._poll_timer is not None:
+            self._arm_poll()
+        self.notify(f"polling every {self.interval_s:g} s", timeout=2)
+        self._changed()
+
+    def action_speed(self, step: int) -> None:
+        if not self.replay or not hasattr(self.source, "speed"):
+            self.notify("speed applies to a replay", severity="warning", timeout=2)
+            return
+        current = float(getattr(self.source, "speed", 1.0) or 1.0)
+        try:
+            self.source.speed = next_in(SPEEDS, current, step)
+        except (AttributeError, TypeError, ValueError) as exc:
+            self.notify(f"replay speed: {exc}", severity="error")
+            return
+        if self._poll_timer is not None:
+            self._arm_poll()
+        self._changed()
+
+    @work(group="control", exit_on_error=False)
+    async def action_seek(self, direction: int) -> None:
+        if not self.replay or self.latest is None:
+            return
+        try:
+            await maybe_await(self.source.seek(self.latest.time + direction * SEEK_STEP_S))
+        except Exception as exc:  # noqa: BLE001
+            self.notify(f"seek: {exc}", severity="error")
+            return
+        if not self.paused and not self._poll_in_flight:
+            self._start_poll()
+
+    @work(group="control", exit_on_error=False)
+    async def action_step(self) -> None:
+        """While a replay is paused: one reading forward. step() may hand back the Snapshot, or
+        ready the next read()."""
+        if not self.replay or not self.paused or self._poll_in_flight:
+            return
+        self._poll_in_flight = True
+        try:
+            result = await maybe_await(self.source.step())
+            snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(PollFailed(f"step: {type(exc).__name__}: {exc}"))
+            return
+        if snapshot is None:
+            self.post_message(SourceEnded())
+            return
+        self._stepping = True  # this one reading reaches the panels although the display is paused
+        await self._ingest_and_post(snapshot)
+
+    def action_next_target(self) -> None:
+        if len(self.target_urls) > 1:
+            self.target_index = (self.target_index + 1) % len(self.target_urls)
+            self.engine = None
+            self._changed()
+
+    def select_target(self, url: str) -> None:
+        if url in self.target_urls:
+            self.target_index = self.target_urls.index(url)
+            self.engine = None
+            self._changed()
+
+    def action_next_engine(self) -> None:
+        keys = snapshot_engine_keys(self.latest, self.target_urls[self.target_index] if self.target_urls else None)
+        if len(keys) < 2:
+            return
+        choices: list[str | None] = [None, *keys]
+        self.engine = choices[(choices.index(self.engine) + 1) % len(choices)] if self.engine in choices else None
+        self._changed()
+
+    def select_engine(self, engine: str | None) -> None:
+        self.engine = engine
+        self._changed()
+
+    def action_toggle_recording(self) -> None:
+        if self.recorder is None:
+            self.notify("no recorder in this session", severity="warning", timeout=3)
+            return
+        self._toggle_recording()
+
+    @work(group="recording", exclusive=True, exit_on_error=False)
+    async def _toggle_recording(self) -> None:
+        def toggle() -> str | None:
+            with self._recorder_lock:
+                if self.recording is not None:
+                    self.recorder.stop()
+                    return None
+                path = self.record_path or default_recording_path(
+                    self.recorder, self.latest.time if self.latest else None)
+                self.recorder.start(path)
+                return path
+
+        try:
+            path = await asyncio.to_thread(toggle)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(RecordingChanged(self.recording, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(RecordingChanged(path))
+
+    def on_recording_changed(self, message: RecordingChanged) -> None:
+        if message.error:
+            self.notify(message.error, title="recording", severity="error")
+        else:
+            self.recording = message.path
+            self.notify(f"recording to {message.path}" if message.path else "recording stopped", timeout=3)
+        self._changed()
+
+    async def action_quit(self) -> None:
+        self.workers.cancel_group(self, "poll")
+        await self._close()
+        self.exit(0)
+
+    async def _close(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        with self._recorder_lock:
+            if self.recording is not None and self.recorder is not None:
+                try:
+                    self.recorder.stop()
+                except Exception:  # noqa: BLE001 - quitting must not fail on a recorder
+                    pass
+                self.recording = None
+        try:
+            await self.source.aclose()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- command palette -----------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Pause / resume", "Freeze the display (collection goes on)", self.action_toggle_pause)
+        yield SystemCommand("Help", "Keys and what the panels show", self.action_help)
+        for tab in TABS:
+            yield SystemCommand(f"Show {tab}", f"Switch to the {tab} tab", lambda tab=tab: self.action_tab(tab))
+        if not self.replay:
+            for seconds in INTERVALS:
+                yield SystemCommand(f"Poll every {seconds:g} s", "Change the refresh interval",
+                                    lambda s=seconds: self.set_interval_s(s))
+        for url in self.target_urls:
+            yield SystemCommand(f"Target {url}", "Show this vLLM server", lambda u=url: self.select_target(u))
+        keys = snapshot_engine_keys(self.latest, self.target_urls[self.target_index] if self.target_urls else None)
+        if len(keys) > 1:
+            yield SystemCommand("Engine: all", "Sum every engine of this target", lambda: self.select_engine(None))
+            for key in keys:
+                yield SystemCommand(f"Engine {key}", "Show one data-parallel engine",
+                                    lambda k=key: self.select_engine(k))
+        if self.recorder is not None:
+            yield SystemCommand("Stop recording" if self.recording else "Start recording",
+                                "Record the Snapshots to a file", self.action_toggle_recording)
+
+    def set_interval_s(self, seconds: float) -> None:
+        self.interval_s = seconds
+        try:
+            self.source.interval_s = seconds
+        except (AttributeError, TypeError):
+            pass
+        if self._poll_timer is not None:
+            self._arm_poll()
+        self._changed()
+
+
+def run_app(
+    source: SnapshotSource,
+    monitor: Monitor,
+    *,
+    title: str | None = None,
+    recorder: Any | None = None,
+    record_path: str | None = None,
+    sweep: Any | None = None,
+    history_minutes: float = 10.0,
+) -> int:
+    """Run the dashboard until the operator quits; returns the exit status (0)."""
+    app = SpecwatchApp(source, monitor, title=title, recorder=recorder, record_path=record_path, sweep=sweep,
+                       history_minutes=history_minutes)
+    result = app.run()
+    return int(result or 0) if app.return_code in (None, 0) else int(app.return_code)

@@ -1,0 +1,574 @@
+"""`specwatch fleet --prometheus URL`: every node's verdict, read through Prometheus.
+
+    specwatch export (each node) ──scrape──▶ Prometheus ──/api/v1/query──▶ read_fleet ──▶ FleetApp
+
+The table has one row per (node, vLLM target), sorted so the nodes that need someone come first: a
+misaligned draft, then speculation costing, then an agent Prometheus cannot scrape, a lost GPU, a
+failing source, then the rest. Each refresh runs in a worker that posts a FleetRead message; the UI
+thread only renders. A refresh is not re-armed while the previous one is still running.
+
+Enter opens a node's detail screen, backed by PrometheusNodeSource (the same series, one node). It
+shows the verdict with the dashboard's VerdictBanner (the figures Prometheus holds are exactly what
+that banner reads) and a plain table for the rest: the dashboard's other panels read raw Snapshots
+(counters, histograms), which Prometheus does not hold.
+
+Keys: q quit, r refresh, Enter drill into a node, Escape back.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from specwatch.collectors.prometheus import PrometheusClient, PromSample, QueryResult
+
+SERIES_QUERY = '{__name__=~"specwatch_.+"}'
+# Attention ranks: lower sorts first.
+RANK_MISALIGNED, RANK_COSTING, RANK_EXPORTER_DOWN, RANK_GPU_LOST, RANK_SOURCE_DOWN, RANK_UNKNOWN, \
+    RANK_WOULD_PAY, RANK_HOLD, RANK_FINE = range(9)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    """One vLLM target on one node (or an agent Prometheus cannot scrape, with target "")."""
+
+    node: str
+    target: str
+    verdict: str = "unknown"
+    configured: bool = False
+    change_recommended: bool = False
+    confidence: float | None = None
+    expected_speedup: float | None = None
+    acceptance_length: float | None = None
+    break_even_length: float | None = None
+    running: float | None = None
+    crossover: float | None = None
+    bound: str = "unknown"
+    flags: tuple[str, ...] = ()
+    gpus_lost: int = 0
+    sources_down: tuple[str, ...] = ()  # "dcgm http://... (connection_refused)"
+    exporter_up: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}\t{self.target}"
+
+    @property
+    def costing(self) -> bool:
+        return self.configured and self.verdict == "off"
+
+    @property
+    def attention(self) -> tuple[int, str]:
+        """(rank, words): why this row needs someone, most urgent reason first."""
+        if not self.exporter_up:
+            return RANK_EXPORTER_DOWN, "agent not scraped"
+        if "misaligned_draft" in self.flags:
+            return RANK_MISALIGNED, "misaligned draft"
+        if self.costing:
+            return RANK_COSTING, "speculation costing"
+        if self.gpus_lost:
+            return RANK_GPU_LOST, f"{self.gpus_lost} GPU{'s' if self.gpus_lost > 1 else ''} lost"
+        if self.sources_down:
+            return RANK_SOURCE_DOWN, "source down: " + ", ".join(self.sources_down)
+        if self.verdict == "unknown":
+            return RANK_UNKNOWN, "no verdict"
+        if self.change_recommended:
+            return RANK_WOULD_PAY, "would pay: turn on"
+        if self.verdict == "hold":
+            return RANK_HOLD, "near break-even"
+        return RANK_FINE, ""
+
+    def sort_key(self) -> tuple[Any, ...]:
+        # misaligned drafts and costing speculation first (the two verdict problems), then an
+        # agent that cannot be scraped, lost GPUs, failing sources; alphabetical within a rank
+        return self.attention[0], self.node, self.target
+
+
+@dataclass(frozen=True)
+class FleetReading:
+    state: str  # "ok" or the query's failure state
+    message: str = ""
+    rows: tuple[FleetRow, ...] = ()
+    read_at: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+
+def _group(samples: Iterable[PromSample]) -> dict[str, list[PromSample]]:
+    by_name: dict[str, list[PromSample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    return by_name
+
+
+def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> list[FleetRow]:
+    """Rows from the specwatch_* series and the agents' `up` series, sorted by attention."""
+    by_name = _group(series)
+    fields: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def row(labels: dict[str, str]) -> dict[str, Any]:
+        return fields.setdefault((labels.get("node", ""), labels.get("target", "")), {})
+
+    for s in by_name.get("specwatch_verdict", ()):
+        if s.value == 1:
+            row(s.labels)["verdict"] = s.labels.get("state", "unknown")
+        else:
+            row(s.labels)  # every target has its verdict series, at 0 for the other states
+    for name, key in (("specwatch_confidence_ratio", "confidence"),
+                      ("specwatch_expected_speedup_ratio", "expected_speedup"),
+                      ("specwatch_acceptance_length_tokens", "acceptance_length"),
+                      ("specwatch_break_even_length_tokens", "break_even_length"),
+                      ("specwatch_running_requests", "running"),
+                      ("specwatch_crossover_concurrency_requests", "crossover")):
+        for s in by_name.get(name, ()):
+            if (s.labels.get("node", ""), s.labels.get("target", "")) in fields:
+                fields[(s.labels["node"], s.labels.get("target", ""))][key] = s.value
+    for s in by_name.get("specwatch_speculation_configured", ()):
+        row(s.labels)["configured"] = s.value == 1
+    for s in by_name.get("specwatch_change_recommended", ()):
+        row(s.labels)["change_recommended"] = s.value == 1
+    for s in by_name.get("specwatch_bound", ()):
+        if s.value == 1:
+            row(s.labels)["bound"] = s.labels.get("state", "unknown")
+    flags: dict[tuple[str, str], list[str]] = {}
+    for s in by_name.get("specwatch_flag", ()):
+        if s.value == 1:
+            flags.setdefault((s.labels.get("node", ""), s.labels.get("target", "")), []).append(s.labels["flag"])
+    lost: dict[str, int] = {}
+    for s in by_name.get("specwatch_gpu_lost", ()):
+        if s.value == 1:
+            lost[s.labels.get("node", "")] = lost.get(s.labels.get("node", ""), 0) + 1
+    down: dict[str, list[str]] = {}
+    for s in by_name.get("specwatch_source_up", ()):
+        if s.value == 0:
+            down.setdefault(s.labels.get("node", ""), []).append(
+                f"{s.labels.get('source', '?')} ({s.labels.get('state', '?')})")
+    rows = []
+    for (node, target), values in fields.items():
+        rows.append(FleetRow(node=node, target=target, flags=tuple(sorted(flags.get((node, target), ()))),
+                             gpus_lost=lost.get(node, 0), sources_down=tuple(sorted(down.get(node, ()))),
+                             **values))
+    # an agent Prometheus cannot scrape has no specwatch_* series left: list it by its instance
+    for s in up:
+        if s.value == 0:
+            rows.append(FleetRow(node=s.labels.get("instance", "?"), target="", exporter_up=False))
+    return sorted(rows, key=FleetRow.sort_key)
+
+
+async def read_fleet(client: PrometheusClient, job: str) -> FleetReading:
+    series = await client.query(SERIES_QUERY)
+    if not series.ok:
+        return FleetReading(series.state, series.message, read_at=time.time())
+    up = await client.query(f'up{{job="{_escape(job)}"}}')
+    rows = fleet_rows(series.samples, up.samples if up.ok else ())
+    message = "" if up.ok else f"agents' up series unavailable: {up.message}"
+    return FleetReading("ok", message, tuple(rows), time.time())
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ==================================================================================================
+# One node, through Prometheus
+# ==================================================================================================
+
+
+@dataclass(frozen=True)
+class TargetDetail:
+    target: str
+    verdict: Any  # specwatch.advisor.Verdict rebuilt from the series
+    acceptance_rate: float | None
+
+
+@dataclass(frozen=True)
+class GpuDetail:
+    index: str
+    name: str
+    dram: float | None
+    tensor: float | None
+    sm: float | None
+    lost: bool
+
+
+@dataclass(frozen=True)
+class SourceDetail:
+    source: str
+    kind: str
+    state: str
+    up: bool
+    last_success: float | None
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    node: str
+    state: str = "ok"
+    message: str = ""
+    targets: tuple[TargetDetail, ...] = ()
+    gpus: tuple[GpuDetail, ...] = ()
+    sources: tuple[SourceDetail, ...] = field(default_factory=tuple)
+    last_snapshot: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+
+class PrometheusNodeSource:
+    """One node's specwatch series, read through Prometheus, as a NodeDetail per read.
+
+    The Prometheus counterpart of the dashboard's sources for the detail screen: it yields the
+    verdict figures the agent exported (Prometheus holds no raw Snapshots to rebuild)."""
+
+    kind = "PROMETHEUS"
+
+    def __init__(self, client: PrometheusClient, node: str) -> None:
+        self.client = client
+        self.node = node
+
+    def describe(self) -> str:
+        return f"node {self.node} through {self.client.describe()}"
+
+    async def read(self) -> NodeDetail:
+        result = await self.client.query(f'{{__name__=~"specwatch_.+", node="{_escape(self.node)}"}}')
+        if not result.ok:
+            return NodeDetail(self.node, result.state, result.message)
+        return node_detail(self.node, result)
+
+
+def node_detail(node: str, result: QueryResult) -> NodeDetail:
+    from specwatch.advisor import Verdict
+
+    by_name = _group(result.samples)
+
+    def per_target(name: str) -> dict[str, float]:
+        return {s.labels.get("target", ""): s.value for s in by_name.get(name, ())}
+
+    verdicts = {s.labels.get("target", ""): s.labels.get("state", "unknown")
+                for s in by_name.get("specwatch_verdict", ()) if s.value == 1}
+    targets = sorted({s.labels.get("target", "") for s in by_name.get("specwatch_verdict", ())})
+    values = {name: per_target(name) for name in (
+        "specwatch_confidence_ratio", "specwatch_expected_speedup_ratio", "specwatch_break_even_length_tokens",
+        "specwatch_crossover_concurrency_requests", "specwatch_change_recommended",
+        "specwatch_speculation_configured", "specwatch_acceptance_length_tokens", "specwatch_running_requests",
+        "specwatch_acceptance_rate_ratio")}
+    details = []
+    for target in targets:
+        def get(name: str) -> float | None:
+            return values[name].get(target)
+
+        bound = next((s.labels.get("state", "unknown") for s in by_name.get("specwatch_bound", ())
+                      if s.labels.get("target", "") == target and s.value == 1), "unknown")
+        signals = [{"name": s.labels.get("signal"), "state": s.labels.get("state"), "value": s.value}
+                   for s in by_name.get("specwatch_bound_signal", ()) if s.labels.get("target", "") == target]
+        flags = tuple(sorted(s.labels["flag"] for s in by_name.get("specwatch_flag", ())
+                             if s.labels.get("target", "") == target and s.value == 1))
+        speculation = verdicts.get(target, "unknown")
+        length, be, running = get("specwatch_acceptance_length_tokens"), get("specwatch_break_even_length_tokens"), \
+            get("specwatch_running_requests")
+        reason = "read through Prometheus: run `specwatch check` on the node for the advisor's reasons"
+        if _finite(length) and _finite(be):
+            relation = "above" if length > be else "below"  # type: ignore[operator]
+            at = f" at {running:.0f} running" if _finite(running) else ""
+            reason = f"acceptance length {length:.2f} is {relation} break-even {be:.2f}{at} ({reason})"
+        verdict = Verdict(
+            speculation=speculation,
+            confidence=get("specwatch_confidence_ratio") or 0.0,
+            expected_speedup=get("specwatch_expected_speedup_ratio"),
+            break_even_length=be,
+            crossover_concurrency=get("specwatch_crossover_concurrency_requests"),
+            change_recommended=get("specwatch_change_recommended") == 1,
+            reasons=(reason,),
+            bound={"state": bound, "signals": signals},
+            configured=get("specwatch_speculation_configured") == 1,
+            acceptance_length=length,
+            running=running,
+            flags=flags,
+        )
+        details.append(TargetDetail(target, verdict, get("specwatch_acceptance_rate_ratio")))
+    gpus: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, key in (("specwatch_gpu_dram_active_ratio", "dram"), ("specwatch_gpu_tensor_active_ratio", "tensor"),
+                      ("specwatch_gpu_sm_active_ratio", "sm"), ("specwatch_gpu_lost", "lost")):
+        for s in by_name.get(name, ()):
+            entry = gpus.setdefault((s.labels.get("gpu", "?"), s.labels.get("name", "")), {})
+            entry[key] = (s.value == 1) if key == "lost" else s.value
+    gpu_details = tuple(GpuDetail(index, name, v.get("dram"), v.get("tensor"), v.get("sm"), bool(v.get("lost")))
+                        for (index, name), v in sorted(gpus.items(), key=lambda kv: (_int(kv[0][0]), kv[0][1])))
+    last = {s.labels.get("source", ""): s.value
+            for s in by_name.get("specwatch_source_last_success_timestamp_seconds", ())}
+    sources = tuple(sorted(
+        (SourceDetail(s.labels.get("source", ""), s.labels.get("kind", ""), s.labels.get("state", ""), s.value == 1,
+                      last.get(s.labels.get("source", "")))
+         for s in by_name.get("specwatch_source_up", ())), key=lambda d: d.source))
+    snapshot_times = [s.value for s in by_name.get("specwatch_last_snapshot_timestamp_seconds", ())]
+    if not targets and not gpu_details and not sources:
+        return NodeDetail(node, "no_series", f"Prometheus holds no specwatch series for node {node!r}")
+    return NodeDetail(node, "ok", "", tuple(details), gpu_details, sources,
+                      snapshot_times[0] if snapshot_times else None)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 1 << 30
+
+
+# ==================================================================================================
+# The app
+# ==================================================================================================
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if _finite(value) else "—"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value * 100:.0f}%" if _finite(value) else "—"
+
+
+VERDICT_STYLE = {"on": "bold green", "off": "bold red", "hold": "bold yellow", "unknown": "dim"}
+COLUMNS = ("node", "target", "verdict", "L", "break-even", "running / crossover", "bound", "attention")
+
+
+def row_cells(row: FleetRow) -> tuple[Any, ...]:
+    """The table's cells for one row, in COLUMNS order."""
+    if not row.exporter_up:
+        return (row.node, "—", Text("DOWN", style="bold red"), "—", "—", "—", "—",
+                Text("agent not scraped", style="bold red"))
+    word = row.verdict.upper() + ("" if row.configured else " (not configured)")
+    crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never"
+    running = f"{row.running:.0f}" if _finite(row.running) else "—"
+    rank, words = row.attention
+    style = "bold red" if rank <= RANK_SOURCE_DOWN else "yellow" if rank < RANK_FINE else ""
+    return (row.node, row.target, Text(word, style=VERDICT_STYLE.get(row.verdict, "")), _num(row.acceptance_length),
+            _num(row.break_even_length), f"{running} / {crossover}", row.bound, Text(words, style=style))
+
+
+class FleetRead(Message):
+    def __init__(self, reading: FleetReading) -> None:
+        super().__init__()
+        self.reading = reading
+
+
+class NodeRead(Message):
+    def __init__(self, detail: NodeDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
+    """The detail screen's figures below the banner: per target, GPUs and sources, in plain lines."""
+    now = time.time() if now is None else now
+    text = Text()
+    if not detail.ok:
+        text.append(detail.message or detail.state, style="bold red")
+        return text
+    for t in detail.targets:
+        v = t.verdict
+        text.append(f"{t.target}\n", style="bold")
+        text.append(f"  verdict {v.speculation.upper()}  confidence {_num(v.confidence)}  "
+                    f"expected speedup {_num(v.expected_speedup)}×  configured {'yes' if v.configured else 'no'}\n")
+        text.append(f"  L {_num(v.acceptance_length)}  acceptance rate {_pct(t.acceptance_rate)}  "
+                    f"break-even {_num(v.break_even_length)}\n")
+        crossover = f"{v.crossover_concurrency:.0f}" if _finite(v.crossover_concurrency) else "never"
+        text.append(f"  running {_num(v.running, 0)}  crossover {crossover}\n")
+        text.append(f"  bound {v.bound.get('state', 'unknown')}")
+        for sig in v.bound.get("signals", ()):
+            text.append(f"  · {sig['name']} {sig['state']} ({_num(sig['value'])})")
+        text.append("\n")
+        if v.flags:
+            text.append("  flags " + ", ".join(v.flags) + "\n", style="bold yellow")
+    text.append("GPUs\n", style="bold")
+    if not detail.gpus:
+        text.append("  none reported\n", style="dim")
+    for g in detail.gpus:
+        if g.lost:
+            text.append(f"  {g.index} {g.name}: LOST\n", style="bold red")
+        else:
+            text.append(f"  {g.index} {g.name}: DRAM {_pct(g.dram)}  tensor {_pct(g.tensor)}  SM {_pct(g.sm)}\n")
+    text.append("Sources\n", style="bold")
+    for s in detail.sources:
+        age = f"{max(0.0, now - s.last_success):.0f} s ago" if _finite(s.last_success) else "never"
+        text.append(f"  {s.source}: {'up' if s.up else 'DOWN'} ({s.state}), last good reading {age}\n",
+                    style="" if s.up else "bold red")
+    return text
+
+
+class NodeScreen(Screen[None]):
+    """One node's figures through Prometheus. Escape goes back to the fleet."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("r", "refresh_node", "refresh"),
+        Binding("q", "app.quit", "quit"),
+    ]
+
+    def __init__(self, source: PrometheusNodeSource, refresh_s: float) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_s = refresh_s
+        self.detail: NodeDetail | None = None
+        self._in_flight = False
+
+    def compose(self) -> ComposeResult:
+        from specwatch.widgets.verdict import VerdictBanner
+
+        yield Static(Text(f"{self.source.node} — {self.source.describe()}", style="bold"), id="node-title")
+        yield VerdictBanner(id="node-verdict")
+        yield Static(Text("reading…", style="dim"), id="node-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_refresh_node()
+        self.set_interval(self.refresh_s, self.action_refresh_node)
+
+    def action_refresh_node(self) -> None:
+        if self._in_flight:
+            return  # re-armed only once the previous read completed
+        self._in_flight = True
+        self.run_worker(self._read(), group="node", exclusive=True)
+
+    async def _read(self) -> None:
+        try:
+            detail = await self.source.read()
+        finally:
+            self._in_flight = False
+        self.post_message(NodeRead(detail))
+
+    def on_node_read(self, message: NodeRead) -> None:
+        from specwatch.monitor import TargetState
+        from specwatch.snapshot import TargetSample
+        from specwatch.widgets.view import DashboardView, SourceInfo
+        from specwatch.widgets.verdict import VerdictBanner
+
+        self.detail = message.detail
+        self.query_one("#node-detail", Static).update(detail_text(message.detail))
+        if message.detail.ok and message.detail.targets:
+            first = message.detail.targets[0]
+            view = DashboardView(
+                source=SourceInfo("PROMETHEUS", self.source.describe(), interval_s=self.refresh_s),
+                time=message.detail.last_snapshot,
+                target_urls=tuple(t.target for t in message.detail.targets),
+                state=TargetState(first.target, None, first.verdict),
+                target=TargetSample(first.target, "ok"),
+            )
+            self.query_one(VerdictBanner).show(view)
+
+
+class FleetApp(App[None]):
+    """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node."""
+
+    TITLE = "specwatch fleet"
+    CSS = """
+    #fleet-status { height: auto; padding: 0 1; }
+    #fleet { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("r", "refresh_fleet", "refresh"),
+        Binding("enter", "drill", "drill into node", show=True),
+    ]
+
+    def __init__(self, client: PrometheusClient, job: str = "specwatch", refresh_s: float = 5.0) -> None:
+        super().__init__()
+        self.client = client
+        self.job = job
+        self.refresh_s = refresh_s
+        self.reading: FleetReading | None = None
+        self.rows: tuple[FleetRow, ...] = ()
+        self.refreshes = 0
+        self._in_flight = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"reading {self.client.describe()}…", style="dim"), id="fleet-status")
+        table: DataTable[Any] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self.action_refresh_fleet()
+        self.set_interval(self.refresh_s, self.action_refresh_fleet)
+
+    def action_refresh_fleet(self) -> None:
+        if self._in_flight:
+            return  # the previous refresh is still running: do not pile queries on Prometheus
+        self._in_flight = True
+        self.run_worker(self._read(), group="fleet", exclusive=True)
+
+    async def _read(self) -> None:
+        try:
+            reading = await read_fleet(self.client, self.job)
+        finally:
+            self._in_flight = False
+        self.post_message(FleetRead(reading))
+
+    def on_fleet_read(self, message: FleetRead) -> None:
+        reading = message.reading
+        self.reading = reading
+        self.refreshes += 1
+        status = self.query_one("#fleet-status", Static)
+        stamp = time.strftime("%H:%M:%S", time.localtime(reading.read_at))
+        if not reading.ok:
+            # keep the last rows on screen: a blip in Prometheus should not blank the fleet
+            status.update(Text(f"{stamp}  {reading.message}", style="bold red"))
+            return
+        self.rows = reading.rows
+        attention = sum(1 for r in reading.rows if r.attention[0] < RANK_FINE)
+        line = Text(f"{stamp}  {self.client.describe()} · {len(reading.rows)} rows · {attention} need attention")
+        if reading.message:
+            line.append(f" · {reading.message}", style="yellow")
+        status.update(line)
+        table = self.query_one(DataTable)
+        selected = self._selected_key()
+        table.clear()
+        for row in reading.rows:
+            table.add_row(*row_cells(row), key=row.key)
+        if selected is not None:
+            for i, row in enumerate(reading.rows):
+                if row.key == selected:
+                    table.move_cursor(row=i)
+                    break
+
+    def _selected_key(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self.rows or table.row_count == 0:
+            return None
+        index = table.cursor_row
+        return self.rows[index].key if 0 <= index < len(self.rows) else None
+
+    def action_drill(self) -> None:
+        key = self._selected_key()
+        if key is None:
+            return
+        row = next(r for r in self.rows if r.key == key)
+        if not row.exporter_up:
+            self.notify(f"{row.node}: Prometheus cannot scrape this agent, so there is nothing to show",
+                        severity="warning")
+            return
+        self.push_screen(NodeScreen(PrometheusNodeSource(self.client, row.node), self.refresh_s))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # DataTable takes Enter for itself and says so with RowSelected: drill from there
+        event.stop()
+        self.action_drill()
+
+    async def on_unmount(self) -> None:
+        await self.client.aclose()

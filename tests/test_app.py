@@ -1,0 +1,519 @@
+"""The dashboard driven by scripted Snapshots (specwatch.synthetic) through in-memory sources.
+
+Pilot tests assert on the messages the app posts and on the text its panels render; SVG snapshot
+tests (pytest-textual-snapshot) pin four layouts. Determinism: the data are seeded and carry their
+own times, the time zone is UTC, and no widget reads a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import re
+import time
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from specwatch.advisor import AdvisorConfig
+from specwatch.app import (
+    INTERVALS,
+    SnapshotIngested,
+    SpecwatchApp,
+    VerdictChanged,
+)
+from specwatch.model import HingeParameters
+from specwatch.monitor import Monitor
+from specwatch.snapshot import Snapshot, SourceStatus, TargetSample
+from specwatch.synthetic import SyntheticNode, generate
+from specwatch.widgets.engine import EnginePanel
+from specwatch.widgets.gpu import GpuPanel
+from specwatch.widgets.header import HeaderBar
+from specwatch.widgets.help import HelpScreen
+from specwatch.widgets.speculation import SpeculationPanel
+from specwatch.widgets.trends import TrendsPanel
+from specwatch.widgets.verdict import VerdictBanner
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio
+
+
+# An A100-like node with n-gram k=4 and L = 2.0: speculation pays at 8 running and costs past ~54.
+STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
+NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                     context_per_sequence=0.0, gpus=2)
+CONFIG = AdvisorConfig(method="ngram")
+WINDOW_S = 10.0
+LOW = [8.0] * 30  # ON, settled
+FLIP = [8.0] * 25 + [100.0] * 20  # ON, then OFF through HOLD
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    """Clock texts are data times in local time: pin the zone so they read the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.delenv("TZ", raising=False)
+    time.tzset()
+
+
+class ScriptedSource:
+    """The SnapshotSource protocol over an in-memory queue: the test decides what each read returns.
+
+    `feed()` queues Snapshots; `end()` queues the end of the stream (read() returns None). With
+    interval_s = 0 the app reads as fast as the queue is fed.
+    """
+
+    def __init__(self, snapshots: list[Snapshot] | None = None, *, end: bool = True, kind: str = "LIVE",
+                 description: str = "scripted node", interval_s: float = 0.0) -> None:
+        self.kind = kind
+        self.description = description
+        self.interval_s = interval_s
+        self.queue: asyncio.Queue[Snapshot | None] | None = None
+        self.pending: list[Snapshot | None] = list(snapshots or []) + ([None] if end else [])
+        self.reads = 0
+        self.closed = False
+
+    def describe(self) -> str:
+        return self.description
+
+    def feed(self, snapshots: list[Snapshot]) -> None:
+        for s in snapshots:
+            self._queue().put_nowait(s)
+
+    def end(self) -> None:
+        self._queue().put_nowait(None)
+
+    def _queue(self) -> asyncio.Queue:
+        if self.queue is None:
+            self.queue = asyncio.Queue()
+            for item in self.pending:
+                self.queue.put_nowait(item)
+        return self.queue
+
+    async def read(self) -> Snapshot | None:
+        self.reads += 1
+        return await self._queue().get()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeReplay(ScriptedSource):
+    """A replay source: the duck-typed controls, recording what the app asked of them."""
+
+    def __init__(self, snapshots: list[Snapshot]) -> None:
+        super().__init__(snapshots, end=False, kind="REPLAY", description="recording.swr (synthetic)",
+                         interval_s=0.0)
+        self.calls: list[tuple] = []
+        self.speed = 1.0
+        self.later = list(snapshots[len(snapshots) // 2:])
+        self.pending = list(snapshots[: len(snapshots) // 2])
+
+    def pause(self) -> None:
+        self.calls.append(("pause",))
+
+    def resume(self) -> None:
+        self.calls.append(("resume",))
+
+    def seek(self, t: float) -> None:
+        self.calls.append(("seek", t))
+
+    def step(self) -> Snapshot:
+        self.calls.append(("step",))
+        return self.later.pop(0)
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stopped = 0
+        self.written: list[float] = []
+
+    def start(self, path: str) -> None:
+        self.started.append(path)
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+    def write(self, snapshot: Snapshot) -> None:
+        self.written.append(snapshot.time)
+
+
+def snapshots(load: list[float], node: SyntheticNode = NODE) -> list[Snapshot]:
+    return list(generate(node, load))
+
+
+def with_engines(snapshot: Snapshot, engines: int) -> Snapshot:
+    target = snapshot.targets[0]
+    copies = tuple(dataclasses.replace(target.engines[0], engine=str(i)) for i in range(engines))
+    return dataclasses.replace(snapshot, targets=(dataclasses.replace(target, engines=copies),))
+
+
+def make_app(source: Any, **kwargs: Any) -> SpecwatchApp:
+    return SpecwatchApp(source, Monitor(WINDOW_S, CONFIG), **kwargs)
+
+
+async def until(pilot, condition, what: str, rounds: int = 2000) -> None:
+    """Let the app run until condition() holds (a bound on rounds, not a timing assertion)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"the app never reached: {what}")
+
+
+def text_of(widget) -> str:
+    """What a panel shows, as plain text at its current width."""
+    width = max(20, widget.content_size.width or 80)
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
+    console.print(widget.render())
+    return console.export_text()
+
+
+def flat(text: str) -> str:
+    """Text with its wrapping undone, for phrases that may wrap at narrow widths."""
+    return " ".join(text.split())
+
+
+def screen_text(app: SpecwatchApp) -> str:
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None,
+                      legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+# -- data through the pipeline ---------------------------------------------------------------------
+
+async def test_scripted_run_posts_one_message_per_poll_and_the_monitors_verdict_changes():
+    data = snapshots(FLIP)
+    messages: list = []
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+    ingested = [m for m in messages if isinstance(m, SnapshotIngested)]
+    changed = [m.change for m in messages if isinstance(m, VerdictChanged)]
+    assert [m.snapshot.time for m in ingested] == [s.time for s in data]
+    # the app uses the Monitor pipeline: the same Snapshots give the same changes as a headless run
+    headless = Monitor(WINDOW_S, CONFIG)
+    expected = [c for s in data for c in headless.ingest(s)]
+    assert [(c.time, c.previous, c.verdict.speculation) for c in changed] == \
+           [(c.time, c.previous, c.verdict.speculation) for c in expected]
+    assert [c.verdict.speculation for c in changed][-1] == "off"
+    assert "on" in [c.verdict.speculation for c in changed]
+
+
+async def test_panels_render_the_verdict_and_the_numbers_under_it():
+    app = make_app(ScriptedSource(snapshots(LOW)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        verdict = app.states[NODE.url].verdict
+        banner = text_of(app.query_one(VerdictBanner))
+        engine = text_of(app.query_one("#ov-engine", EnginePanel))
+        speculation = text_of(app.query_one("#ov-speculation", SpeculationPanel))
+        header = text_of(app.query_one(HeaderBar))
+    assert verdict.speculation == "on"
+    assert "█▀█ █▄ █" in banner  # ON in block letters
+    assert f"confidence {100 * verdict.confidence:.0f}%" in banner
+    assert f"expected {verdict.expected_speedup:.2f}×" in banner
+    assert verdict.reasons[0][:60] in banner.replace("\n", " ").replace("  ", " ") or \
+        verdict.reasons[0][:40] in banner
+    assert re.search(r"running +8 +waiting +0", engine)
+    assert "n-gram lookup  k=4  accepted 25%" in speculation
+    assert "pos 1" in speculation and "50%" in speculation and "pos 4" in speculation
+    assert f"break-even {verdict.break_even_length:.2f}" in speculation
+    assert "synthetic-node:8000" in header and "vLLM 0.32.0" in header and "LIVE" in header
+    assert "Llama-3.1-70B-Instruct" in header
+
+
+async def test_speculation_off_node_shows_the_length_it_would_need():
+    node = dataclasses.replace(NODE, speculation=False)
+    app = make_app(ScriptedSource(snapshots(LOW, node)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        verdict = app.states[NODE.url].verdict
+        speculation = text_of(app.query_one("#ov-speculation", SpeculationPanel))
+    assert not verdict.configured
+    assert "speculation is not configured" in speculation
+    assert f"would pay above L {verdict.required_acceptance_length:.2f}" in speculation
+
+
+async def test_unreachable_target_shows_each_sources_state_and_points_to_demo():
+    url = "http://localhost:8000"
+    down = Snapshot(
+        time=1_800_000_000.0,
+        targets=(TargetSample(url, "connection_refused",
+                              f"vLLM at {url}: connection refused (is the server running?)"),),
+        sources=(SourceStatus("nvml", "no_driver", "no NVIDIA driver (NVML Shared Library Not Found)"),
+                 SourceStatus("dcgm http://localhost:9400/metrics", "absent", "no dcgm-exporter")),
+    )
+    app = make_app(ScriptedSource([down, dataclasses.replace(down, time=down.time + 1)]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        banner = text_of(app.query_one(VerdictBanner))
+        engine = text_of(app.query_one("#ov-engine", EnginePanel))
+        screen = screen_text(app)
+    assert "UNKNOWN" not in banner and "█ █ █▄ █ █ ▄▀" in banner  # UNKNOWN in block letters
+    assert "connection refused" in banner
+    assert "specwatch demo" in banner  # visible at 80×24 without a tab switch
+    assert f"vLLM at {url}: connection refused" in flat(engine)
+    assert "nvml: no NVIDIA driver" in flat(engine)
+    assert "specwatch demo" in flat(engine)
+    assert "connection refused" in screen and "specwatch demo" in screen
+
+
+async def test_a_real_live_source_on_a_closed_port_still_opens_the_dashboard(unused_port):
+    from specwatch.collectors.vllm import VllmSource
+    from specwatch.sources import LiveSource
+
+    url = f"http://127.0.0.1:{unused_port}"
+    source = LiveSource(VllmSource([url], timeout_s=2.0), None, interval_s=30.0)
+    app = SpecwatchApp(source, Monitor(WINDOW_S, CONFIG))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls >= 1, "one poll")
+        await pilot.pause()
+        engine = text_of(app.query_one("#ov-engine", EnginePanel))
+        await pilot.press("q")
+    assert f"vLLM at {url}: connection refused" in flat(engine)
+
+
+@pytest.fixture
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+async def test_pause_freezes_the_panels_while_collection_goes_on():
+    data = snapshots(LOW)
+    source = ScriptedSource(data[:10], end=False)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.polls == 10, "10 polls")
+        await pilot.pause()
+        engine = app.query_one("#ov-engine", EnginePanel)
+        frozen = engine.view.time
+        await pilot.press("space")
+        assert app.paused
+        source.feed(data[10:20])
+        await until(pilot, lambda: app.polls == 20, "20 polls while paused")
+        await pilot.pause()
+        assert engine.view.time == frozen  # collection went on, the panels did not move
+        assert "PAUSED" in text_of(app.query_one(HeaderBar))
+        await pilot.press("p")
+        await pilot.pause()
+        assert not app.paused
+        assert engine.view.time == data[19].time
+
+
+async def test_help_opens_and_closes():
+    app = make_app(ScriptedSource(snapshots(LOW[:3])))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert "pause the display" in screen_text(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_tabs_switch_and_only_shown_panels_are_given_views():
+    app = make_app(ScriptedSource(snapshots(LOW)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        trends = app.query_one("#trends-panel", TrendsPanel)
+        gpus = app.query_one("#gpu-panel", GpuPanel)
+        wide_gpus = app.query_one("#ov-gpus", GpuPanel)
+        # never on screen so far: the hidden tab and the wide-only overview panel hold the first
+        # (empty) view only
+        assert trends.view.time is None and gpus.view.time is None and wide_gpus.view.time is None
+        await pilot.press("2")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "gpus"
+        assert gpus.view.time == app.latest.time
+        assert "A100-SXM4-80GB" not in text_of(gpus)  # narrow: no name column
+        assert "76/80 GB" in text_of(gpus)
+        await pilot.press("5")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "trends"
+        assert trends.view.time == app.latest.time
+        assert "running" in text_of(trends) and "speedup" in text_of(trends)
+        assert wide_gpus.view.time is None
+
+
+async def test_interval_keys_walk_the_interval_steps_and_tell_the_source():
+    source = ScriptedSource(snapshots(LOW[:3]), interval_s=1.0)
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("minus")
+        assert app.interval_s == 2.0 and source.interval_s == 2.0
+        await pilot.press("minus")
+        assert app.interval_s == 5.0
+        await pilot.press("plus")
+        await pilot.press("plus")
+        await pilot.press("plus")
+        assert app.interval_s == 0.5 and source.interval_s == 0.5
+        for _ in range(len(INTERVALS)):
+            await pilot.press("plus")
+        assert app.interval_s == INTERVALS[0]
+        await pilot.pause()
+        assert f" {INTERVALS[0]:g} s " in text_of(app.query_one(HeaderBar))
+
+
+async def test_quit_closes_the_source_and_returns_zero():
+    source = ScriptedSource(snapshots(LOW[:3]))
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.press("q")
+        await pilot.pause()
+    assert source.closed
+    assert app.return_value == 0
+
+
+async def test_command_palette_switches_tabs():
+    app = make_app(ScriptedSource(snapshots(LOW[:3])))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"show roofline")
+        await until(pilot, lambda: "Show roofline" in screen_text(app), "the command is offered")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.query_one("#tabs").active == "roofline", "the roofline tab")
+
+
+# -- selectors, recording, replay ------------------------------------------------------------------
+
+async def test_target_and_engine_selectors():
+    second = dataclasses.replace(NODE, url="http://node-b:8000", version="0.31.1")
+    a, b = snapshots(LOW[:12]), snapshots(LOW[:12], second)
+    merged = [dataclasses.replace(with_engines(x, 3), targets=with_engines(x, 3).targets + y.targets)
+              for x, y in zip(a, b)]
+    app = make_app(ScriptedSource(merged))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        header = app.query_one(HeaderBar)
+        assert "(1/2)" in text_of(header) and "synthetic-node:8000" in text_of(header)
+        engine = app.query_one("#ov-engine", EnginePanel)
+        assert "all 3 engines" in text_of(engine)
+        await pilot.press("e")
+        await pilot.pause()
+        assert app.engine == f"{NODE.model_name}/0"
+        assert f"{NODE.model_name}/0" in text_of(engine)
+        await pilot.press("t")
+        await pilot.pause()
+        assert "(2/2)" in text_of(header) and "node-b:8000" in text_of(header) and "0.31.1" in text_of(header)
+        assert app.engine is None
+
+
+async def test_recording_key_drives_the_recorder():
+    data = snapshots(LOW[:12])
+    source = ScriptedSource(data[:4], end=False)
+    recorder = FakeRecorder()
+    app = make_app(source, recorder=recorder, record_path="/tmp/specwatch-test.rec")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls == 4, "4 polls")
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is not None, "recording")
+        assert recorder.started == ["/tmp/specwatch-test.rec"]
+        assert "● REC" in text_of(app.query_one(HeaderBar))
+        source.feed(data[4:8])
+        await until(pilot, lambda: app.polls == 8, "8 polls")
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is None, "stopped")
+        source.feed(data[8:])
+        await until(pilot, lambda: app.polls == 12, "12 polls")
+    assert recorder.written == [s.time for s in data[4:8]]
+    assert recorder.stopped == 1
+
+
+async def test_recording_key_without_a_recorder_says_so():
+    app = make_app(ScriptedSource(snapshots(LOW[:3])))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.recording is None
+        assert any("no recorder" in n.message for n in app._notifications)
+
+
+async def test_replay_controls_pause_step_seek_and_speed():
+    data = snapshots(LOW[:20])
+    source = FakeReplay(data)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.polls == 10, "the first half")
+        await pilot.pause()
+        header = app.query_one(HeaderBar)
+        assert "REPLAY" in text_of(header) and "SYNTHETIC" in text_of(header)
+        assert "2027-01-15 08:00:09" in text_of(header)  # the replay's own time, not the wall clock
+        await pilot.press("space")
+        assert source.calls[-1] == ("pause",)
+        await pilot.press("full_stop")
+        await until(pilot, lambda: app.polls == 11, "one step")
+        await pilot.pause()
+        assert source.calls[-1] == ("step",)
+        assert app.query_one("#ov-engine", EnginePanel).view.time == data[10].time  # the step is shown
+        await pilot.press("left")
+        await until(pilot, lambda: source.calls[-1][0] == "seek", "a seek")
+        assert source.calls[-1] == ("seek", data[10].time - 10.0)
+        await pilot.press("right_square_bracket")
+        assert source.speed == 2.0
+        await pilot.press("space")
+        assert source.calls[-1] == ("resume",)
+
+
+# -- SVG snapshots ---------------------------------------------------------------------------------
+
+def snapshot_app(node: SyntheticNode, load: list[float]) -> SpecwatchApp:
+    return make_app(ScriptedSource(snapshots(load, node)), history_minutes=1.0)
+
+
+async def _played_out(pilot) -> None:
+    await until(pilot, lambda: pilot.app.ended, "the source ended")
+    await pilot.pause()
+
+
+@pytest.mark.parametrize(
+    ("node", "load", "size"),
+    [
+        pytest.param(dataclasses.replace(NODE, gpus=8), FLIP, (200, 50), id="wide"),
+        pytest.param(NODE, FLIP, (80, 24), id="80x24"),
+        pytest.param(dataclasses.replace(NODE, gpus=0), LOW, (120, 36), id="no_gpu"),
+        pytest.param(dataclasses.replace(NODE, speculation=False), LOW, (120, 36), id="speculation_off"),
+    ],
+)
+def test_layouts_snapshot(snap_compare, node, load, size):
+    assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
+
+
+async def test_no_color_keeps_the_verdict_readable(monkeypatch):
+    """Under NO_COLOR the banner's colour is gone; the block letters and the flags still carry it."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(ScriptedSource(snapshots(FLIP)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        assert app.no_color
+        screen = screen_text(app)
+    assert "█▀█ █▀▀ █▀▀" in screen  # OFF
+    assert "▶ acceptance length" in screen

@@ -1,0 +1,388 @@
+"""The fleet through a REAL Prometheus server: two export agents, the alert rules, the fleet view.
+
+A Prometheus (Debian package `prometheus`) starts on a loopback port with a temporary config and
+data directory and scrapes, every second:
+- agent "node-healthy": a recording of a node where EAGLE pays, whose configured dcgm-exporter
+  refuses connections;
+- agent "node-trouble": a recording of a node whose draft model is misaligned (speculation costs)
+  and whose GPU 1 is lost;
+- a port where no agent listens (a failing scrape).
+
+It loads deploy/prometheus/specwatch-alerts.yml with the `for:` durations shortened (the promtool
+unit tests in specwatch-alerts.test.yml cover the real durations), and the tests check that exactly
+the expected alerts fire and that the fleet view lists the nodes in the right order with the
+right figures.
+
+Skipped, saying why, when the prometheus binary is missing; under CI=true that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from http_fixtures import refused_port
+from test_export import ExportProcess, wait_for
+from specwatch.collectors.prometheus import PrometheusClient
+from specwatch.fleet import FleetApp, NodeScreen, fleet_rows, read_fleet
+from specwatch.recording import RecordingHeader, write_recording
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+REPO = Path(__file__).resolve().parent.parent
+ALERTS = REPO / "deploy" / "prometheus" / "specwatch-alerts.yml"
+ALERT_TESTS = REPO / "deploy" / "prometheus" / "specwatch-alerts.test.yml"
+SHORT_FOR = "3s"
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+    if found is None:
+        message = f"{name} is not installed (Debian: apt-get install -y prometheus)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + "; CI must install it")
+        pytest.skip(message)
+    return found
+
+
+# ---- the rules, with promtool ------------------------------------------------------------------
+
+
+def test_promtool_checks_the_rules() -> None:
+    result = subprocess.run([_binary("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 6 rules found" in result.stdout
+
+
+def test_promtool_unit_tests_of_the_rules_pass() -> None:
+    result = subprocess.run([_binary("promtool"), "test", "rules", ALERT_TESTS.name], cwd=ALERT_TESTS.parent,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- the scripted nodes ------------------------------------------------------------------------
+
+
+def _recordings(directory: Path) -> dict[str, Path]:
+    from specwatch import model as perf
+    from specwatch.hardware import lookup, lookup_model
+    from specwatch.synthetic import SyntheticNode, generate
+
+    step = perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-70B"), tp=4).hinge()
+    load = [8.0] * 900  # 15 min of data: no loop (and so no window restart) during the tests
+    healthy = SyntheticNode(step=step, k=3, per_position=(0.7, 0.55, 0.35), draft_ratio=0.05, gpus=2,
+                            url="http://127.0.0.1:8000")
+    trouble = SyntheticNode(step=step, k=4, per_position=(0.02, 0.01, 0.0, 0.0), draft_ratio=0.1, gpus=2,
+                            url="http://127.0.0.1:8000")
+    dcgm_refused = SourceStatus("dcgm http://127.0.0.1:9400/metrics", "connection_refused",
+                                "nothing is listening at http://127.0.0.1:9400/metrics")
+
+    def healthy_snapshots() -> Iterator[Snapshot]:
+        for s in generate(healthy, load, seed=1):
+            yield replace(s, sources=s.sources + (dcgm_refused,))
+
+    def trouble_snapshots() -> Iterator[Snapshot]:
+        for s in generate(trouble, load, seed=2):
+            gone = GpuSample(index=1, name=s.gpus[1].name, uuid=s.gpus[1].uuid, lost=True,
+                             errors={"power_w": "GPU is lost"})
+            yield replace(s, gpus=(s.gpus[0], gone))
+
+    paths = {"node-healthy": directory / "healthy.swrec", "node-trouble": directory / "trouble.swrec"}
+    write_recording(paths["node-healthy"], RecordingHeader(
+        data="synthetic", host="node-healthy", interval_s=1.0,
+        advisor={"method": "eagle", "model": "Llama-3.1-70B", "tp": 4}), healthy_snapshots())
+    write_recording(paths["node-trouble"], RecordingHeader(
+        data="synthetic", host="node-trouble", interval_s=1.0,
+        advisor={"method": "draft_model", "draft_ratio": 0.1, "model": "Llama-3.1-70B", "tp": 4}),
+        trouble_snapshots())
+    return paths
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrometheusServer:
+    """A real Prometheus on loopback with a temporary config and data directory."""
+
+    def __init__(self, binary: str, directory: Path, targets: list[str]) -> None:
+        self.directory = directory
+        rules = directory / "specwatch-alerts-short.yml"
+        rules.write_text(re.sub(r"for: \d+[smh]", f"for: {SHORT_FOR}", ALERTS.read_text()))
+        config = directory / "prometheus.yml"
+        config.write_text(
+            "global:\n"
+            "  scrape_interval: 1s\n"
+            "  scrape_timeout: 1s\n"
+            "  evaluation_interval: 1s\n"
+            f"rule_files:\n  - {rules}\n"
+            "scrape_configs:\n"
+            "  - job_name: specwatch\n"
+            "    static_configs:\n"
+            f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
+        )
+        self.binary, self.config = binary, config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.log = directory / "prometheus.log"
+
+    def start(self, startup_s: float = 90.0, attempts: int = 2) -> None:
+        for attempt in range(1, attempts + 1):
+            port = _free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            data = self.directory / f"data-{attempt}"
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={data}",
+                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                    stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + startup_s
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    if httpx.get(self.url + "/-/ready", timeout=2.0, trust_env=False).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.25)
+            self.stop()  # a port race or a slow start: once more on a fresh port
+        raise AssertionError(f"Prometheus did not become ready after {attempts} attempts; its log:\n"
+                             + self.log.read_text(errors="replace"))
+
+    def api(self, path: str, **params: str) -> Any:
+        return httpx.get(self.url + path, params=params, timeout=10.0, trust_env=False).json()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    binary = _binary("prometheus")
+    directory = tmp_path_factory.mktemp("fleet")
+    recordings = _recordings(directory)
+    agents = {}
+    try:
+        for node, path in recordings.items():
+            agents[node] = ExportProcess(["--replay", str(path), "--speed", "2", "--listen", "127.0.0.1:0",
+                                          "--node", node, "--no-nvml", "--no-dcgm"], directory / f"{node}.log")
+        dead = f"127.0.0.1:{refused_port()}"
+        targets = [a.url.removeprefix("http://") for a in agents.values()] + [dead]
+        prometheus = PrometheusServer(binary, directory, targets)
+        try:
+            prometheus.start()
+            yield {"prometheus": prometheus, "agents": agents, "dead": dead}
+        finally:
+            prometheus.stop()
+    finally:
+        for agent in agents.values():
+            agent.stop()
+
+
+def _firing(prometheus: PrometheusServer) -> set[tuple[str, str]]:
+    alerts = prometheus.api("/api/v1/alerts")["data"]["alerts"]
+    return {(a["labels"]["alertname"], a["labels"].get("node") or a["labels"].get("instance", ""))
+            for a in alerts if a["state"] == "firing"}
+
+
+def test_the_alert_rules_fire_on_the_scripted_nodes(fleet: dict[str, Any]) -> None:
+    prometheus = fleet["prometheus"]
+    expected = {
+        ("SpecwatchSpeculationCosting", "node-trouble"),
+        ("SpecwatchMisalignedDraft", "node-trouble"),
+        ("SpecwatchGpuLost", "node-trouble"),
+        ("SpecwatchSourceDown", "node-healthy"),  # its configured dcgm-exporter refuses connections
+        ("SpecwatchAgentDown", fleet["dead"]),
+    }
+    try:
+        firing = wait_for(lambda: _firing(prometheus), lambda f: expected <= f, "the expected alerts to fire",
+                          timeout_s=120.0)
+    except AssertionError:
+        print(prometheus.log.read_text(errors="replace"))
+        raise
+    # and nothing else: EAGLE pays on node-healthy, its GPUs answer, node-trouble's sources are up
+    assert firing == expected
+    alerts = {a["labels"]["alertname"]: a for a in prometheus.api("/api/v1/alerts")["data"]["alerts"]
+              if a["state"] == "firing"}
+    assert alerts["SpecwatchGpuLost"]["labels"]["gpu"] == "1"
+    assert alerts["SpecwatchSourceDown"]["labels"]["source"] == "dcgm http://127.0.0.1:9400/metrics"
+    assert "costing throughput on node-trouble" in alerts["SpecwatchSpeculationCosting"]["annotations"]["summary"]
+
+
+def _rows_ready(prometheus_url: str):
+    import asyncio
+
+    async def read():
+        client = PrometheusClient(prometheus_url)
+        try:
+            return await read_fleet(client, "specwatch")
+        finally:
+            await client.aclose()
+
+    def fetch():
+        return asyncio.run(read())
+
+    def ready(reading) -> bool:
+        verdicts = {r.node: r.verdict for r in reading.rows}
+        down = [r for r in reading.rows if not r.exporter_up]
+        return verdicts.get("node-trouble") == "off" and verdicts.get("node-healthy") == "on" and len(down) == 1
+
+    return fetch, ready
+
+
+async def test_fleet_view_lists_both_nodes_in_attention_order(fleet: dict[str, Any]) -> None:
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    prometheus = fleet["prometheus"]
+    fetch, ready = _rows_ready(prometheus.url)
+    await asyncio.to_thread(wait_for, fetch, ready, "both nodes' verdicts in Prometheus", 120.0)
+
+    app = FleetApp(PrometheusClient(prometheus.url), job="specwatch", refresh_s=1.0)
+    async with app.run_test(size=(160, 40)) as pilot:
+        while app.reading is None or not ready(app.reading):
+            await pilot.pause(0.2)
+        rows = app.rows
+        # misaligned (and costing) first, then the agent Prometheus cannot scrape, then the failing dcgm
+        assert [(r.node, r.attention[1].split(":")[0]) for r in rows] == [
+            ("node-trouble", "misaligned draft"),
+            (fleet["dead"], "agent not scraped"),
+            ("node-healthy", "source down"),
+        ]
+        trouble, _, healthy = rows
+        assert trouble.target == healthy.target == "http://127.0.0.1:8000"
+        assert trouble.configured and trouble.costing and "misaligned_draft" in trouble.flags
+        assert trouble.acceptance_length == pytest.approx(1.03, abs=0.02)
+        assert trouble.expected_speedup < 1.0 and trouble.gpus_lost == 1
+        assert trouble.break_even_length > trouble.acceptance_length
+        assert healthy.verdict == "on" and healthy.configured and not healthy.costing
+        assert healthy.acceptance_length == pytest.approx(2.6, abs=0.05)
+        assert healthy.expected_speedup > 1.0 and healthy.gpus_lost == 0
+        assert healthy.running == 8.0 and trouble.running == 8.0
+        assert healthy.bound in ("memory", "balanced", "compute")
+        assert healthy.sources_down == ("dcgm http://127.0.0.1:9400/metrics (connection_refused)",)
+        table = app.query_one(DataTable)
+        assert table.row_count == 3
+        first = [str(c) for c in table.get_row_at(0)]
+        assert first[:3] == ["node-trouble", "http://127.0.0.1:8000", "OFF"]
+        assert first[3] == "1.03" and first[5].startswith("8 / ")
+        third = [str(c) for c in table.get_row_at(2)]
+        assert third[:3] == ["node-healthy", "http://127.0.0.1:8000", "ON"] and third[3] == "2.60"
+
+        # r refreshes (in a worker): the count goes up
+        before = app.refreshes
+        await pilot.press("r")
+        while app.refreshes == before:
+            await pilot.pause(0.1)
+
+        # Enter drills into the selected node (the first: node-trouble); Escape comes back
+        table.focus()
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, NodeScreen) and screen.source.node == "node-trouble"
+        while screen.detail is None:
+            await pilot.pause(0.1)
+        detail = screen.detail
+        assert detail.ok and [t.target for t in detail.targets] == ["http://127.0.0.1:8000"]
+        verdict = detail.targets[0].verdict
+        assert verdict.speculation == "off" and "misaligned_draft" in verdict.flags
+        assert verdict.acceptance_length == pytest.approx(1.03, abs=0.02)
+        assert [(g.index, g.lost) for g in detail.gpus] == [("0", False), ("1", True)]
+        assert detail.targets[0].acceptance_rate < 0.05
+        from specwatch.widgets.verdict import VerdictBanner
+
+        assert screen.query_one(VerdictBanner).view.state.verdict.speculation == "off"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, NodeScreen)
+        await pilot.press("q")
+    assert app.return_code in (0, None)
+
+
+# ---- the client's failure states ---------------------------------------------------------------
+
+
+async def test_promql_error_text_comes_from_the_api(fleet: dict[str, Any]) -> None:
+    client = PrometheusClient(fleet["prometheus"].url)
+    try:
+        result = await client.query("specwatch_verdict{")
+        assert result.state == "promql_error"
+        assert "bad_data" in result.message and "parse error" in result.message
+        ok = await client.query('specwatch_verdict{state="on"} == 1')
+        assert ok.ok and {s.labels["node"] for s in ok.samples} == {"node-healthy"}
+    finally:
+        await client.aclose()
+
+
+async def test_unreachable_prometheus_is_a_clear_state() -> None:
+    client = PrometheusClient(f"http://127.0.0.1:{refused_port()}", token="tok-never-shown")
+    try:
+        result = await client.query("up")
+        assert result.state == "connection_refused"
+        assert "Prometheus at http://127.0.0.1:" in result.message and "tok-never-shown" not in result.message
+        reading = await read_fleet(client, "specwatch")
+        assert not reading.ok and reading.state == "connection_refused" and reading.rows == ()
+    finally:
+        await client.aclose()
+
+
+async def test_answers_that_are_not_the_api(fleet: dict[str, Any]) -> None:
+    from http_fixtures import LocalServer, reply
+
+    # a wrong --prometheus URL: an agent answers every path with its exposition text
+    client = PrometheusClient(next(iter(fleet["agents"].values())).url)
+    try:
+        result = await client.query("up")
+        assert result.state == "not_prometheus" and "not Prometheus' query API JSON" in result.message
+    finally:
+        await client.aclose()
+    # a proxy in front of Prometheus failing: a status, and no API error body
+    with LocalServer(reply(502, b"<html>bad gateway</html>", "text/html")) as proxy:
+        client = PrometheusClient(proxy.url)
+        try:
+            result = await client.query("up")
+        finally:
+            await client.aclose()
+    assert result.state == "http_error" and "HTTP 502" in result.message
+
+
+def test_rows_sort_costing_before_unknown_and_fine() -> None:
+    from specwatch.collectors.prometheus import PromSample
+
+    def verdict(node: str, state: str) -> list[PromSample]:
+        return [PromSample({"__name__": "specwatch_verdict", "node": node, "target": "t", "state": s},
+                           1.0 if s == state else 0.0) for s in ("on", "off", "hold", "unknown")]
+
+    def configured(node: str) -> PromSample:
+        return PromSample({"__name__": "specwatch_speculation_configured", "node": node, "target": "t"}, 1.0)
+
+    series = verdict("a-fine", "on") + verdict("b-unknown", "unknown") + verdict("c-costing", "off") \
+        + [configured("a-fine"), configured("c-costing")]
+    assert [r.node for r in fleet_rows(series)] == ["c-costing", "b-unknown", "a-fine"]

@@ -1,0 +1,87 @@
+"""The engine panel: load, latency and throughput of the selected target (or one engine of it),
+and, when the target cannot be read, why, with every source's state."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.widgets.format import MISSING, num, pct, rate, seconds
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+DEMO_HINT = "No node to read? Run `specwatch demo` for a recorded one."
+
+
+def pair(label: str, value: str, label2: str, value2: str) -> Text:
+    """Two label/value columns on one line, at fixed widths (cheaper than a Rich table at 1 Hz)."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{label:<8}", style="dim")
+    line.append(f"{value:>8}", style="bold")
+    line.append(f"  {label2:<10}", style="dim")
+    line.append(f"{value2:>8}", style="bold")
+    return line
+
+
+def source_states(view: DashboardView) -> list[Text]:
+    """One line per source: each target and each GPU source, with its state in words."""
+    lines = []
+    if view.target is not None:
+        target = view.target
+        if target.ok:
+            lines.append(Text.assemble(("✓ ", "bold"), f"vLLM at {target.url}: ok"))
+        else:
+            lines.append(Text.assemble(("✗ ", "bold"), target.message or f"vLLM at {target.url}: {target.state}"))
+    for s in view.sources:
+        ok = s.state == "ok"
+        message = s.message if s.message and not ok else s.state
+        if s.state == "absent":
+            lines.append(Text.assemble(("- ", "dim"), (f"{s.name}: {s.message or 'absent'}", "dim")))
+        else:
+            lines.append(Text.assemble(("✓ " if ok else "✗ ", "bold"), f"{s.name}: {message}"))
+    return lines
+
+
+def unreachable(view: DashboardView) -> RenderableType:
+    parts: list[RenderableType] = [Text("The target cannot be read.", style="bold")]
+    parts.extend(source_states(view))
+    parts.append(Text(""))
+    parts.append(Text(DEMO_HINT, style="italic"))
+    return Group(*parts)
+
+
+class EnginePanel(Panel):
+    BORDER_TITLE = "Engine"
+
+    def layout_key(self, view: DashboardView) -> object:
+        target = view.target
+        if target is None:
+            return None
+        if not target.ok:
+            return ("down", len(view.sources))
+        return ("up", view.figures is None)
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        target = view.target
+        if target is None:
+            return Text("no target read yet", style="dim")
+        if not target.ok:
+            return unreachable(view)
+        f = view.figures
+        which = view.engine or (f"all {len(view.engine_keys)} engines" if len(view.engine_keys) > 1 else "engine")
+        if f is None:
+            return Group(Text(which, style="italic"), pair("running", MISSING, "waiting", MISSING),
+                         Text("rates need two readings a window apart", style="dim"))
+        ratio = f"{f.prompt_to_output_ratio:.1f}:1" if f.prompt_to_output_ratio is not None else MISSING
+        rows = [
+            pair("running", num(f.running), "waiting", num(f.waiting)),
+            pair("KV cache", pct(f.kv_cache_usage), "prompt:out", ratio),
+            pair("TTFT p50", seconds(f.ttft_p50_s), "p95", seconds(f.ttft_p95_s)),
+            pair("TPOT", seconds(f.tpot_mean_s), "step", seconds(f.itl_mean_s)),
+            pair("tokens/s", rate(f.generation_tokens_per_s, ""), "prompt/s", rate(f.prompt_tokens_per_s, "")),
+            pair("tok/step", num(f.tokens_per_step_mean), "steps/s", num(f.steps_per_s, 1)),
+        ]
+        footer = Text(f"{which} · window {f.seconds:.0f} s", style="dim", no_wrap=True, overflow="ellipsis")
+        if f.restarts:
+            footer.append(f" · RESTARTED ×{f.restarts}", style="bold")
+        return Group(*rows, footer)

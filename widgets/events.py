@@ -1,0 +1,45 @@
+"""The event log: every verdict change with its time (data time), the move, and its reasons."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.widgets.format import clock, pct, short_host, speedup
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+WORD = {"on": "ON", "off": "OFF", "hold": "HOLD", "unknown": "UNKNOWN", None: "start"}
+
+
+class EventLog(Panel):
+    BORDER_TITLE = "Verdict changes"
+
+    #: how many reasons under each change; the first is the one that decided it
+    REASONS_SHOWN = 2
+
+    def content_key(self, view: DashboardView) -> object:
+        return (len(view.events), id(view.events[0]) if view.events else None, len(view.target_urls) > 1)
+
+    def layout_key(self, view: DashboardView) -> object:
+        return self.content_key(view)
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        if not view.events:
+            return Text("no verdict changes yet", style="dim")
+        several = len(view.target_urls) > 1
+        lines: list[Text] = []
+        for change in view.events:
+            v = change.verdict
+            head = Text(no_wrap=True, overflow="ellipsis")
+            head.append(clock(change.time), style="dim")
+            head.append("  ")
+            head.append(f"{WORD.get(change.previous, change.previous)} → ", style="dim")
+            head.append(WORD.get(v.speculation, v.speculation), style="bold reverse")
+            head.append(f"  confidence {pct(v.confidence)}  expected {speedup(v.expected_speedup)}")
+            if several:
+                head.append(f"  {short_host(change.url)}", style="dim")
+            lines.append(head)
+            for reason in v.reasons[: self.REASONS_SHOWN]:
+                lines.append(Text("          " + reason, style="dim" if reason is not v.reasons[0] else ""))
+        return Group(*lines)

@@ -1,0 +1,126 @@
+"""The GPU panel: per device, SM and tensor activity, DRAM bandwidth, utilisation, power against its
+limit, clocks with throttle reasons, and memory. NVML's utilisation is shown but never read as
+saturation (DESIGN §7).
+
+Rows are laid out by hand in fixed columns rather than with a Rich Table: with 8 GPUs at 1 Hz the
+table's measuring pass was most of this panel's cost.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.snapshot import GpuSample
+from specwatch.widgets.format import MISSING, bar, finite, gigabytes, pct
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+# The fields whose absence is worth a footnote, and the short column name each one has.
+NOTED_FIELDS = {"sm_active": "SM", "tensor_active": "tensor", "dram_bw_util": "DRAM", "power_w": "power",
+                "sm_clock_mhz": "clock"}
+WIDE = 110  # from this width on: name, utilisation and clocks columns too
+
+
+def activity(g: GpuSample, name: str, width: int) -> str:
+    value = g.get(name)
+    if not finite(value):
+        return MISSING.rjust(width + 5)
+    return f"{bar(value, width)} {pct(value):>4}"
+
+
+def power(g: GpuSample) -> str:
+    used, limit = g.get("power_w"), g.get("power_limit_w")
+    if not finite(used):
+        return MISSING
+    return f"{used:.0f}/{limit:.0f} W" if finite(limit) else f"{used:.0f} W"
+
+
+def clocks(g: GpuSample) -> str:
+    sm, top = g.get("sm_clock_mhz"), g.get("sm_clock_max_mhz")
+    text = MISSING if not finite(sm) else (f"{sm:.0f}/{top:.0f}" if finite(top) else f"{sm:.0f}")
+    if g.throttle_reasons:
+        text += " " + ",".join(g.throttle_reasons)
+    return text
+
+
+def memory(g: GpuSample) -> str:
+    used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+    if not finite(used):
+        return MISSING
+    return f"{gigabytes(used)}/{gigabytes(total)} GB" if finite(total) else f"{gigabytes(used)} GB"
+
+
+def footnotes(gpus: tuple[GpuSample, ...]) -> list[str]:
+    """Why fields are N/A, once per distinct reason (NVML says the same for every device)."""
+    reasons: dict[str, list[str]] = {}
+    for g in gpus:
+        for name, label in NOTED_FIELDS.items():
+            why = g.errors.get(name)
+            if why and label not in reasons.setdefault(why, []):
+                reasons[why].append(label)
+    return [f"{'/'.join(labels)}: {why}" for why, labels in reasons.items() if labels]
+
+
+def no_gpus(view: DashboardView) -> RenderableType:
+    lines = [Text("No GPU readings.", style="bold")]
+    for s in view.sources:
+        if s.state != "ok":
+            lines.append(Text(f"{s.name}: {s.message or s.state}"))
+    lines.append(Text("The verdict uses the engine's own metrics alone; the bound state is then less certain.",
+                      style="dim"))
+    return Group(*lines)
+
+
+def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
+    wide = width >= WIDE
+    bar_width = 8 if wide else 4
+    act = bar_width + 5
+    name_width = 18
+    head = f"{'#':>2} " + (f"{'name':<{name_width}} " if wide else "")
+    head += f"{'SM':<{act}}  {'tensor':<{act}}  {'DRAM bw':<{act}}  "
+    head += (f"{'util':>4}  " if wide else "") + f"{'power':>10}  "
+    head += (f"{'SM MHz':<10}  " if wide else "") + f"{'memory':>9}"
+    rows = [Text(head, style="dim", no_wrap=True, overflow="ellipsis")]
+    for g in gpus:
+        line = Text(f"{g.index:>2} ", no_wrap=True, overflow="ellipsis")
+        if wide:
+            line.append(f"{g.name.removeprefix('NVIDIA ')[:name_width]:<{name_width}} ")
+        if g.lost:
+            line.append("GPU is lost: the others keep polling", style="bold")
+            rows.append(line)
+            continue
+        line.append(f"{activity(g, 'sm_active', bar_width)}  {activity(g, 'tensor_active', bar_width)}  "
+                    f"{activity(g, 'dram_bw_util', bar_width)}  ")
+        if wide:
+            line.append(f"{pct(g.get('util_gpu')):>4}  ")
+        line.append(f"{power(g):>10}  ")
+        if wide:
+            line.append(f"{clocks(g):<10}  ", style="bold" if g.throttle_reasons else "")
+        line.append(f"{memory(g):>9}")
+        rows.append(line)
+    return rows
+
+
+def extra_lines(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
+    notes = [Text(n, style="dim", no_wrap=True, overflow="ellipsis") for n in footnotes(gpus)]
+    throttled = [g for g in gpus if g.throttle_reasons]
+    if throttled and width < WIDE:
+        notes.append(Text("throttled: " + ", ".join(f"{g.index} ({','.join(g.throttle_reasons)})"
+                                                    for g in throttled), style="bold", no_wrap=True,
+                          overflow="ellipsis"))
+    return notes
+
+
+class GpuPanel(Panel):
+    BORDER_TITLE = "GPUs"
+
+    def layout_key(self, view: DashboardView) -> object:
+        if not view.gpus:
+            return ("none", len(view.sources))
+        return (len(view.gpus), len(footnotes(view.gpus)), any(g.throttle_reasons for g in view.gpus))
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        if not view.gpus:
+            return no_gpus(view)
+        return Group(*gpu_rows(view.gpus, width), *extra_lines(view.gpus, width))

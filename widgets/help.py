@@ -1,0 +1,72 @@
+"""The help screen (?): the keys, what the panels show, and where to look next."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("?", "this help"),
+    ("space / p", "pause the display (collection and recording go on); a replay pauses"),
+    ("1–6, tab", "switch tabs: overview, GPUs, speculation, roofline, trends, events"),
+    ("+ / -", "poll faster / slower (live)"),
+    ("t / e", "next target / next engine (or all engines)"),
+    ("r", "start or stop recording"),
+    ("← / →", "replay: seek back / forward 10 s"),
+    ("[ / ]", "replay: slower / faster"),
+    (".", "replay: step one reading while paused"),
+    ("ctrl+p", "command palette: every action by name"),
+    ("q", "quit"),
+)
+
+ABOUT = """\
+The banner answers one question: should speculation be on at this load, and why.
+ON: it pays. OFF: it costs. HOLD: within the hysteresis band of break-even, keep the
+current setting. UNKNOWN: not enough data (the reason says what is missing).
+
+L is the mean acceptance length (tokens committed per verify step). Speculation pays
+while L is above the break-even, which rises with load: past the GPU's ridge, the
+verify step's extra tokens are no longer free. `specwatch demo` shows a full ramp."""
+
+
+def help_text(replay: bool, recorder: bool) -> str:
+    rows = []
+    for key, words in KEYS:
+        if not replay and words.startswith("replay:"):
+            continue
+        if key == "r" and not recorder:
+            words += " (no recorder in this session)"
+        rows.append(f"  {key:<11} {words}")
+    return "Keys\n" + "\n".join(rows) + "\n\n" + ABOUT
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > VerticalScroll {
+        width: 90;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        border: round $primary;
+        border-title-align: center;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, replay: bool = False, recorder: bool = False) -> None:
+        super().__init__()
+        self._text = help_text(replay, recorder)
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "specwatch help (esc to close)"
+            yield Static(self._text, markup=False)

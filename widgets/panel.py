@@ -1,0 +1,64 @@
+"""The base of every panel: it holds the last DashboardView it was given and renders from it.
+
+Panels never fetch anything. The app hands each visible panel the new view after a poll, so a
+panel on a hidden tab costs nothing until it is shown again (and is then given the latest view).
+
+Two keys keep a 1 Hz refresh cheap: a panel whose `content_key` did not change is not repainted at
+all, and only a change of `layout_key` (the panel's line count could differ) asks Textual for a
+relayout; any other update is a repaint of that panel alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.widget import Widget
+
+from specwatch.widgets.view import DashboardView
+
+_NEVER = object()
+
+
+class Panel(Widget):
+    """A widget whose whole content is a pure function of a DashboardView and its own size."""
+
+    DEFAULT_CSS = """
+    Panel {
+        height: auto;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.view: DashboardView | None = None
+        self._content_key: Any = _NEVER
+        self._layout_key: Any = _NEVER
+
+    def content_key(self, view: DashboardView) -> Any:
+        """What the picture depends on; equal keys mean an identical picture. Default: the view."""
+        return view
+
+    def layout_key(self, view: DashboardView) -> Any:
+        """What the panel's height depends on. Default: nothing (a fixed or stable height)."""
+        return None
+
+    def show(self, view: DashboardView) -> bool:
+        """Take a new view; repaint only if the picture changed. Returns whether it repaints."""
+        self.view = view
+        content, layout = self.content_key(view), self.layout_key(view)
+        if content == self._content_key and layout == self._layout_key:
+            return False
+        relayout = layout != self._layout_key
+        self._content_key, self._layout_key = content, layout
+        self.refresh(layout=relayout)
+        return True
+
+    def render(self) -> RenderableType:
+        if self.view is None:
+            return Text("waiting for the first reading…", style="dim")
+        return self.render_view(self.view, max(10, self.content_size.width or self.size.width or 80))
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        raise NotImplementedError  # every panel defines its own picture

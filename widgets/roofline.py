@@ -1,0 +1,129 @@
+"""The roofline picture: where the engine's decode step sits against the GPU's ridge, log–log.
+
+x is arithmetic intensity in FLOP per byte. A decode step's weight GEMMs have an intensity of about
+N = tokens per step in bf16 (DESIGN §3), so the engine's mean tokens per step is the operating
+point; with `--enable-mfu-metrics` the engine's own FLOPs ÷ bytes is drawn too. y is the attainable
+fraction of peak FLOP/s, min(1, I / ridge). Drawn in braille: no plotting dependency.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
+from specwatch.widgets.format import BrailleCanvas, finite, log_position, num
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+X_LOW, X_HIGH = 1.0, 10_000.0
+Y_LOW = 1e-3  # attainable fraction of peak at the bottom of the picture
+X_TICKS = ((1.0, "1"), (10.0, "10"), (100.0, "100"), (1000.0, "1k"), (10_000.0, "10k"))
+Y_LABEL_WIDTH = 5
+
+
+def ridge_of(view: DashboardView) -> tuple[float, str]:
+    if view.gpu_spec is not None:
+        return view.gpu_spec.ridge, view.gpu_spec.name
+    return GENERIC_KNEE_TOKENS, "assumed (no GPU identified)"
+
+
+def roofline_rows(ridge: float, points: list[tuple[float, str]], width: int, height: int) -> list[Text]:
+    """The picture, `height` rows of `width` cells, y-axis labels included."""
+    plot_w = max(8, width - Y_LABEL_WIDTH)
+    canvas = BrailleCanvas(plot_w, height)
+    dw, dh = canvas.dot_width, canvas.dot_height
+
+    def xy(intensity: float) -> tuple[float, float]:
+        y = min(1.0, intensity / ridge)
+        return (log_position(intensity, X_LOW, X_HIGH, dw),
+                (dh - 1) - log_position(max(y, Y_LOW), Y_LOW, 1.0, dh))
+
+    # the roof: slope 1 up to the ridge, flat after it
+    x_ridge, y_top = xy(ridge)
+    x0, y0 = xy(X_LOW)
+    canvas.line(x0, y0, x_ridge, y_top)
+    canvas.line(x_ridge, y_top, dw - 1, y_top)
+    for y in range(int(y_top) + 2, dh, 2):  # the ridge as a dotted vertical
+        canvas.set(round(x_ridge), y)
+    for intensity, mark in points:
+        x, y = xy(intensity)
+        canvas.text(int(x) // 2, min(height - 1, int(y) // 4), mark)
+    rows = []
+    for r, row in enumerate(canvas.rows()):
+        label = "peak" if r == 0 else ("1e-3" if r == height - 1 else "")
+        rows.append(Text(f"{label:>{Y_LABEL_WIDTH - 1}} ", style="dim") + Text(row))
+    axis = [" "] * plot_w
+    for value, label in X_TICKS:
+        col = int(log_position(value, X_LOW, X_HIGH, plot_w))
+        col = min(col, plot_w - len(label))
+        for i, ch in enumerate(label):
+            axis[col + i] = ch
+    rows.append(Text(" " * Y_LABEL_WIDTH + "".join(axis), style="dim"))
+    return rows
+
+
+class RooflinePanel(Panel):
+    BORDER_TITLE = "Roofline"
+
+    def content_key(self, view: DashboardView) -> object:
+        """The point moves on a log axis: a change under 1 % of tokens per step draws the same cell."""
+        figures = view.figures
+        state = view.state
+        window = state.window if state is not None else None
+
+        def rounded(value: float | None) -> float | None:
+            return float(f"{value:.2g}") if finite(value) and value > 0 else None
+
+        bound = state.verdict.bound if state is not None else {}
+        return (
+            rounded(figures.tokens_per_step_mean) if figures else None,
+            rounded(figures.mfu_intensity) if figures else None,
+            rounded(figures.running) if figures else None,
+            window.speculation_configured if window else None,
+            ridge_of(view),
+            str(bound),
+        )
+
+    def render(self) -> RenderableType:
+        if self.view is None:
+            return Text("waiting for the first reading…", style="dim")
+        width = max(20, self.content_size.width or 60)
+        height = self.content_size.height or 12
+        return self.render_picture(self.view, width, height)
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        return self.render_picture(view, width, 12)
+
+    def render_picture(self, view: DashboardView, width: int, height: int) -> RenderableType:
+        ridge, ridge_name = ridge_of(view)
+        figures = view.figures
+        window = view.state.window if view.state is not None else None
+        points: list[tuple[float, str]] = []
+        legend = Text(no_wrap=True, overflow="ellipsis")
+        n = figures.tokens_per_step_mean if figures is not None else None
+        if finite(n) and n > 0:
+            points.append((n, "●"))
+            legend.append("● ", style="bold")
+            legend.append(f"≈{float(f'{n:.2g}'):,.0f} tokens/step", style="bold")
+        else:
+            legend.append("● tokens/step --", style="dim")
+        if figures is not None and finite(figures.mfu_intensity) and figures.mfu_intensity > 0:
+            points.append((figures.mfu_intensity, "◆"))
+            legend.append(f"  ◆ MFU {figures.mfu_intensity:.0f} FLOP/B")
+        if window is not None and not window.speculation_configured and figures is not None \
+                and finite(figures.running) and figures.running > 0:
+            verify = figures.running * (UNCONFIGURED_K + 1)
+            points.append((verify, "○"))
+            legend.append(f"  ○ with k={UNCONFIGURED_K}: {verify:.0f}")
+        legend.append(f"   ┊ ridge {ridge:.0f} FLOP/B, {ridge_name}", style="dim")
+        bound = view.state.verdict.bound if view.state is not None else {}
+        state = bound.get("state", "unknown") if bound else "unknown"
+        verdict_line = Text(no_wrap=True, overflow="ellipsis")
+        verdict_line.append(f"{state}-bound" if state != "unknown" else "bound: unknown", style="bold")
+        for s in bound.get("signals", []) if bound else []:
+            verdict_line.append(f"  {s.get('name')}: {s.get('state')}", style="dim")
+        text_rows = 2
+        picture_rows = max(3, height - text_rows - 1)
+        rows = roofline_rows(ridge, points, width, picture_rows)
+        return Group(*rows, legend, verdict_line)

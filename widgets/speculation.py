@@ -1,0 +1,138 @@
+"""The speculation panel: method, k, acceptance, L against the break-even as a gauge, the
+per-position acceptance as bars, and the misaligned-draft flag."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.advisor import UNCONFIGURED_K
+from specwatch.model import METHOD_WORDS
+from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+
+def length_gauge(length: float | None, break_even: float | None, k: int, width: int) -> Text:
+    """A bar from L=1 to L=k+1, filled to L, with the break-even marked by │.
+
+    L only pays when the filled part reaches past the mark, which reads without colour too.
+    """
+    low, high = 1.0, float(k + 1)
+    cells = max(4, width)
+
+    def position(value: float) -> int:
+        return int(round((min(max(value, low), high) - low) / (high - low) * (cells - 1)))
+
+    filled = position(length) + 1 if finite(length) else 0
+    chars = [BAR_FULL if i < filled else BAR_EMPTY for i in range(cells)]
+    mark = position(break_even) if finite(break_even) else None
+    if mark is not None:
+        chars[mark] = "┃"
+    pays = finite(length) and finite(break_even) and length > break_even
+    text = Text("".join(chars), style="bold" if pays else "")
+    return text
+
+
+class SpeculationPanel(Panel):
+    BORDER_TITLE = "Speculation"
+
+    def layout_key(self, view: DashboardView) -> object:
+        state = view.state
+        if state is None or state.window is None:
+            return None
+        if view.target is not None and not view.target.ok:
+            return "down"
+        figures = view.figures
+        acc = figures.acceptance if figures is not None else None
+        return (state.window.speculation_configured, len(acc.per_position) if acc else 0)
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        state = view.state
+        if state is None or state.window is None:
+            return Text("no reading yet", style="dim")
+        if view.target is not None and not view.target.ok:
+            return Text("unknown until the target answers: whether speculation is configured, "
+                        "and how well it drafts", style="dim")
+        verdict = state.verdict
+        window = state.window
+        figures = view.figures
+        if not window.speculation_configured:
+            return self._unconfigured(view, width)
+        acc = figures.acceptance if figures is not None else None
+        lifetime = window.lifetime.acceptance if window.lifetime is not None else None
+        k = window.k or (len(acc.per_position) if acc and acc.per_position else 1)
+        method = view.method
+        method_text = (METHOD_WORDS.get(method, method) if method else "unknown (pass --method)")
+        lines: list[RenderableType] = []
+        head = Text(no_wrap=True, overflow="ellipsis")
+        head.append(method_text, style="bold")
+        head.append("  k=", style="dim")
+        head.append(str(k), style="bold")
+        head.append("  accepted ", style="dim")
+        head.append(pct(acc.acceptance_rate if acc else None), style="bold")
+        lines.append(head)
+
+        length = acc.acceptance_length if acc else None
+        if length is None and lifetime is not None:
+            length = lifetime.acceptance_length
+        gauge_width = max(8, min(48, width - 11))
+        gauge = Text("L ", style="dim")
+        gauge.append(f"{num(length, 2):>5} ", style="bold")
+        gauge.append_text(length_gauge(length, verdict.break_even_length, k, gauge_width))
+        gauge.append(f" {k + 1}", style="dim")
+        lines.append(gauge)
+        be = Text(no_wrap=True, overflow="ellipsis")
+        be.append("┃ break-even ", style="dim")
+        be.append(num(verdict.break_even_length, 2), style="bold")
+        if finite(verdict.low_load_break_even) and finite(verdict.break_even_length) \
+                and abs(verdict.low_load_break_even - verdict.break_even_length) > 0.005:
+            be.append(f" (1+k·r = {verdict.low_load_break_even:.2f} at low load)", style="dim")
+        if lifetime is not None and lifetime.acceptance_length is not None:
+            be.append("  lifetime L ", style="dim")
+            be.append(num(lifetime.acceptance_length, 2))
+        lines.append(be)
+
+        rates = acc.per_position if acc and acc.per_position else ()
+        bar_width = max(6, min(30, width - 16))
+        for i, p in enumerate(rates):
+            row = Text(f"pos {i + 1:<2} ", style="dim", no_wrap=True)
+            row.append(bar(p, bar_width))
+            row.append(f" {pct(p):>4}")
+            lines.append(row)
+        if not rates:
+            lines.append(Text("per-position rates: " + MISSING, style="dim"))
+
+        notes = Text(no_wrap=True, overflow="ellipsis")
+        if "misaligned_draft" in verdict.flags:
+            notes.append("⚠ MISALIGNED DRAFT: almost no draft token is accepted", style="bold reverse")
+        elif verdict.best_k is not None and verdict.best_k != k and finite(verdict.best_k_speedup):
+            better = "speculation off" if verdict.best_k == 0 else f"k={verdict.best_k}"
+            notes.append(f"{better} would give {speedup(verdict.best_k_speedup)}", style="bold")
+        if view.sweep is not None and view.sweep.throughput_crossing is not None:
+            running = figures.running if figures else None
+            if notes.cell_len:
+                notes.append("  ")
+            notes.append(f"sweep crossover {view.sweep.throughput_crossing:.0f} running (now {num(running)})")
+        lines.append(notes)  # always a line, even empty: the panel's height stays put
+        return Group(*lines)
+
+    def _unconfigured(self, view: DashboardView, width: int) -> RenderableType:
+        verdict = view.state.verdict
+        figures = view.figures
+        lines = [Text("speculation is not configured", style="bold")]
+        needed = verdict.required_acceptance_length
+        line = Text("would pay above L ", style="dim")
+        line.append(num(needed, 2), style="bold")
+        line.append(f" at k={UNCONFIGURED_K} (at most {UNCONFIGURED_K + 1})", style="dim")
+        lines.append(line)
+        gauge_width = max(8, min(40, width - 22))
+        g = Text("need  ", style="dim")
+        g.append_text(length_gauge(None, needed, UNCONFIGURED_K, gauge_width))
+        g.append(f" {UNCONFIGURED_K + 1}", style="dim")
+        lines.append(g)
+        lines.append(Text("typical: n-gram 1.3–1.6, EAGLE-3 2.5–3.5", style="dim"))
+        if figures is not None:
+            lines.append(Text(f"at {num(figures.running)} running, {num(figures.tokens_per_step_mean)} tokens per step",
+                              style="dim"))
+        return Group(*lines)

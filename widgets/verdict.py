@@ -1,0 +1,169 @@
+"""The verdict banner: ON / OFF / HOLD / UNKNOWN in large type, how sure, what it buys, and why.
+
+It is the one panel that is always on screen, at every size: the answer to "should speculation be
+on, and why" must never need a scroll or a tab switch.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.widgets.format import bar, finite, num, pct, speedup
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+# Three-row block letters for the four verdict words. They read without colour (NO_COLOR).
+GLYPHS = {
+    "O": ("█▀█", "█ █", "▀▀▀"),
+    "N": ("█▄ █", "█ ▀█", "▀  ▀"),
+    "F": ("█▀▀", "█▀ ", "▀  "),
+    "H": ("█ █", "█▀█", "▀ ▀"),
+    "L": ("█  ", "█  ", "▀▀▀"),
+    "D": ("█▀▄", "█ █", "▀▀ "),
+    "U": ("█ █", "█ █", "▀▀▀"),
+    "K": ("█ ▄▀", "█▀▄ ", "▀  ▀"),
+    "W": ("█   █", "█ █ █", "▀▀▀▀▀"),
+}
+
+WORDS = {"on": "ON", "off": "OFF", "hold": "HOLD", "unknown": "UNKNOWN"}
+
+# What each word asks of the operator, in a few words under the letters.
+MEANING = {
+    "on": "speculation pays at this load",
+    "off": "speculation costs at this load",
+    "hold": "near break-even: keep the current setting",
+    "unknown": "not enough data to judge",
+}
+
+# The same words for a node without speculation, where ON means "turning it on would pay".
+UNCONFIGURED_MEANING = {
+    "on": "not configured: turning it on would pay at this load",
+    "off": "not configured: keep it off at this load",
+}
+
+
+def _rounded(value: float | None, digits: int = 2) -> float | None:
+    return round(value, digits) if finite(value) else None
+
+
+def big_word(word: str) -> list[str]:
+    rows = ["", "", ""]
+    for i, letter in enumerate(word):
+        glyph = GLYPHS.get(letter, ("   ", f" {letter} ", "   "))
+        for r in range(3):
+            rows[r] += ("" if i == 0 else " ") + glyph[r]
+    return rows
+
+
+def summary_line(view: DashboardView) -> Text:
+    """Confidence, expected speedup and the break-even, on one line."""
+    verdict = view.state.verdict if view.state is not None else None
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if verdict is None:
+        text.append("no reading yet", style="dim")
+        return text
+    text.append("confidence ", style="dim")
+    text.append(f"{pct(verdict.confidence)} ", style="bold")
+    text.append(bar(verdict.confidence, 8))
+    text.append("   expected ", style="dim")
+    text.append(speedup(verdict.expected_speedup), style="bold")
+    return text
+
+
+def detail_line(view: DashboardView) -> Text:
+    verdict = view.state.verdict if view.state is not None else None
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if verdict is None:
+        return text
+    if verdict.configured and finite(verdict.acceptance_length):
+        text.append("L ", style="dim")
+        text.append(num(verdict.acceptance_length, 2), style="bold")
+        text.append(" vs break-even ", style="dim")
+        text.append(num(verdict.break_even_length, 2), style="bold")
+    elif finite(verdict.required_acceptance_length):
+        text.append("would pay above L ", style="dim")
+        text.append(num(verdict.required_acceptance_length, 2), style="bold")
+    if finite(verdict.crossover_concurrency):
+        text.append("   stops paying above ", style="dim")
+        text.append(f"{verdict.crossover_concurrency:.0f} running", style="bold")
+    bound = verdict.bound.get("state") if verdict.bound else None
+    if bound and bound != "unknown":
+        text.append(f"   {bound}-bound", style="bold")
+    return text
+
+
+def flag_words(flags: tuple[str, ...]) -> list[str]:
+    words = {
+        "misaligned_draft": "⚠ misaligned draft",
+        "prefill_tax": "⚠ prefill-heavy",
+        "ttft_rising": "⚠ TTFT rising",
+        "extrapolated": "⚠ extrapolated",
+        "stale_acceptance": "⚠ stale acceptance",
+        "method_assumed": "? method assumed",
+    }
+    return [words.get(f, f"⚠ {f}") for f in flags]
+
+
+class VerdictBanner(Panel):
+    """ON/OFF/HOLD/UNKNOWN in block letters, beside the confidence, the speedup and the reason."""
+
+    DEFAULT_CSS = """
+    VerdictBanner {
+        height: auto;
+        padding: 0 1;
+    }
+    """
+
+    def show(self, view: DashboardView) -> None:
+        # the class picks the banner's colour in TCSS; the block letters carry the word without it
+        speculation = view.state.verdict.speculation if view.state is not None else "unknown"
+        for name in WORDS:
+            self.set_class(name == speculation, f"-{name}")
+        super().show(view)
+
+    def content_key(self, view: DashboardView) -> object:
+        v = view.state.verdict if view.state is not None else None
+        if v is None:
+            return (None, view.nothing_reachable)
+        return (v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), _rounded(v.break_even_length),
+                _rounded(v.acceptance_length), _rounded(v.required_acceptance_length),
+                _rounded(v.crossover_concurrency, 0), v.bound.get("state") if v.bound else None, v.flags,
+                v.reasons[:1], v.configured, view.nothing_reachable)
+
+    def layout_key(self, view: DashboardView) -> object:
+        v = view.state.verdict if view.state is not None else None
+        # The reason wraps: only a change in its number of lines (at this width) needs a relayout.
+        # Its numbers change every poll; a relayout repaints the whole screen.
+        reason = v.reasons[0] if v is not None and v.reasons else ""
+        width = max(10, self.content_size.width or 80)
+        lines = len(Text("▶ " + reason).wrap(self.app.console, width)) if reason else 1
+        return (lines, view.nothing_reachable, width)
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        verdict = view.state.verdict if view.state is not None else None
+        speculation = verdict.speculation if verdict is not None else "unknown"
+        word = WORDS.get(speculation, speculation.upper())
+        letters = big_word(word)
+        right: list[Text] = [summary_line(view), detail_line(view)]
+        words = MEANING.get(speculation, "")
+        if verdict is not None and not verdict.configured and speculation in UNCONFIGURED_MEANING:
+            words = UNCONFIGURED_MEANING[speculation]
+        meaning = Text(words, style="italic", no_wrap=True, overflow="ellipsis")
+        if verdict is not None and verdict.flags:
+            meaning.append("   " + "  ".join(flag_words(verdict.flags)), style="bold")
+        right.append(meaning)
+        letters_width = max(len(r) for r in letters)
+        lines: list[Text] = []
+        for r in range(3):
+            row = Text(letters[r].ljust(letters_width) + "  ", style="bold", no_wrap=True, overflow="ellipsis")
+            row.append_text(right[r])
+            row.truncate(width, overflow="ellipsis")
+            lines.append(row)
+        reason = verdict.reasons[0] if verdict is not None and verdict.reasons else "waiting for the first reading"
+        # The first reason is the one the advisor leads with; it may wrap to a second line at 80 columns.
+        lines.append(Text("▶ " + reason, style="bold"))
+        if view.nothing_reachable:
+            lines.append(Text("Nothing to read here? `specwatch demo` plays a recorded node with no GPU and no server.",
+                              style="italic"))
+        return Group(*lines)

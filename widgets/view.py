@@ -1,0 +1,188 @@
+"""What the panels render: one immutable DashboardView per refresh, and the bounded history behind
+the trend charts.
+
+The app builds a DashboardView from the Monitor's states after each poll; panels get it and derive
+their text from it alone. Nothing here does I/O or reads a clock: times are the Snapshots' own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from specwatch.hardware import GpuSpec
+from specwatch.monitor import TargetState, VerdictChange
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, TargetSample
+from specwatch.window import EngineFigures
+
+# The trend series, in the order the trends panel draws them: (key, label, unit words).
+SERIES = (
+    ("running", "running", "concurrency"),
+    ("tokens_per_s", "tokens/s", "generated"),
+    ("tpot_s", "TPOT", "mean"),
+    ("acceptance_length", "L", "accept len"),
+    ("expected_speedup", "speedup", "expected"),
+    ("dram", "DRAM", "bandwidth"),
+    ("tensor", "tensor", "activity"),
+)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """The header's account of where the data come from."""
+
+    kind: str  # LIVE, REPLAY, PROMETHEUS
+    description: str
+    synthetic: bool = False
+    paused: bool = False
+    ended: bool = False
+    interval_s: float = 1.0
+    replay_speed: float | None = None
+    recording: str | None = None  # the path being recorded to
+
+
+@dataclass(frozen=True)
+class SweepMarker:
+    """The measured crossover of a `specwatch sweep` run, shown against the live concurrency."""
+
+    throughput_crossing: float | None
+    tpot_crossing: float | None
+    label: str = "sweep"
+
+    @classmethod
+    def from_results(cls, results: Any) -> SweepMarker | None:
+        """From the specwatch.sweep/1 JSON (a dict) or any object with a `crossing` mapping."""
+        if results is None:
+            return None
+        if isinstance(results, SweepMarker):
+            return results
+        crossing = results.get("crossing") if isinstance(results, dict) else getattr(results, "crossing", None)
+        if not isinstance(crossing, dict):
+            return None
+
+        def number(key: str) -> float | None:
+            value = crossing.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        return cls(number("throughput"), number("tpot"))
+
+
+class History:
+    """The last `minutes` of each trend series for one target (or the node's GPUs), by data time."""
+
+    def __init__(self, minutes: float = 10.0) -> None:
+        self.seconds = minutes * 60.0
+        self.series: dict[str, deque[tuple[float, float | None]]] = {key: deque() for key, _, _ in SERIES}
+        self.latest_time: float | None = None
+
+    def add(self, time: float, values: dict[str, float | None]) -> None:
+        if self.latest_time is not None and time < self.latest_time:
+            # a replay seek or a clock step backwards: start over rather than mix timelines
+            for points in self.series.values():
+                points.clear()
+        self.latest_time = time
+        horizon = time - self.seconds
+        for key, value in values.items():
+            points = self.series.setdefault(key, deque())
+            points.append((time, value))
+            while points and points[0][0] < horizon:
+                points.popleft()
+
+    def points(self, key: str) -> tuple[tuple[float, float | None], ...]:
+        return tuple(self.series.get(key, ()))
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def gpu_means(gpus: Iterable[GpuSample]) -> dict[str, float | None]:
+    live = [g for g in gpus if not g.lost]
+    return {
+        "dram": mean(g.get("dram_bw_util") for g in live),
+        "tensor": mean(g.get("tensor_active") for g in live),
+    }
+
+
+def trend_values(state: TargetState | None, gpus: Iterable[GpuSample]) -> dict[str, float | None]:
+    """One history row for a target: the figures its trend charts follow."""
+    figures = state.window.total if state is not None and state.window is not None else None
+    acc = figures.acceptance if figures is not None else None
+    values: dict[str, float | None] = {
+        "running": figures.running if figures else None,
+        "tokens_per_s": figures.generation_tokens_per_s if figures else None,
+        "tpot_s": figures.tpot_mean_s if figures else None,
+        "acceptance_length": acc.acceptance_length if acc else None,
+        "expected_speedup": state.verdict.expected_speedup if state is not None else None,
+    }
+    values |= gpu_means(gpus)
+    return values
+
+
+@dataclass(frozen=True)
+class DashboardView:
+    """Everything the panels show for the selected target and engine, at one data time."""
+
+    source: SourceInfo
+    time: float | None = None
+    target_urls: tuple[str, ...] = ()
+    target_index: int = 0
+    state: TargetState | None = None
+    target: TargetSample | None = None
+    engine_keys: tuple[str, ...] = ()
+    engine: str | None = None  # None: all engines summed
+    gpus: tuple[GpuSample, ...] = ()
+    sources: tuple[SourceStatus, ...] = ()
+    history: History | None = None
+    events: tuple[VerdictChange, ...] = ()  # newest first
+    method: str | None = None  # what the operator told the advisor (--method)
+    sweep: SweepMarker | None = None
+    gpu_spec: GpuSpec | None = None  # the GPU the advisor reasons about (told, or read from NVML)
+    window_s: float | None = None
+    history_minutes: float = 10.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def url(self) -> str | None:
+        return self.target_urls[self.target_index] if self.target_urls else None
+
+    @property
+    def figures(self) -> EngineFigures | None:
+        """The selected engine's figures, or the target's total."""
+        window = self.state.window if self.state is not None else None
+        if window is None:
+            return None
+        if self.engine is not None:
+            return window.engines.get(self.engine)
+        return window.total
+
+    @property
+    def model_name(self) -> str | None:
+        if self.target is None:
+            return None
+        for e in self.target.engines:
+            if e.model_name:
+                return e.model_name
+        return None
+
+    @property
+    def nothing_reachable(self) -> bool:
+        """No target answered and no GPU was read: the screen should point to `specwatch demo`."""
+        targets_down = self.target is None or not self.target.ok
+        return targets_down and not self.gpus
+
+
+def initial_view(source: SourceInfo) -> DashboardView:
+    return DashboardView(source=source)
+
+
+def snapshot_engine_keys(snapshot: Snapshot | None, url: str | None) -> tuple[str, ...]:
+    """Engine keys as the Window names them (model/engine), for the engine selector."""
+    if snapshot is None or url is None:
+        return ()
+    target = snapshot.target(url)
+    if target is None:
+        return ()
+    return tuple(e.engine if e.model_name is None else f"{e.model_name}/{e.engine}" for e in target.engines)
