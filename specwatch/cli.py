@@ -304,13 +304,33 @@ def run_replay_tui(args: argparse.Namespace) -> int:
     return run_app(source, monitor, title="specwatch replay")
 
 
+def build_demo(scenarios: Sequence[Any], args: argparse.Namespace) -> tuple[Any, Any]:
+    """The source and Monitor that play `scenarios` (bundled recordings) one after another.
+
+    One scenario loops on its own; several play in turn, each target tagged with its scenario's name
+    and judged under the advisor settings its recording was made with."""
+    from specwatch.collectors.replay import PlaylistSource, ReplaySource
+    from specwatch.replaycli import replay_advisor_config, replay_monitor
+
+    sources = [ReplaySource(s.path, speed=args.speed, loop=len(scenarios) == 1) for s in scenarios]
+    monitor = replay_monitor(sources[0].header, args)
+    if len(sources) == 1:
+        return sources[0], monitor
+    names = [s.name for s in scenarios]
+    monitor.target_configs = {
+        PlaylistSource.target_url(url, name): replay_advisor_config(src.header, args)
+        for src, name in zip(sources, names)
+        for url in {t.url for snap in src.recording.snapshots[:1] for t in snap.targets}
+    }
+    return PlaylistSource(sources, names), monitor
+
+
 def run_demo_tui(args: argparse.Namespace) -> int:
     """The dashboard over the bundled scenarios, one after another, looping, each labelled real or
     synthetic. --scenario plays just one."""
     from specwatch.app import run_app
-    from specwatch.collectors.replay import PlaylistSource, ReplaySource
     from specwatch.recording import RecordingError
-    from specwatch.replaycli import list_scenarios, replay_advisor_config, replay_monitor
+    from specwatch.replaycli import list_scenarios
 
     scenarios = list_scenarios()
     if args.scenario:
@@ -326,20 +346,7 @@ def run_demo_tui(args: argparse.Namespace) -> int:
         print("specwatch demo: no bundled scenarios found (is the package installed completely?)", file=sys.stderr)
         return EXIT_UNREADABLE
     try:
-        sources = [ReplaySource(s.path, speed=args.speed, loop=len(scenarios) == 1) for s in scenarios]
-        monitor = replay_monitor(sources[0].header, args)
-        if len(sources) > 1:
-            names = [s.name for s in scenarios]
-            source: Any = PlaylistSource(sources, names)
-            # each scenario is judged under the settings its recording was made with
-            monitor.target_configs = {
-                PlaylistSource.target_url(url, name): replay_advisor_config(src.header, args)
-                for src, name in zip(sources, names)
-                for url in {t.url for snap in src.recording.snapshots[:1] for t in snap.targets}
-                | set(src.header.targets)
-            }
-        else:
-            source = sources[0]
+        source, monitor = build_demo(scenarios, args)
     except (RecordingError, OSError, ValueError) as exc:
         print(f"specwatch demo: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
