@@ -472,7 +472,15 @@ class SpecwatchApp(App[int]):
         self.call_after_refresh(self.refresh_visible)
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self.refresh_visible)
+        # A resize can cross a breakpoint and show panels that were hidden until now: once the new
+        # classes apply (after this refresh), hand them the view and lay every shown panel out anew.
+        self.call_after_refresh(self._after_resize)
+
+    def _after_resize(self) -> None:
+        self.refresh_visible(force=True)
+        for panel in self.panels():
+            if self.is_shown(panel):
+                panel.refresh(layout=True)
 
     def on_screen_resume(self) -> None:
         self.call_after_refresh(self.refresh_visible)

@@ -489,8 +489,15 @@ def snapshot_app(node: SyntheticNode, load: list[float]) -> SpecwatchApp:
 
 
 async def _played_out(pilot) -> None:
-    await until(pilot, lambda: pilot.app.ended, "the source ended")
-    await pilot.pause()
+    """Determinism: the source has ended, every panel on screen holds the final view, and the
+    layout has settled (a panel whose line count changed is laid out on a later refresh)."""
+    app = pilot.app
+    await until(pilot, lambda: app.ended, "the source ended")
+    await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                "every panel on screen shows the final view")
+    for _ in range(5):
+        await pilot.pause(0.05)
+    await pilot.wait_for_scheduled_animations()
 
 
 @pytest.mark.parametrize(
