@@ -927,6 +927,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process_group(proc: subprocess.Popen | None, timeout_s: float = 30.0) -> None:
+    """SIGTERM to a process group started with start_new_session, SIGKILL after `timeout_s`, then
+    make sure the group is gone: vLLM's engine core can outlive its API server for a moment."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class LaunchedServer:
     """One vLLM API server started here: `python -m vllm.entrypoints.openai.api_server` (the module,
     not the `vllm` script, which some distributions do not install), no shell, its own process
@@ -990,22 +1010,7 @@ class LaunchedServer:
         raise SweepError(f"vLLM was not ready within {self.start_timeout_s:g} s; the end of its log:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM to the group, SIGKILL after `timeout_s`, then make sure the group is gone."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_process_group(self.proc, timeout_s)
         self.proc = None
 
     def log_tail(self, lines: int = 40) -> str:
@@ -1079,7 +1084,8 @@ def bench_side(data: Any, name: str) -> tuple[int, dict[str, Any]]:
     if isinstance(per_position, list) and per_position:
         k = len(per_position)
     elif _number(data, "spec_decode_num_drafts") and _number(data, "spec_decode_draft_tokens"):
-        k = max(1, round(data["spec_decode_draft_tokens"] / data["spec_decode_num_drafts"]))
+        ratio = data["spec_decode_draft_tokens"] / data["spec_decode_num_drafts"]
+        k = max(1, round(ratio)) if math.isfinite(ratio) else None  # 5 / 1e-320 is inf
     rate = _number(data, "spec_decode_acceptance_rate")
     total_in = _number(data, "total_input_tokens")
     failed = _number(data, "failed")
@@ -1132,7 +1138,7 @@ def load_bench_dir(directory: str | Path) -> tuple[dict[int, dict], list[str]]:
                 raise SweepFileError(f"{path}: larger than {MAX_BENCH_FILE_BYTES} bytes")
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise SweepFileError(f"{path}: not valid JSON ({exc})") from None
             concurrency, side = bench_side(data, str(path))
         except SweepFileError as exc:
@@ -1196,7 +1202,7 @@ def load_sweep(path: str | Path) -> dict:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SweepFileError(f"cannot read the sweep file {file}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SweepFileError(f"{file}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise SweepFileError(f"{file}: not a specwatch sweep (schema {SCHEMA} expected)")
@@ -1207,6 +1213,13 @@ def load_sweep(path: str | Path) -> dict:
     crossing = data.get("crossing")
     if not isinstance(crossing, dict) or not {"throughput", "tpot"} <= set(crossing):
         raise SweepFileError(f"{file}: 'crossing' must hold throughput and tpot")
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in crossing.values()):
+        raise SweepFileError(f"{file}: 'crossing' values must be numbers or null")
+    if not all(isinstance(t["concurrency"], (int, float)) and not isinstance(t["concurrency"], bool)
+               and math.isfinite(t["concurrency"]) for t in tiers):
+        raise SweepFileError(f"{file}: every tier's concurrency must be a finite number")
+    if not isinstance(data.get("crossing_state") or {}, dict):
+        raise SweepFileError(f"{file}: 'crossing_state' must be an object")
     return data
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -133,22 +132,9 @@ class VllmServer:
         raise RuntimeError(f"vLLM did not start after {retries + 1} attempts; log:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-        # the engine core can outlive its parent for a moment; make sure the group is gone
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        from specwatch.sweep import stop_process_group
+
+        stop_process_group(self.proc, timeout_s)
         self.proc = None
 
     def restart(self, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
