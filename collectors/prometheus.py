@@ -71,7 +71,7 @@ class PrometheusClient:
     """Instant queries against one Prometheus server, with one pooled connection."""
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0,
-                 verify: bool | str = True) -> None:
+                 verify: Any = True) -> None:
         self.url = _base_url(url)
         headers = {"Accept": "application/json", "User-Agent": "specwatch"}
         if token:
@@ -94,7 +94,7 @@ class PrometheusClient:
             return QueryResult(state, message.replace(f"vLLM at {self.url}", where))
         try:
             body = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if isinstance(body, dict) and body.get("status") == "error":
             # Prometheus answers a bad query with 400/422 and its own words: pass them on
@@ -105,23 +105,33 @@ class PrometheusClient:
                                              "(is this the Prometheus base URL?)")
         if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), dict):
             return QueryResult("not_prometheus", f"{where}: the answer is not Prometheus' query API JSON")
-        data = body["data"]
-        warnings = tuple(str(w) for w in body.get("warnings", ()))
-        kind = data.get("resultType")
-        if kind == "scalar":
-            return QueryResult("ok", samples=(PromSample({}, _value(data.get("result", [0, "NaN"])[1])),),
-                               warnings=warnings)
-        if kind != "vector":
-            return QueryResult("not_prometheus", f"{where}: expected an instant vector, got {kind!r}")
-        samples = []
-        for item in data.get("result", ()):
-            try:
-                samples.append(PromSample(dict(item["metric"]), _value(item["value"][1])))
-            except (KeyError, IndexError, TypeError):
-                return QueryResult("not_prometheus", f"{where}: a malformed series in the answer")
-        return QueryResult("ok", samples=tuple(samples), warnings=warnings)
+        try:
+            return _decode(body, where)
+        except (KeyError, IndexError, TypeError, ValueError):
+            # a "result" or "warnings" that is not a list, labels that are not an object, ...
+            return QueryResult("not_prometheus", f"{where}: a malformed series in the answer")
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _decode(body: dict[str, Any], where: str) -> QueryResult:
+    """A success answer of the query API → QueryResult; raises KeyError/IndexError/TypeError/ValueError
+    on a malformed one (the caller turns that into not_prometheus)."""
+    data = body["data"]
+    warnings = tuple(str(w) for w in body.get("warnings") or ())
+    kind = data.get("resultType")
+    if kind == "scalar":
+        return QueryResult("ok", samples=(PromSample({}, _value(data.get("result", [0, "NaN"])[1])),),
+                           warnings=warnings)
+    if kind != "vector":
+        return QueryResult("not_prometheus", f"{where}: expected an instant vector, got {kind!r}")
+    samples = []
+    for item in data.get("result") or ():
+        metric = item["metric"]
+        if not isinstance(metric, dict):
+            raise TypeError("series labels are not an object")
+        samples.append(PromSample({str(k): str(v) for k, v in metric.items()}, _value(item["value"][1])))
+    return QueryResult("ok", samples=tuple(samples), warnings=warnings)

@@ -87,8 +87,29 @@ class VllmTarget:
         return cls(base, metrics)
 
 
+def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
+    """TLS verification as httpx takes it: True (the system CAs), False (--insecure), or a context
+    holding the CA file. A CA file that is missing or not PEM raises ValueError saying so, before any
+    connection (httpx would raise FileNotFoundError or SSLError from inside the first scrape)."""
+    if not isinstance(verify, str):
+        return verify
+    try:
+        return ssl.create_default_context(cafile=verify)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ValueError(f"cannot use the CA file {verify}: {why}") from None
+
+
+def verify_from_flags(insecure: bool, ca_file: str | None) -> bool | ssl.SSLContext:
+    """--insecure / --ca-file as httpx's `verify`: verification is on unless explicitly turned off.
+    A bad CA file raises ValueError with a clear message (see tls_verify)."""
+    if insecure:
+        return False
+    return tls_verify(ca_file) if ca_file else True
+
+
 def make_client(
-    token: str | None = None, verify: bool | str = True, timeout_s: float = DEFAULT_TIMEOUT_S
+    token: str | None = None, verify: bool | str | ssl.SSLContext = True, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> httpx.AsyncClient:
     """One client for all targets: connections are reused between polls."""
     headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": "specwatch"}
@@ -96,7 +117,7 @@ def make_client(
         headers["Authorization"] = f"Bearer {token}"
     return httpx.AsyncClient(
         headers=headers,
-        verify=verify,
+        verify=tls_verify(verify),
         timeout=httpx.Timeout(timeout_s),
         follow_redirects=False,
         trust_env=False,
@@ -169,8 +190,19 @@ async def scrape_target(
 ) -> TargetSample:
     """One scrape of one target. Never raises for anything the network or the payload does."""
     started = time.perf_counter()
+    deadline_s = _deadline_s(client)
     try:
-        response = await _get_bounded(client, target.metrics_url, max_bytes)
+        # httpx's timeout bounds each read, not the whole answer: a server trickling a byte a second
+        # (a slow-loris /metrics) would hold the scrape forever. The deadline bounds all of it.
+        async with asyncio.timeout(deadline_s):
+            response = await _get_bounded(client, target.metrics_url, max_bytes)
+    except TimeoutError:
+        return TargetSample(
+            target.url, "timeout",
+            f"vLLM at {target.url}: no answer within the timeout (all of /metrics must arrive within "
+            f"{deadline_s:g} s)",
+            version=target.info.version,
+        )
     except PayloadTooLarge as exc:
         return TargetSample(
             target.url, "payload_too_large",
@@ -211,9 +243,25 @@ async def scrape_target(
     )
 
 
+def _deadline_s(client: httpx.AsyncClient) -> float:
+    """The whole-request deadline: the client's timeout (the --timeout the user gave)."""
+    t = client.timeout
+    values = [v for v in (t.read, t.connect, t.write, t.pool) if v is not None]
+    return max(values) if values else DEFAULT_TIMEOUT_S
+
+
 async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
     """/version once; /server_info too, which only answers with VLLM_SERVER_DEV_MODE=1 and is the
-    only place the speculation method and draft model can be read (vllm.md §2)."""
+    only place the speculation method and draft model can be read (vllm.md §2). Each is bounded by
+    the same whole-request deadline as /metrics."""
+    try:
+        async with asyncio.timeout(_deadline_s(client)):
+            await _probe_target_info(client, target)
+    except TimeoutError:
+        target.info.probed = False  # try again on a later poll
+
+
+async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
     target.info.probed = True
     try:
         r = await client.get(target.url + "/version")
@@ -257,7 +305,7 @@ class VllmSource:
     ) -> None:
         self.targets = [VllmTarget.from_url(u) for u in urls]
         self.max_bytes = max_bytes
-        self._client_args = (token, verify, timeout_s)
+        self._client_args = (token, tls_verify(verify), timeout_s)  # a bad CA file fails here
         self._client: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> VllmSource:

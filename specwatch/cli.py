@@ -171,15 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _source_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Token and TLS settings from the flags; raises TokenError with a clear message."""
-    from specwatch.collectors.vllm import read_token
+    """Token and TLS settings from the flags; raises TokenError or ValueError with a clear message."""
+    from specwatch.collectors.vllm import read_token, verify_from_flags
 
     token = read_token(args.token_env, args.token_file)
-    verify: bool | str = True
-    if args.insecure:
-        verify = False
-    elif args.ca_file:
-        verify = args.ca_file
+    verify = verify_from_flags(args.insecure, args.ca_file)
     return {"token": token, "verify": verify, "timeout_s": args.timeout, "max_bytes": args.max_bytes}
 
 

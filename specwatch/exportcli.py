@@ -191,7 +191,7 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_fleet(args: argparse.Namespace) -> int:
     from specwatch.collectors.prometheus import PrometheusClient
-    from specwatch.collectors.vllm import TokenError, read_token
+    from specwatch.collectors.vllm import TokenError, read_token, verify_from_flags
     from specwatch.fleet import FleetApp
 
     if args.refresh <= 0 or args.timeout <= 0:
@@ -199,7 +199,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         token = read_token(args.token_env, args.token_file)
-        verify: bool | str = False if args.insecure else (args.ca_file or True)
+        verify = verify_from_flags(args.insecure, args.ca_file)
         client = PrometheusClient(args.prometheus, token=token, timeout_s=args.timeout, verify=verify)
     except TokenError as exc:
         print(f"specwatch fleet: {exc}", file=sys.stderr)

@@ -71,6 +71,15 @@ START_TIME_FAMILY = "process_start_time_seconds"
 CACHE_INFO_FAMILY = "vllm:cache_config_info"
 # The numeric cache_config_info labels kept, as gauges named "<family>:<label>".
 CACHE_INFO_LABELS = ("num_gpu_blocks", "block_size", "kv_cache_size_tokens")
+# Draft positions beyond this are ignored: vLLM creates one per speculative token (k is a few, at most
+# tens), and a bogus `position="9999999"` must not make a per-position tuple of millions of entries.
+MAX_POSITIONS = 256
+
+
+def _ascii_int(text: str) -> int | None:
+    """A label value that is a plain decimal number (ASCII digits only), or None. str.isdigit alone
+    admits "²" and other digits that int() and float() refuse."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 # The families without which a payload is not a usable vLLM scrape: at least one of each group.
 REQUIRED_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -232,7 +241,9 @@ def _select_line_by_line(text: str) -> list[Sample]:
     samples: list[Sample] = []
     wanted_lines: list[str] = []
     needs_fallback = False
-    for line in text.splitlines():
+    # Split on "\n" alone, as prometheus_client does: str.splitlines() also breaks at \x1c-\x1e,
+    # \x85 and \u2028, which may sit inside a label value.
+    for line in text.split("\n"):
         line = line.strip()  # as prometheus_client does
         if not line or line[0] == "#":
             continue
@@ -255,11 +266,14 @@ def _select_line_by_line(text: str) -> list[Sample]:
 def _parse_with_prometheus_client(lines: list[str]) -> list[Sample]:
     # Without the TYPE lines prometheus_client treats every sample as its own untyped family, which
     # keeps sample names exactly as exposed: what the fast path produces too.
+    # A wanted family's block also holds series specwatch never reads (`_created`): dropped here, as
+    # the fast path drops them, or build_engines would meet a name it does not know.
     try:
         return [
             make_sample(s.name, dict(s.labels), float(s.value))
             for family in text_string_to_metric_families("\n".join(lines) + "\n")
             for s in family.samples
+            if s.name in SAMPLE_NAMES
         ]
     except Exception as exc:  # prometheus_client raises ValueError, but also IndexError/KeyError
         raise ExpositionError(f"malformed line in a vLLM family: {exc}") from exc
@@ -335,9 +349,9 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
         if family == CACHE_INFO_FAMILY:
             # it carries `engine` but no `model_name`: joined to the engines below
             cache_info[labels.get("engine", "0")] = {
-                f"{family}:{label}": float(labels[label])
+                f"{family}:{label}": float(number)
                 for label in CACHE_INFO_LABELS
-                if labels.get(label, "").isdigit()
+                if (number := _ascii_int(labels.get(label, ""))) is not None
             }
             continue
         key = (labels.get("model_name"), labels.get("engine", "0"))
@@ -353,7 +367,8 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
 
 def _engine_order(key: tuple[str | None, str]) -> tuple[str, int, str]:
     model, engine = key
-    return (model or "", int(engine) if engine.isdigit() else 1 << 30, engine)
+    number = _ascii_int(engine)
+    return (model or "", number if number is not None else 1 << 30, engine)
 
 
 class _EngineBuilder:
@@ -374,9 +389,9 @@ class _EngineBuilder:
             return
         kind = WANTED[family]
         if family == PER_POSITION_FAMILY:
-            pos = labels.get("position", "")
-            if pos.isdigit():
-                self.per_position[int(pos)] = self.per_position.get(int(pos), 0.0) + value
+            pos = _ascii_int(labels.get("position", ""))
+            if pos is not None and pos < MAX_POSITIONS:
+                self.per_position[pos] = self.per_position.get(pos, 0.0) + value
             return
         if kind == COUNTER:
             # series with extra labels (finished_reason, ...) are summed into the family total

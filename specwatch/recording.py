@@ -417,7 +417,7 @@ def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
 def _parse_header(path: Path, line: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly nested JSON
         obj = None
     if not isinstance(obj, dict) or obj.get("kind") != HEADER_KIND:
         raise RecordingError(f"{path} is not a specwatch recording (a gzip file, but without a specwatch header)")
@@ -439,7 +439,7 @@ def _header_from_dict(path: Path, d: dict[str, Any]) -> RecordingHeader:
             snapshot_version=int(d["snapshot_version"]),
             format_version=int(d["format_version"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: int(1e999)
         raise RecordingError(f"{path} has a malformed header ({exc!s})") from None
 
 
@@ -460,7 +460,7 @@ class _SnapshotDecoderV1:
             gpus = self._entries(obj, "gpus", GpuSample.from_dict)
             sources = self._entries(obj, "sources", SourceStatus.from_dict)
             return Snapshot(time=float(obj["time"]), targets=targets, gpus=gpus, sources=sources)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
             raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
 
     def _entries(self, obj: dict[str, Any], name: str, decode: Callable[[Any], Any]) -> tuple[Any, ...]:
@@ -493,7 +493,7 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
             decoder.reset()
         try:
             obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             warnings.append(f"{path} has an unreadable line after {format_time(last_time)}: replayed up to it")
             return
         if isinstance(obj, dict) and obj.get("kind") == HEADER_KIND:

@@ -752,7 +752,7 @@ class LiveSweep:
     """Drives the tiers against the endpoints and keeps the record up to date."""
 
     def __init__(self, record: SweepRecord, plan: SweepPlan, prompts: Sequence[loadgen.Prompt],
-                 request: loadgen.RequestSettings, *, token: str | None = None, verify: bool | str = True,
+                 request: loadgen.RequestSettings, *, token: str | None = None, verify: Any = True,
                  progress: ProgressFn | None = _stderr_progress,
                  on_tier: Callable[[SweepRecord], None] | None = None) -> None:
         self.record = record

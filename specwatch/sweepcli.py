@@ -267,10 +267,10 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
                                           timeout_s=args.request_timeout)
         plan = sw.SweepPlan(tiers=tuple(args.tiers), requests=args.requests, duration_s=args.duration,
                             warmup=args.warmup, scrape_interval_s=args.scrape_interval)
-        from specwatch.collectors.vllm import TokenError, read_token
+        from specwatch.collectors.vllm import TokenError, read_token, verify_from_flags
 
         token = read_token(args.token_env, args.token_file)
-        verify: bool | str = False if args.insecure else (args.ca_file or True)
+        verify = verify_from_flags(args.insecure, args.ca_file)
         if mode == "urls":
             from specwatch.collectors.vllm import normalise_url
 
