@@ -32,27 +32,13 @@ except ImportError:  # pragma: no cover - the fallback
 
 if atheris is not None:
     with atheris.instrument_imports(include=["specwatch"]):
-        from specwatch.exposition import SAMPLE_NAMES, ExpositionError, full_parse_samples, parse_payload, select_samples
+        from specwatch.exposition import ExpositionError, full_parse_samples, parse_payload, same_values, samples_by_series, select_samples
 else:
-    from specwatch.exposition import SAMPLE_NAMES, ExpositionError, full_parse_samples, parse_payload, select_samples
+    from specwatch.exposition import ExpositionError, full_parse_samples, parse_payload, same_values, samples_by_series, select_samples
 
 STATS = {"inputs": 0, "crashes": 0, "mismatches": 0, "rejected": 0, "accepted": 0}
 LIMITS = {"runs": 200_000, "seconds": 120.0}
 STARTED = time.monotonic()
-
-
-def _keyed(samples):
-    out = {}
-    for s in samples:
-        if s.name in SAMPLE_NAMES:
-            family, role = SAMPLE_NAMES[s.name]
-            out[(family, role, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def _same(a, b):
-    return a.keys() == b.keys() and all(
-        (math.isnan(a[k]) and math.isnan(b[k])) or a[k] == b[k] for k in a)
 
 
 def _save(kind: str, data: bytes, why: str) -> None:
@@ -82,15 +68,15 @@ def test_one_input(data: bytes) -> None:
         STATS["crashes"] += 1
         _save("crash", data, f"{type(exc).__name__}: {exc}")
     try:
-        oracle = _keyed(full_parse_samples(text))
+        oracle = samples_by_series(full_parse_samples(text))
     except Exception:  # noqa: BLE001 - the oracle refuses the payload: nothing to compare
         oracle = None
     if oracle is not None:
         try:
-            fast = _keyed(select_samples(text))
+            fast = samples_by_series(select_samples(text))
         except ExpositionError:
             fast = None
-        if fast is None or not _same(fast, oracle):
+        if fast is None or not same_values(fast, oracle):
             STATS["mismatches"] += 1
             _save("mismatch", data, "select_samples differs from prometheus_client")
     if STATS["inputs"] >= LIMITS["runs"] or time.monotonic() - STARTED >= LIMITS["seconds"]:

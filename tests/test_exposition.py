@@ -4,29 +4,18 @@ import pytest
 
 from payloads import DOCS_EXAMPLE, NGRAM_K4, multi_engine_payload, read
 from specwatch.exposition import (
-    SAMPLE_NAMES,
     ExpositionError,
     full_parse_samples,
     parse_payload,
+    same_values,
+    samples_by_series,
     select_samples,
 )
 
 
-def _keyed(samples):
-    """(family, role, labels) → value, so a counter exposed as `x` or `x_total` compares alike."""
-    out = {}
-    for s in samples:
-        if s.name in SAMPLE_NAMES:
-            family, role = SAMPLE_NAMES[s.name]
-            out[(family, role, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def _assert_identical(fast, oracle):
     assert fast.keys() == oracle.keys()
-    for key, value in oracle.items():
-        got = fast[key]
-        assert (math.isnan(got) and math.isnan(value)) or got == value, key
+    assert same_values(fast, oracle), [k for k in oracle if not same_values({k: fast[k]}, {k: oracle[k]})]
 
 
 PAYLOADS = {
@@ -39,8 +28,8 @@ PAYLOADS = {
 @pytest.mark.parametrize("name", PAYLOADS)
 def test_fast_path_values_identical_to_prometheus_client(name):
     text = PAYLOADS[name]()
-    fast = _keyed(select_samples(text))
-    oracle = _keyed(full_parse_samples(text))
+    fast = samples_by_series(select_samples(text))
+    oracle = samples_by_series(full_parse_samples(text))
     assert len(oracle) > 10
     _assert_identical(fast, oracle)
 
@@ -60,7 +49,7 @@ def test_lines_outside_the_canonical_shape_still_match_the_oracle(odd_line):
     text = read(NGRAM_K4).replace(
         'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0', odd_line
     )
-    _assert_identical(_keyed(select_samples(text)), _keyed(full_parse_samples(text)))
+    _assert_identical(samples_by_series(select_samples(text)), samples_by_series(full_parse_samples(text)))
 
 
 def test_real_sample_engine_figures():
@@ -143,12 +132,12 @@ def test_ungrouped_family_still_matches_the_oracle():
     text = text.replace("# TYPE python_info gauge\n", "# TYPE python_info gauge\n" + moved.replace("0.0", "7.0") + "\n")
     samples = select_samples(text)
     assert any(s.name == "vllm:num_requests_waiting" and s.value == 7.0 for s in samples)
-    _assert_identical(_keyed(samples), _keyed(full_parse_samples(text)))
+    _assert_identical(samples_by_series(samples), samples_by_series(full_parse_samples(text)))
 
 
 def test_crlf_payload_matches_the_oracle():
     text = read(NGRAM_K4).replace("\n", "\r\n")
-    _assert_identical(_keyed(select_samples(text)), _keyed(full_parse_samples(text)))
+    _assert_identical(samples_by_series(select_samples(text)), samples_by_series(full_parse_samples(text)))
 
 
 def test_non_finite_values_are_kept_out_of_engine_samples():

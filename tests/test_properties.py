@@ -22,26 +22,17 @@ from specwatch.exposition import (
     ExpositionError,
     full_parse_samples,
     parse_payload,
+    same_values,
+    samples_by_series,
     select_samples,
 )
 
 # -- the oracle comparison (as in tests/test_exposition.py) -----------------------------------------
 
 
-def _keyed(samples):
-    out = {}
-    for s in samples:
-        if s.name in SAMPLE_NAMES:
-            family, role = SAMPLE_NAMES[s.name]
-            out[(family, role, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
 def _assert_identical(fast, oracle):
     assert fast.keys() == oracle.keys()
-    for key, value in oracle.items():
-        got = fast[key]
-        assert (math.isnan(got) and math.isnan(value)) or got == value, key
+    assert same_values(fast, oracle), [k for k in oracle if not same_values({k: fast[k]}, {k: oracle[k]})]
 
 
 # -- generators ---------------------------------------------------------------------------------------
@@ -157,8 +148,8 @@ def exposition(draw) -> str:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(exposition())
 def test_select_samples_equals_prometheus_client_on_every_sample(text):
-    oracle = _keyed(full_parse_samples(text))
-    fast = _keyed(select_samples(text))
+    oracle = samples_by_series(full_parse_samples(text))
+    fast = samples_by_series(select_samples(text))
     _assert_identical(fast, oracle)
     if "\x00" in text:
         return  # parse_payload refuses any NUL as a binary payload, by design
