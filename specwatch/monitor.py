@@ -31,6 +31,7 @@ class TargetState:
     url: str
     window: TargetWindow | None
     verdict: Verdict
+    reachable: bool = True  # the target's latest reading succeeded
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,11 @@ class Monitor:
             verdict = self._advisor(target.url).update(tw, snapshot.gpus) if tw is not None \
                 else unknown_verdict("no reading yet", snapshot.time)
             before = self._states.get(target.url)
-            if before is None or before.verdict.speculation != verdict.speculation:
+            # A target going down (or coming back) is news even when the verdict word stays
+            # "unknown": an idle node and a dead one must not look alike in the timeline.
+            if before is None or before.verdict.speculation != verdict.speculation \
+                    or before.reachable != target.ok:
                 changes.append(VerdictChange(snapshot.time, target.url,
                                              before.verdict.speculation if before else None, verdict))
-            self._states[target.url] = TargetState(target.url, tw, verdict)
+            self._states[target.url] = TargetState(target.url, tw, verdict, target.ok)
         return changes
