@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="play a bundled scenario: no GPU and no server needed",
                           description="Play a bundled recording (real or synthetic, and labelled so).")
     add_demo_arguments(demo)
+    # the demo tells a story of minutes: at 10× the first flip comes within a minute (shown as ×10)
+    demo.set_defaults(speed=10.0)
 
     from specwatch.sweepcli import add_sweep_arguments
 
