@@ -13,7 +13,6 @@ mutation loop over the same seeds stands in.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import random
 import sys

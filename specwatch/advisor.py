@@ -150,6 +150,8 @@ class Advisor:
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
         self._gpu_by_name: dict[str, Any] = {}
+        self._draft_cost_cache: tuple[AdvisorConfig, tuple[perf.DraftCost | None, str | None]] | None = None
+        self._datasheet_prior: tuple[Any, Any, tuple[int, str], tuple[perf.HingeParameters, str]] | None = None
         # The running batch sizes the step-time samples came from: where the fit is measured.
         self.observed_batch: tuple[float, float] | None = None
         # What the last verdict rested on, for `tune` to build a schedule from.
@@ -171,6 +173,14 @@ class Advisor:
 
     def _draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
         """r and the canonical method; (None, None) when the method is not known."""
+        cached = self._draft_cost_cache  # a pure function of the (frozen) config
+        if cached is not None and cached[0] is self.config:
+            return cached[1]
+        result = self._compute_draft_cost()
+        self._draft_cost_cache = (self.config, result)
+        return result
+
+    def _compute_draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
         c = self.config
         if c.method is None and c.draft_ratio is None:
             return None, None
@@ -192,9 +202,15 @@ class Advisor:
         """The step-time prior: the datasheet one, or a roofline shape anchored on this node."""
         c = self.config
         if gpu is not None and c.model is not None:
+            # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
+            cached = self._datasheet_prior
+            if cached is not None and cached[0] is gpu and cached[1] is c.model and cached[2] == (c.tp, c.dtype):
+                return cached[3]
             try:
                 prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
-                return prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"
+                result = prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"
+                self._datasheet_prior = (gpu, c.model, (c.tp, c.dtype), result)
+                return result
             except ValueError:
                 pass
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
@@ -236,9 +252,9 @@ class Advisor:
         )
         if stale and self._samples:
             half_life = self.config.sample_half_life_s
+            step_sample = perf.StepSample
             weighted = [
-                perf.StepSample(s.tokens_per_step, s.step_time_s, s.context_tokens,
-                                weight=0.5 ** ((time - t) / half_life))
+                step_sample(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
                 for t, s in self._samples
             ]
             self._fit = perf.fit_step_time(weighted, prior)
@@ -287,9 +303,9 @@ class Advisor:
                                       bound, flags, time, gpu, prior_words)
 
         acc = figures.acceptance
-        life = tw.lifetime.acceptance if tw.lifetime else None
         stale_acceptance = False
         if acc is None or acc.acceptance_length is None:
+            life = tw.lifetime.acceptance if tw.lifetime else None  # computed only when needed
             if life is not None and life.acceptance_length is not None:
                 acc = life
                 stale_acceptance = True

@@ -1,29 +1,48 @@
 """Recordings: Snapshots on disk, append-only, for post-mortems, `replay` and the bundled demo.
 
-Format version 1 (`.swrec`):
+Format version 2 (`.swrec`), written by this specwatch:
 
 - The file is a sequence of gzip members, so `zcat FILE | head` shows it. Each member holds JSON
   Lines and begins with a header line, so every member describes itself:
 
-      {"kind": "specwatch-recording", "format_version": 1, "specwatch_version": "0.1.0",
+      {"kind": "specwatch-recording", "format_version": 2, "specwatch_version": "0.1.0",
        "snapshot_version": 1, "created": 1800000000.0, "host": "gpu-node-7",
        "targets": ["http://localhost:8000"], "gpus": ["NVIDIA H100 80GB HBM3", ...],
        "data": "real" | "synthetic", "notes": "...", "interval_s": 1.0, "advisor": {...}}
 
   then one line per Snapshot: `{"kind": "snapshot", "time": T, "targets": [...], "gpus": [...],
-  "sources": [...]}` with the entries of Snapshot.to_dict(). An entry that is identical to the
-  entry at the same index of the previous Snapshot in the same member is written as the string
-  "same" (entries are otherwise always objects, so the marker cannot be confused with data). GPU and
-  source readings repeat a lot; this keeps files small and decoding fast.
+  "sources": [...]}` with the entries of Snapshot.to_dict(), except as follows. Every reference
+  below is to earlier lines of the same member.
+  - An entry identical to the entry at the same index of the previous Snapshot is the string
+    "same" (entries are otherwise objects, so the marker cannot be confused with data); a list
+    whose every entry is "same", with as many entries as before, is itself the string "same".
+  - A GPU whose readings changed but nothing else (the same fields read, in the same order; the
+    same errors, processes, ...) is `{"changed": {field: value, ...}}`: the previous Snapshot's GPU
+    at that index, with those values.
+  - In a target that changed, each engine is written against the engine's previous reading (the
+    last one with the same target URL, engine label and model name): its "counters" and "gauges"
+    are "same" (unchanged), or a list of the values alone when the names are those of the previous
+    reading in the same order, or the whole object. Its "histograms" are a list, in the previous
+    reading's order, when the families are the same, else an object by family; each histogram is
+    "same" (unchanged since the previous reading), or `{"le": [bounds...], "h": H}` the first time
+    in the member or when its bucket bounds change, and H alone after that, where H is
+    `[sum, count, c1, c2, ...]`: the cumulative bucket counts in the order of the bounds, with
+    the counts that repeat the last one written left off (cumulative counts plateau) and count
+    null when it equals the last bucket's count. Numbers are written as in format 1 (non-finite
+    floats as strings), so every value reads back exactly.
+  This keeps the file small, and the reader's work small: most of a line used to be the buckets.
 - Within a member the deflate stream is sync-flushed at least once per second of wall time, so
   everything written before the last flush can be decoded even if the process is killed: a kill -9
   loses at most the last second, and a truncated file replays up to the damage (`zcat` then says
   "unexpected end of file" after printing what it could). One compressor per member keeps the
   previous Snapshots in deflate's window, which is what makes a 24 h recording of 8 GPUs small.
 - A new member starts every `member_seconds` of data time (10 min by default), with a fresh header
-  and no "same" references into the previous member: seeking can start at any member, and damage
-  inside one member never changes how the earlier ones decode.
+  and no references into the previous member: seeking can start at any member, and damage inside
+  one member never changes how the earlier ones decode.
 - Files are created with mode 0600: they carry host names and target URLs.
+
+Format version 1 is format 2 without the compact forms: entries (whole) or "same" per entry, and
+every engine and histogram written whole. Format 2 readers read such lines too.
 
 Reading is versioned: `_READERS` maps each released format version to its reader, and one file per
 released version is kept in tests/data/ so that old recordings stay readable. Bad files (empty,
@@ -33,8 +52,10 @@ some Snapshots could be read before the damage; never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
+import math
 import os
 import socket
 import time
@@ -46,14 +67,18 @@ from typing import Any, Callable, Iterator
 from specwatch import __version__
 from specwatch.snapshot import (
     SNAPSHOT_VERSION,
+    EngineSample,
     GpuSample,
+    Histogram,
     Snapshot,
     SnapshotFormatError,
     SourceStatus,
     TargetSample,
+    _dec,
+    _enc,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_KIND = "specwatch-recording"
 SNAPSHOT_KIND = "snapshot"
 SAME = "same"
@@ -181,6 +206,10 @@ class RecordingWriter:
         self._compressor: Any = None  # zlib compressobj of the member being written
         self._member_start: float | None = None
         self._previous: dict[str, list[Any]] | None = None  # the last Snapshot's entries, as dicts
+        # per member: each engine's last reading, and each histogram's bucket bounds (format 2)
+        self._engines: dict[tuple[str, str, str | None], EngineSample] = {}
+        self._layouts: dict[tuple[Any, str], list[Any]] = {}
+        self._previous_gpus: tuple[GpuSample, ...] = ()
         self._pending: list[bytes] = []
         self._last_flush = self._clock()
         self._good_size = 0  # bytes on disk that end on a complete flush
@@ -257,6 +286,9 @@ class RecordingWriter:
         self._compressor = zlib.compressobj(self._level, zlib.DEFLATED, 31)
         self._member_start = snapshot.time
         self._previous = None
+        self._previous_gpus = ()
+        self._engines = {}
+        self._layouts = {}
         self._pending.append(_json_line(header.to_dict()))
 
     def _finish_member(self) -> None:
@@ -265,6 +297,9 @@ class RecordingWriter:
         self._compressor = None
         self._member_start = None
         self._previous = None
+        self._previous_gpus = ()
+        self._engines = {}
+        self._layouts = {}
         self._write_out(data)
         self._last_flush = self._clock()
         self._last_flushed_time = self._last_pending_time
@@ -279,9 +314,60 @@ class RecordingWriter:
         previous = self._previous
         for name, entries in current.items():
             before = previous[name] if previous is not None else []
-            line[name] = [SAME if i < len(before) and before[i] == e else e for i, e in enumerate(entries)]
+            marked = [SAME if i < len(before) and before[i] == e else e for i, e in enumerate(entries)]
+            # a list whose every entry repeats the previous Snapshot's is one "same" (format 2)
+            line[name] = SAME if entries and len(before) == len(entries) and all(m is SAME for m in marked) \
+                else marked
+        # Targets that changed: their engines are written against the engine's previous reading in
+        # this member (format 2), the histograms against their bucket layout.
+        targets = line["targets"]
+        for i, target in enumerate(snapshot.targets):
+            if targets is not SAME and targets[i] is not SAME and target.engines:
+                targets[i] = dict(targets[i], engines=[self._encode_engine(target.url, e) for e in target.engines])
+        # GPUs whose readings changed but nothing else: the changed values alone
+        gpus, before_gpus = line["gpus"], self._previous_gpus
+        if gpus is not SAME:
+            for i, gpu in enumerate(snapshot.gpus):
+                if gpus[i] is not SAME and i < len(before_gpus):
+                    changed = _changed_values(before_gpus[i], gpu)
+                    if changed is not None:
+                        gpus[i] = {"changed": changed}
         self._previous = current
+        self._previous_gpus = snapshot.gpus
         return _json_line(line)
+
+    def _encode_engine(self, url: str, engine: EngineSample) -> dict[str, Any]:
+        key = (url, engine.engine, engine.model_name)
+        before = self._engines.get(key)
+        self._engines[key] = engine
+        histograms: dict[str, Any] = {}
+        for name, h in engine.histograms.items():
+            if before is not None and before.histograms.get(name) == h:
+                histograms[name] = SAME
+                continue
+            counts = [c for _, c in h.buckets]
+            compact: list[Any] = [h.sum, None if counts and h.count == counts[-1] else h.count]
+            end = len(counts)
+            while end > 1 and counts[end - 1] == counts[end - 2]:
+                end -= 1  # cumulative counts plateau: the reader repeats the last one written
+            compact += counts[:end]
+            bounds = [_enc(le) for le, _ in h.buckets]
+            layout_key = (key, name)
+            if self._layouts.get(layout_key) != bounds:
+                self._layouts[layout_key] = bounds
+                histograms[name] = {"le": bounds, "h": compact}
+            else:
+                histograms[name] = compact
+        return {
+            "engine": engine.engine,
+            "model_name": engine.model_name,
+            "counters": _against(engine.counters, before.counters if before is not None else None),
+            "gauges": _against(engine.gauges, before.gauges if before is not None else None),
+            # the same families in the same order as before: the values alone
+            "histograms": list(histograms.values())
+            if before is not None and list(before.histograms) == list(histograms) else histograms,
+            "accepted_per_position": list(engine.accepted_per_position),
+        }
 
     def _write_out(self, data: bytes) -> None:
         assert self._fd is not None
@@ -317,6 +403,28 @@ class RecordingWriter:
                 if self._last_flushed_time is not None else "it holds no Snapshots")
         raise RecordingError(f"cannot write {self.path}: {why}; recording stopped. The file is valid: {kept}") \
             from None
+
+
+def _changed_values(before: GpuSample, gpu: GpuSample) -> dict[str, Any] | None:
+    """The values of `gpu` that differ from `before`, when nothing else differs (the same fields
+    read, in the same order); else None."""
+    values, old = gpu.values, before.values
+    if list(values) != list(old) or dataclasses.replace(before, values=values) != gpu:
+        return None
+    # a value equal to the earlier one but of the other sign of zero is written too
+    return {k: _enc(v) for k, v in values.items()
+            if v != old[k] or (v == 0.0 and math.copysign(1.0, v) != math.copysign(1.0, old[k]))}
+
+
+def _against(values: dict[str, float], before: dict[str, float] | None) -> Any:
+    """Counters or gauges against the engine's previous reading: "same", the values alone when the
+    names are those of before in the same order, else the whole object."""
+    if before is not None:
+        if before == values:
+            return SAME
+        if list(before) == list(values):
+            return [_enc(v) for v in values.values()]
+    return {k: _enc(v) for k, v in values.items()}
 
 
 def _json_line(obj: dict[str, Any]) -> bytes:
@@ -476,15 +584,32 @@ class _SnapshotDecoderV1:
         return entries
 
 
+_scan_once = json.JSONDecoder().scan_once
+
+
+def _loads_line(line: bytes) -> Any:
+    """json.loads(line), without its per-call overhead for the lines the writer makes (one object,
+    UTF-8, no surrounding whitespace). Anything else, errors included, goes through json.loads."""
+    if line[:1] == b"{":
+        try:
+            text = line.decode()
+            obj, end = _scan_once(text, 0)
+            if end == len(text):
+                return obj
+        except Exception:  # noqa: BLE001 - json.loads below says what is wrong, as it always did
+            pass
+    return json.loads(line)
+
+
 def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHeader,
-             warnings: list[str]) -> Iterator[Snapshot]:
+             warnings: list[str], decoder: _SnapshotDecoderV1 | None = None) -> Iterator[Snapshot]:
     """Format version 1: header lines open each member; Snapshot lines may refer to the previous one."""
     if header.snapshot_version != SNAPSHOT_VERSION:
         raise RecordingError(
             f"{path} holds snapshot layout {header.snapshot_version}; this specwatch reads layout "
             f"{SNAPSHOT_VERSION} (recorded by specwatch {header.specwatch_version})"
         )
-    decoder = _SnapshotDecoderV1()
+    decoder = decoder or _SnapshotDecoderV1()
     current_member = 0
     last_time: float | None = None
     for member, line in lines:
@@ -492,7 +617,7 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
             current_member = member
             decoder.reset()
         try:
-            obj = json.loads(line)
+            obj = _loads_line(line)
         except (ValueError, UnicodeDecodeError, RecursionError):
             warnings.append(f"{path} has an unreadable line after {format_time(last_time)}: replayed up to it")
             return
@@ -508,8 +633,145 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
         yield snapshot
 
 
+def _gpu(written: Any, before: tuple[GpuSample, ...], i: int) -> GpuSample:
+    """A GPU as written: whole, or as the values that changed since the earlier reading."""
+    changed = written.get("changed")
+    if changed is None:
+        return GpuSample.from_dict(written)
+    old = before[i]  # IndexError when there is no earlier reading: a bad file
+    values = dict(old.values)
+    if not changed.keys() <= values.keys():
+        raise ValueError("a GPU value that was not read before")
+    for k, v in changed.items():
+        values[k] = v if v.__class__ is float else _dec(v)
+    return GpuSample(index=old.index, name=old.name, uuid=old.uuid, source=old.source, values=values,
+                     errors=old.errors, lost=old.lost, throttle_reasons=old.throttle_reasons,
+                     processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode)
+
+
+def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
+    """Counters or gauges as written by _against."""
+    if written.__class__ is list:
+        if len(before) != len(written):  # TypeError when there is no earlier reading: a bad file
+            raise ValueError("values do not match the engine's earlier reading")
+        return dict(zip(before, [v if v.__class__ is float else _dec(v) for v in written]))
+    if written == SAME:
+        if before is None:
+            raise ValueError("\"same\" with no earlier reading")
+        return before
+    return {k: v if v.__class__ is float else _dec(v) for k, v in written.items()}
+
+
+class _SnapshotDecoderV2(_SnapshotDecoderV1):
+    """Format 2: format 1, plus engines written against their previous reading in the member and
+    histograms as compact lists against their bucket bounds (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._engines: dict[tuple[str, str, Any], EngineSample] = {}
+        self._layouts: dict[tuple[Any, str], tuple[float, ...]] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._engines = {}
+        self._layouts = {}
+
+    def decode(self, obj: Any) -> Snapshot:
+        if not isinstance(obj, dict) or obj.get("kind") != SNAPSHOT_KIND:
+            raise SnapshotFormatError("a line that is not a Snapshot")
+        try:
+            previous = self._previous
+            out = []
+            for name, decode in (("targets", self._target), ("gpus", None), ("sources", SourceStatus.from_dict)):
+                raw = obj.get(name, ())
+                if raw == SAME:
+                    entries = previous[name]  # KeyError when there is no previous Snapshot: a bad file
+                else:
+                    before = previous.get(name, ())
+                    # IndexError when a "same" points nowhere: a bad file
+                    entries = tuple([before[i] if e == SAME else decode(e) if decode is not None
+                                     else _gpu(e, before, i) for i, e in enumerate(raw)])
+                previous[name] = entries
+                out.append(entries)
+            return Snapshot(time=float(obj["time"]), targets=out[0], gpus=out[1], sources=out[2])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+            raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
+
+    def _target(self, d: dict[str, Any]) -> TargetSample:
+        url = str(d["url"])
+        return TargetSample(
+            url=url,
+            state=str(d["state"]),
+            message=str(d.get("message", "")),
+            version=d.get("version"),
+            engines=tuple([self._engine(url, e) for e in d.get("engines", ())]),
+            process_start_time=d.get("process_start_time"),
+            scrape_seconds=d.get("scrape_seconds"),
+            payload_bytes=d.get("payload_bytes"),
+        )
+
+    def _engine(self, url: str, d: dict[str, Any]) -> EngineSample:
+        engine, model_name = str(d["engine"]), d.get("model_name")
+        key = (url, engine, model_name)
+        before = self._engines.get(key)
+        # AttributeError below when there is no earlier reading to refer to: a bad file
+        counters = _values_against(d.get("counters", {}), before.counters if before is not None else None)
+        gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
+        histograms = {}
+        layouts = self._layouts
+        written = d.get("histograms", {})
+        if written.__class__ is list:  # the families of the earlier reading, in its order
+            names = before.histograms
+            if len(names) != len(written):
+                raise ValueError("histograms do not match the engine's earlier reading")
+            written = zip(names, written)
+        else:
+            written = written.items()
+        for name, h in written:
+            if h.__class__ is list:
+                bounds = layouts[key, name]  # KeyError when no bounds were written: a bad file
+            elif h == SAME:
+                histograms[name] = before.histograms[name]
+                continue
+            elif "le" in h:
+                bounds = layouts[key, name] = tuple([le if le.__class__ is float else _dec(le) for le in h["le"]])
+                h = h["h"]
+            else:
+                histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1
+                continue
+            # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
+            # repeat the last one written
+            counts = [c if c.__class__ is float else float(c) for c in h[2:]]
+            missing = len(bounds) - len(counts)
+            if missing > 0:
+                counts += [counts[-1]] * missing  # IndexError when none was written: a bad file
+            elif missing < 0:
+                raise ValueError("more bucket counts than bucket bounds")
+            count = h[1]
+            histograms[name] = Histogram(tuple(zip(bounds, counts)), float(h[0]),
+                                         counts[-1] if count is None else float(count))
+        sample = EngineSample(
+            engine=engine,
+            model_name=model_name,
+            counters=counters,
+            gauges=gauges,
+            histograms=histograms,
+            accepted_per_position=tuple([v if v.__class__ is float else float(v)
+                                         for v in d.get("accepted_per_position", ())]),
+        )
+        self._engines[key] = sample
+        return sample
+
+
+def _read_v2(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHeader,
+             warnings: list[str]) -> Iterator[Snapshot]:
+    """Format version 2: format 1's layout, with engines and histograms written compactly."""
+    return _read_v1(path, lines, header, warnings, _SnapshotDecoderV2())
+
+
 _READERS: dict[int, Callable[[Path, Iterator[tuple[int, bytes]], RecordingHeader, list[str]], Iterator[Snapshot]]] = {
     1: _read_v1,
+    2: _read_v2,
 }
 
 

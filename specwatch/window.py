@@ -11,11 +11,16 @@ Nothing here does I/O or reads a clock: time comes from the Snapshots.
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
+from itertools import islice
+from operator import itemgetter
+from operator import lt as _lt
+from operator import sub as _sub
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from specwatch.snapshot import EngineSample, Histogram, Snapshot, TargetSample
+from specwatch.snapshot import TARGET_OK, EngineSample, Histogram, Snapshot, TargetSample
 
 # Family names, with the newer spelling first: the first one present is used.
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -45,6 +50,9 @@ REQUEST_SUCCESS = "vllm:request_success"
 PREEMPTIONS = "vllm:num_preemptions"
 
 
+_first, _second = itemgetter(0), itemgetter(1)
+
+
 def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
     """Prometheus increase() for one pair: a drop, or a known restart, means it began again at 0."""
     if restarted or cur < prev:
@@ -56,10 +64,11 @@ def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False)
     if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
         return cur
     prev_buckets, cur_buckets = prev.buckets, cur.buckets
-    if all(p[0] == c[0] for p, c in zip(prev_buckets, cur_buckets)):
+    bounds = list(map(_first, cur_buckets))
+    if bounds == list(map(_first, prev_buckets)):
         # the usual case, the same bounds in the same order: pair the buckets by position
-        deltas = [c - p for (_, c), (_, p) in zip(cur_buckets, prev_buckets)]
-        buckets = tuple([(b[0], d if d > 0.0 else 0.0) for b, d in zip(cur_buckets, deltas)])
+        deltas = map(_sub, map(_second, cur_buckets), map(_second, prev_buckets))
+        buckets = tuple([(le, d if d > 0.0 else 0.0) for le, d in zip(bounds, deltas)])
     else:
         prev_by_le = dict(prev_buckets)
         buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur_buckets)
@@ -121,10 +130,16 @@ class Increases:
 def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
     """One counter (or histogram count) going down means the engine restarted: every counter began
     again at zero, even those that have already climbed past their old values."""
-    cur_counters = cur.counters
-    for name, value in prev.counters.items():
-        if cur_counters.get(name, math.inf) < value:
-            return True
+    cur_counters, prev_counters = cur.counters, prev.counters
+    if cur_counters is not prev_counters:
+        if list(cur_counters) == list(prev_counters):
+            # the usual case, the same counters in the same order: compare them by position
+            if any(map(_lt, cur_counters.values(), prev_counters.values())):
+                return True
+        else:
+            for name, value in prev_counters.items():
+                if cur_counters.get(name, math.inf) < value:
+                    return True
     for name, h in cur.histograms.items():
         before = prev.histograms.get(name)
         if before is not None and h.count < before.count:
@@ -136,9 +151,11 @@ def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
                       counters: dict[str, float], per_pos: list[float], histograms: dict[str, Histogram]) -> None:
     """Add what happened from `first` to `last` with no restart in between (counters are cumulative,
     so that is last − first), or from zero to `last` when the segment began with a restart."""
+    before = {} if from_zero else first.counters
     for name, value in last.counters.items():
-        counters[name] = counters.get(name, 0.0) + counter_increase(
-            0.0 if from_zero else first.counters.get(name, 0.0), value)
+        prev = before.get(name, 0.0)
+        # counter_increase(prev, value), inline: a drop means the counter began again at zero
+        counters[name] = counters.get(name, 0.0) + (value if value < prev else value - prev)
     before_pos = () if from_zero else first.accepted_per_position
     for i, value in enumerate(last.accepted_per_position):
         if i >= len(per_pos):
@@ -197,6 +214,11 @@ def sum_increases(parts: Iterable[Increases], seconds: float) -> Increases:
             histograms[n] = _add_histograms(histograms.get(n), h)
         restarts += inc.restarts
     return Increases(seconds, counters, tuple(per_pos), histograms, restarts)
+
+
+def _negative_zero(inc: Increases) -> bool:
+    return any(v == 0.0 and math.copysign(1.0, v) < 0.0
+               for v in (*inc.counters.values(), *inc.accepted_per_position))
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +357,10 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
 
 @dataclass(frozen=True, slots=True)
 class TargetWindow:
-    """One target over the window: per engine and in total, plus the lifetime totals."""
+    """One target over the window: per engine and in total, plus the lifetime totals.
+
+    `lifetime` is computed when first read (most evaluations never need it) from the latest engines.
+    """
 
     url: str
     time: float  # the latest Snapshot's time
@@ -343,9 +368,23 @@ class TargetWindow:
     seconds: float
     engines: dict[str, EngineFigures]  # by engine label
     total: EngineFigures | None
-    lifetime: EngineFigures | None
     speculation_configured: bool
     k: int | None
+    # the engines of the latest reading (when it succeeded), and the lifetime figures once computed
+    latest_engines: tuple[EngineSample, ...] = field(default=(), repr=False, compare=False)
+    _lifetime: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def lifetime(self) -> EngineFigures | None:
+        cache = self._lifetime
+        if not cache:
+            engines = self.latest_engines
+            figures = None
+            if engines:
+                life_inc = sum_increases((lifetime_increases(e) for e in engines), 0.0)
+                figures = engine_figures(life_inc, [e.gauges for e in engines])
+            cache.append(figures)
+        return cache[0]
 
 
 def _engine_key(e: EngineSample) -> str:
@@ -374,11 +413,25 @@ def k_of(engines: Sequence[EngineSample], inc: Increases | None) -> int | None:
     return None
 
 
+@dataclass(slots=True)
+class _Walk:
+    """Window._walk's columns: per Snapshot of the window, whether it holds a successful reading of
+    the target; per such reading, its time, the reading, its engines by key and its steadiness."""
+
+    snaps: list[Snapshot]
+    read: list[bool]
+    times: list[float]
+    readings: list[TargetSample]
+    engines: list[dict[str, EngineSample]]
+    steady: list[bool]
+
+
 class Window:
     """The last `seconds` of Snapshots, and what happened over them.
 
-    Adding is O(1) amortised; `target()` walks the window once, which at 1 Hz and a minute's window
-    is a few hundred dict operations.
+    Adding is O(1) amortised; `target()` works out each Snapshot once while it is in the window (see
+    _walk), and in the usual case (the same engines throughout, no restart) subtracts the first
+    reading from the last.
     """
 
     def __init__(self, seconds: float = 60.0) -> None:
@@ -386,9 +439,14 @@ class Window:
             raise ValueError("the window must be longer than 0 s")
         self.seconds = seconds
         self._snapshots: deque[Snapshot] = deque()
-        # engine_restarted per pair of readings, keyed by the readings' ids (checked by identity, so
-        # a reused id never matches): a pair stays in the window for many evaluations.
-        self._restarts: dict[tuple[int, int], tuple[EngineSample, EngineSample, bool]] = {}
+        # engine_restarted(earlier, later) per pair of engine readings, worked out once while the pair
+        # is in the window (it stays there for many evaluations): keyed by the id of the later
+        # reading and checked by identity, so a reused id never matches; forgotten when the later
+        # reading leaves the window.
+        self._restarts: dict[int, tuple[EngineSample, EngineSample, bool]] = {}
+        # Per target URL, what target() worked out for each Snapshot of the window when it last ran
+        # (see _walk): it only works out the Snapshots added since.
+        self._walks: dict[str, _Walk] = {}
 
     def __len__(self) -> int:
         return len(self._snapshots)
@@ -405,21 +463,115 @@ class Window:
         if self._snapshots and snapshot.time < self._snapshots[-1].time:
             # a clock step backwards (NTP, a replay seek): start over rather than mix timelines
             self._snapshots.clear()
+            self._restarts.clear()
+            self._walks.clear()
         self._snapshots.append(snapshot)
         # keep one snapshot at or before the window's start, so the span covers the whole window
         while len(self._snapshots) > 2 and self._snapshots[1].time <= snapshot.time - self.seconds:
-            self._snapshots.popleft()
+            self._forget(self._snapshots.popleft())
 
-    def _engine_restarted(self, prev: EngineSample, cur: EngineSample) -> bool:
-        key = (id(prev), id(cur))
-        hit = self._restarts.get(key)
+    def _forget(self, snapshot: Snapshot) -> None:
+        """Drop what was worked out for a reading that left the window (and let it be freed)."""
+        restarts = self._restarts
+        for t in snapshot.targets:
+            for e in t.engines:
+                restarts.pop(id(e), None)
+
+    def _walk(self, url: str) -> _Walk:
+        """The window's successful readings of `url`: their times, the readings, their engines by key,
+        and whether each is steady with the reading before it (_steady_pair). Kept between calls:
+        Snapshots only leave from the front and join at the back (the window starts over on a step
+        back in time, and a walk that does not line up is rebuilt), so only those added since the
+        last call are worked out."""
+        window = self._snapshots
+        walk = self._walks.get(url)
+        if walk is not None:
+            snaps = walk.snaps
+            first = window[0]
+            gone = next((i for i, snap in enumerate(snaps) if snap is first), None)
+            kept = len(snaps) - gone if gone is not None else 0
+            if gone is None or kept > len(window) \
+                    or not all(map(operator.is_, islice(window, 0, kept), islice(snaps, gone, None))):
+                walk = None
+            elif gone:
+                read = sum(walk.read[:gone])
+                del snaps[:gone], walk.read[:gone]
+                del walk.times[:read], walk.readings[:read], walk.engines[:read], walk.steady[:read]
+        if walk is None:
+            if len(self._walks) > 16 + 2 * len(window[-1].targets):
+                self._walks.clear()  # URLs that are no longer read
+            walk = self._walks[url] = _Walk([], [], [], [], [], [])
+        prev_t = walk.readings[-1] if walk.readings else None
+        prev_cur = walk.engines[-1] if walk.engines else {}
+        for snap in islice(window, len(walk.snaps), None):
+            walk.snaps.append(snap)
+            for t in snap.targets:
+                if t.url == url:
+                    break
+            else:
+                walk.read.append(False)
+                continue
+            if t.state != TARGET_OK:
+                walk.read.append(False)
+                continue
+            current = {_engine_key(e): e for e in t.engines}
+            walk.read.append(True)
+            walk.times.append(snap.time)
+            walk.readings.append(t)
+            walk.engines.append(current)
+            walk.steady.append(prev_t is None or self._steady_pair(prev_t, t, prev_cur, current))
+            prev_t, prev_cur = t, current
+        return walk
+
+    def _restarted(self, prev: EngineSample, cur: EngineSample) -> bool:
+        """engine_restarted(prev, cur), computed once per pair while the pair is in the window."""
+        hit = self._restarts.get(id(cur))
         if hit is not None and hit[0] is prev and hit[1] is cur:
             return hit[2]
-        if len(self._restarts) > 64 + 16 * len(self._snapshots):
-            self._restarts.clear()  # pairs that left the window; the live ones are recomputed once
         result = engine_restarted(prev, cur)
-        self._restarts[key] = (prev, cur, result)
+        self._restarts[id(cur)] = (prev, cur, result)
         return result
+
+    def _steady_pair(self, prev_t: TargetSample, t: TargetSample, prev_cur: dict[str, EngineSample],
+                     cur: dict[str, EngineSample]) -> bool:
+        """Whether two consecutive readings list the same engines, in the same order, with no restart
+        (of the server or of an engine) between them."""
+        if list(cur) != list(prev_cur):
+            return False
+        if prev_t.process_start_time is not None and t.process_start_time is not None \
+                and t.process_start_time != prev_t.process_start_time:
+            return False
+        for k, e in cur.items():
+            if self._restarted(prev_cur[k], e):
+                return False
+        return True
+
+    def _pair_readings(self, readings: list[tuple[float, TargetSample]], currents: list[dict[str, EngineSample]],
+                       pairs: dict[str, list[tuple[EngineSample, EngineSample, bool]]],
+                       first_time: dict[str, float], last_time: dict[str, float]) -> None:
+        """Pair each engine's consecutive readings; a change of start time marks a restart."""
+        prev_target: TargetSample | None = None
+        prev_engines: dict[str, EngineSample] = {}
+        for (time, t), current in zip(readings, currents):
+            restarted = (
+                prev_target is not None
+                and prev_target.process_start_time is not None
+                and t.process_start_time is not None
+                and t.process_start_time != prev_target.process_start_time
+            )
+            for key, e in current.items():
+                if key in prev_engines:
+                    prev_e = prev_engines[key]
+                    pairs.setdefault(key, []).append((prev_e, e, restarted or self._restarted(prev_e, e)))
+                    last_time[key] = time
+                else:
+                    first_time.setdefault(key, time)
+                    last_time.setdefault(key, time)
+            # an engine missing from one reading keeps its previous sample to pair with later
+            prev_engines.update(current)
+            prev_target = t
+            for key in current:
+                first_time.setdefault(key, time)
 
     def target_urls(self) -> list[str]:
         latest = self.latest
@@ -433,40 +585,26 @@ class Window:
         latest = latest_snap.target(url)
         if latest is None:
             return None
-        readings: list[tuple[float, TargetSample]] = []
-        for snap in self._snapshots:
-            t = snap.target(url)
-            if t is not None and t.ok:
-                readings.append((snap.time, t))
+        walk = self._walk(url)
+        readings = list(zip(walk.times, walk.readings))
+        currents = walk.engines
+        # whether the first reading was steady with one before the window does not matter
+        steady = all(islice(walk.steady, 1, None))
 
-        # pair each engine's consecutive readings; a change of start time marks a restart
         pairs: dict[str, list[tuple[EngineSample, EngineSample, bool]]] = {}
         first_time: dict[str, float] = {}
         last_time: dict[str, float] = {}
-        prev_target: TargetSample | None = None
-        prev_engines: dict[str, EngineSample] = {}
-        for time, t in readings:
-            restarted = (
-                prev_target is not None
-                and prev_target.process_start_time is not None
-                and t.process_start_time is not None
-                and t.process_start_time != prev_target.process_start_time
-            )
-            current = {_engine_key(e): e for e in t.engines}
-            for key, e in current.items():
-                if key in prev_engines:
-                    prev_e = prev_engines[key]
-                    pairs.setdefault(key, []).append(
-                        (prev_e, e, restarted or self._engine_restarted(prev_e, e)))
-                    last_time[key] = time
-                else:
-                    first_time.setdefault(key, time)
-                    last_time.setdefault(key, time)
-            # an engine missing from one reading keeps its previous sample to pair with later
-            prev_engines.update(current)
-            prev_target = t
-            for key in current:
-                first_time.setdefault(key, time)
+        if steady and len(readings) >= 2:
+            # The usual case: every reading has the same engines, and nothing restarted. Counters are
+            # cumulative, so what happened is the last reading less the first, for each engine.
+            first, last = currents[0], currents[-1]
+            t0, t1 = readings[0][0], readings[-1][0]
+            for key, e in first.items():
+                pairs[key] = [(e, last[key], False)]
+                first_time[key] = t0
+                last_time[key] = t1
+        else:
+            self._pair_readings(readings, currents, pairs, first_time, last_time)
 
         latest_engines = {_engine_key(e): e for e in latest.engines} if latest.ok else {}
         per_engine_inc: dict[str, Increases] = {}
@@ -481,16 +619,22 @@ class Window:
             gauges = [latest_engines[key].gauges] if key in latest_engines else []
             engines[key] = engine_figures(inc, gauges)
         seconds = max((inc.seconds for inc in per_engine_inc.values()), default=0.0)
-        total_inc = sum_increases(per_engine_inc.values(), seconds) if per_engine_inc else None
-        total = (
-            engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
-            if total_inc is not None and seconds > 0
-            else None
-        )
-        lifetime = None
-        if latest_engines:
-            life_inc = sum_increases((lifetime_increases(e) for e in latest_engines.values()), 0.0)
-            lifetime = engine_figures(life_inc, [e.gauges for e in latest_engines.values()])
+        total_inc: Increases | None = None
+        total = None
+        if len(per_engine_inc) == 1 and not _negative_zero(*per_engine_inc.values()):
+            # one engine: the total is that engine's increases (sum_increases of one part adds
+            # each to 0.0, which changes nothing but a −0.0), and its figures are the engine's when
+            # the latest gauges are that engine's alone
+            (key, total_inc), = per_engine_inc.items()
+            if seconds > 0:
+                if len(latest_engines) == 1 and key in latest_engines:
+                    total = engines[key]
+                else:
+                    total = engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
+        elif per_engine_inc:
+            total_inc = sum_increases(per_engine_inc.values(), seconds)
+            if seconds > 0:
+                total = engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
         ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
         return TargetWindow(
             url=url,
@@ -499,7 +643,7 @@ class Window:
             seconds=seconds,
             engines=engines,
             total=total,
-            lifetime=lifetime,
             speculation_configured=any(speculation_configured(e) for e in ref_engines),
             k=k_of(ref_engines, total_inc),
+            latest_engines=tuple(latest_engines.values()),
         )

@@ -197,7 +197,7 @@ def test_newer_format_asks_for_an_upgrade(tmp_path):
     path = tmp_path / "r.swrec"
     header = dict(HEADER.to_dict(), format_version=FORMAT_VERSION + 1, specwatch_version="9.0")
     write_gz(path, json.dumps(header).encode() + b"\n")
-    with pytest.raises(RecordingError, match=r"format 2 by specwatch 9\.0.*upgrade"):
+    with pytest.raises(RecordingError, match=rf"format {FORMAT_VERSION + 1} by specwatch 9\.0.*upgrade"):
         read_recording(path)
 
 
@@ -272,3 +272,67 @@ def test_released_format_1_file_stays_readable():
     assert rec.header.data == "synthetic"
     assert len(rec.snapshots) == 30 and rec.warnings == []
     assert rec.snapshots == list(generate(NODE, ramp(1, 64, 5)[:30], seed=0))
+
+
+def test_released_format_2_file_stays_readable():
+    """Format 2 (compact engines and histograms), in three members: reads as format 1 does."""
+    rec = read_recording(DATA / "recording-format-2.swrec")
+    assert rec.header.format_version == 2
+    assert rec.header.data == "synthetic"
+    assert len(rec.snapshots) == 30 and rec.warnings == []
+    assert rec.snapshots == list(generate(NODE, ramp(1, 64, 5)[:30], seed=0))
+    assert rec.snapshots == read_recording(DATA / "recording-format-1.swrec").snapshots
+
+
+def test_compact_engines_and_histograms_round_trip_exactly(tmp_path):
+    """What format 2 writes compactly (unchanged counters and histograms, bucket bounds once per
+    member, plateaus of cumulative counts, whole "same" lists) comes back value for value, type
+    for type, through layout changes, a second engine, a target going down and member boundaries."""
+    import dataclasses
+
+    from specwatch.snapshot import Histogram
+
+    snaps = snapshots(40)
+    base = snaps[0].targets[0].engines[0]
+    rebinned = Histogram(((0.5, 1.0), (2.0, 3.0), (float("inf"), 3.0)), 4.0, 3.0)
+    for i in range(10, 16):  # a histogram whose bounds change, then change back
+        s = snaps[i]
+        t = s.targets[0]
+        e = t.engines[0]
+        e = dataclasses.replace(e, histograms=dict(e.histograms, **{"vllm:time_to_first_token_seconds": rebinned}))
+        second = dataclasses.replace(base, engine="1")  # a second engine, unchanged between Snapshots
+        snaps[i] = dataclasses.replace(s, targets=(dataclasses.replace(t, engines=(e, second)),))
+    snaps[20] = Snapshot(snaps[20].time, (TargetSample(NODE.url, "timeout", "timed out"),), snaps[20].gpus,
+                         snaps[20].sources)
+    snaps[22] = dataclasses.replace(snaps[21], time=snaps[22].time)  # every entry as before: lists "same"
+    for i, power, util in ((31, 0.0, 0.5), (32, -0.0, 0.25)):  # power changes only in the sign of zero
+        gpu = snaps[i].gpus[0]
+        values = dict(snaps[30].gpus[0].values, power_w=power, util_gpu=util)
+        gpus = (dataclasses.replace(gpu, values=values),) + snaps[i].gpus[1:]
+        snaps[i] = dataclasses.replace(snaps[i], gpus=gpus)
+    path = tmp_path / "r.swrec"
+    with RecordingWriter(path, HEADER, member_seconds=15.0) as w:
+        for s in snaps:
+            w.write(s)
+    rec = read_recording(path)
+    assert rec.warnings == []
+    assert rec.snapshots == snaps
+    for got, want in zip(rec.snapshots, snaps):
+        for tg, tw in zip(got.targets, want.targets):
+            for eg, ew in zip(tg.engines, tw.engines):
+                for name, h in ew.histograms.items():
+                    assert [(type(le), type(c)) for le, c in eg.histograms[name].buckets] == \
+                        [(type(le), type(c)) for le, c in h.buckets]
+    assert str(rec.snapshots[32].gpus[0].values["power_w"]) == "-0.0"
+    with gzip.open(path, "rt") as f:
+        lines = [json.loads(line) for line in f]
+    assert any(line.get("gpus") == "same" for line in lines)  # whole lists written as "same"
+    engines = [e for line in lines if isinstance(line.get("targets"), list)
+               for t in line["targets"] if isinstance(t, dict) for e in t.get("engines", ())]
+    histograms = [h for e in engines
+                  for h in (e["histograms"] if isinstance(e["histograms"], list) else e["histograms"].values())]
+    assert any(isinstance(h, list) for h in histograms)  # compact histograms
+    assert any(h == "same" for h in histograms)  # an engine's unchanged histogram
+    assert any(isinstance(e["counters"], list) for e in engines)  # counter values without their names
+    assert any(isinstance(g, dict) and "changed" in g for line in lines if isinstance(line.get("gpus"), list)
+               for g in line["gpus"])  # GPUs as the values that changed
