@@ -22,6 +22,9 @@ import time
 import zlib
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_common import parse_own_flags  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = Path(os.environ.get("SPECWATCH_FUZZ_DIR", Path(tempfile.gettempdir()) / "specwatch-fuzz")) / "recording"
 
@@ -95,22 +98,8 @@ def _seeds() -> list[bytes]:
     return seeds
 
 
-def _parse_own_flags(argv: list[str]) -> list[str]:
-    rest = []
-    it = iter(argv)
-    for arg in it:
-        if arg == "--seconds":
-            LIMITS["seconds"] = float(next(it))
-        elif arg.startswith("-atheris_runs="):
-            LIMITS["runs"] = int(arg.split("=", 1)[1])
-            rest.append(arg)
-        else:
-            rest.append(arg)
-    return rest
-
-
 def main() -> None:
-    argv = _parse_own_flags(sys.argv)
+    argv = parse_own_flags(sys.argv, LIMITS)
     if atheris is None:
         print("[fuzz_recording] atheris is not installed: random mutation fallback", file=sys.stderr)
         rng = random.Random(0)

@@ -7,7 +7,6 @@ import asyncio
 import json
 import math
 import sys
-import time
 from typing import Any, Sequence
 
 from specwatch import __version__
@@ -18,7 +17,6 @@ from specwatch.report import (
     exit_status,
     format_summary,
 )
-from specwatch.snapshot import Snapshot
 from specwatch.window import Window
 
 

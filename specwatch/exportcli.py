@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,13 +153,9 @@ def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
 
 
 async def _run_agent(agent: ExportAgent, interval: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(signum, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread: Ctrl-C arrives as KeyboardInterrupt instead
+    from specwatch.sources import stop_on_signals
+
+    stop = stop_on_signals()
     try:
         await agent.run(stop, interval)
     finally:

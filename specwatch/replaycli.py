@@ -125,16 +125,9 @@ class _RecordOutcome:
 
 async def _record(vllm: Any, args: argparse.Namespace, writer: RecordingWriter, outcome: _RecordOutcome) -> None:
     from specwatch.cli import gpu_poller
-    from specwatch.sources import LiveSource
+    from specwatch.sources import LiveSource, stop_on_signals
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            # a stop request ends the loop between polls, so the last Snapshot is written whole
-            loop.add_signal_handler(signum, stop.set)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass  # not the main thread, or no signals here: Ctrl-C then arrives as KeyboardInterrupt
+    stop = stop_on_signals()  # a stop request ends the loop between polls: the last Snapshot is whole
     live = LiveSource(vllm, gpu_poller(args), interval_s=args.interval, gpu_timeout_s=args.timeout)
     started = time.monotonic()
     reported: set[str] = set()
@@ -165,7 +158,7 @@ async def _record(vllm: Any, args: argparse.Namespace, writer: RecordingWriter, 
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             try:
-                loop.remove_signal_handler(signum)
+                asyncio.get_running_loop().remove_signal_handler(signum)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         await live.aclose()

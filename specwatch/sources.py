@@ -11,6 +11,7 @@ completed (so a slow node never piles up requests), and closes the source when d
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -86,3 +87,18 @@ class LiveSource:
             self._gpu_client = None
         if self.gpus is not None:
             await asyncio.to_thread(self.gpus.close)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An Event that SIGTERM or SIGINT sets, for the headless commands (record, export): a stop
+    request then ends their loop between polls, so the last reading is handled whole. Call it from
+    the running loop. Where signals cannot be caught here (not the main thread), Ctrl-C arrives as
+    KeyboardInterrupt instead."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+    return stop

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import ssl
 import stat
 import subprocess

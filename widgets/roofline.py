@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
-from specwatch.widgets.format import BrailleCanvas, finite, log_position, num
+from specwatch.widgets.format import BrailleCanvas, finite, log_position
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
