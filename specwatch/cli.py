@@ -20,17 +20,24 @@ from specwatch.report import (
 from specwatch.window import Window
 
 
+def add_connection_arguments(p: Any, token_env: str, what: str = "") -> None:
+    """--token-env/--token-file and --ca-file/--insecure: a token never comes from argv, and TLS is
+    verified unless turned off explicitly. `p` is a parser or an argument group."""
+    to = f" for {what}" if what else ""
+    p.add_argument("--token-env", metavar="NAME", default=token_env,
+                   help=f"environment variable holding a bearer token{to} (default %(default)s)")
+    p.add_argument("--token-file", metavar="PATH", help=f"file whose first line is a bearer token{to}")
+    p.add_argument("--ca-file", metavar="PATH", help=f"CA bundle for HTTPS{' ' + what if what else ' targets'}")
+    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
+
+
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every live command shares (check, watch, record, export)."""
     from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
 
     p.add_argument("--url", action="append", dest="urls", metavar="URL",
                    help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
-    p.add_argument("--token-env", metavar="NAME", default=DEFAULT_TOKEN_ENV,
-                   help="environment variable holding a bearer token (default %(default)s)")
-    p.add_argument("--token-file", metavar="PATH", help="file whose first line is a bearer token")
-    p.add_argument("--ca-file", metavar="PATH", help="CA bundle for HTTPS targets")
-    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
+    add_connection_arguments(p, DEFAULT_TOKEN_ENV)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="per-request timeout (default %(default)s)")
     p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",

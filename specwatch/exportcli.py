@@ -177,11 +177,9 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between refreshes (default %(default)s)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="per-query timeout (default %(default)s)")
-    p.add_argument("--token-env", metavar="NAME", default="SPECWATCH_PROMETHEUS_TOKEN",
-                   help="environment variable holding a bearer token for Prometheus (default %(default)s)")
-    p.add_argument("--token-file", metavar="PATH", help="file whose first line is a bearer token for Prometheus")
-    p.add_argument("--ca-file", metavar="PATH", help="CA bundle for an HTTPS Prometheus")
-    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
+    from specwatch.cli import add_connection_arguments
+
+    add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus")
 
 
 def run_fleet(args: argparse.Namespace) -> int:

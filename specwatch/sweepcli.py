@@ -126,11 +126,10 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                       help="per-request timeout (default %(default)s)")
     load.add_argument("--scrape-interval", type=_positive_float, default=1.0, metavar="SECONDS",
                       help="how often /metrics is read during a tier (default %(default)s)")
-    load.add_argument("--token-env", metavar="NAME", default="SPECWATCH_TOKEN",
-                      help="environment variable holding a bearer token (default %(default)s)")
-    load.add_argument("--token-file", metavar="PATH", help="file whose first line is a bearer token")
-    load.add_argument("--ca-file", metavar="PATH", help="CA bundle for HTTPS targets")
-    load.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    from specwatch.cli import add_connection_arguments
+    from specwatch.collectors.vllm import DEFAULT_TOKEN_ENV
+
+    add_connection_arguments(load, DEFAULT_TOKEN_ENV)
 
     model = p.add_argument_group("the predicted curve (datasheet with --gpu and --model; else fitted)")
     model.add_argument("--gpu", metavar="NAME", help="the GPU (H100, H200, A100, L40S, ...)")
