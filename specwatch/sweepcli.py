@@ -44,24 +44,23 @@ def _tiers(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
-    return value
+def _whole_number(minimum: int):
+    """An argparse type: a whole number no smaller than `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number ≥ {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {value}")
-    return value
+_positive_int = _whole_number(1)
+_nonnegative_int = _whole_number(0)
 
 
 def _positive_float(text: str) -> float:
