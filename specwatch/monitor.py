@@ -81,6 +81,10 @@ class Monitor:
     def latest(self) -> Snapshot | None:
         return self.window.latest
 
+    def advisor_of(self, url: str) -> Advisor | None:
+        """The advisor judging `url`, once it has been read: what its verdicts rest on (tune)."""
+        return self._advisors.get(url)
+
     def _advisor(self, url: str) -> Advisor:
         advisor = self._advisors.get(url)
         if advisor is None:

@@ -211,7 +211,7 @@ def run_tune(args: argparse.Namespace) -> int:
         print(f"specwatch tune: {problem}", file=sys.stderr)
         return 3
     state = monitor.states.get(url)
-    advisor = monitor._advisors.get(url)  # noqa: SLF001 - the monitor owns one advisor per target
+    advisor = monitor.advisor_of(url)
     inputs = advisor.last_inputs if advisor else None
     if state is None or inputs is None or not inputs.per_position:
         reason = state.verdict.reasons[0] if state and state.verdict.reasons else "no verdict"

@@ -21,7 +21,7 @@ def observe(node, load, method="ngram"):
     monitor = Monitor(window_s=10, advisor_config=config, evaluate_every_s=5)
     for snap in generate(node, load):
         monitor.ingest(snap)
-    return monitor._advisors[node.url]
+    return monitor.advisor_of(node.url)
 
 
 @pytest.fixture(scope="module")
