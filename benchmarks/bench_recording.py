@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.hardware import lookup, lookup_model
 from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots

@@ -23,7 +23,7 @@ from typing import Iterator
 IMPORT_STARTED = time.perf_counter()
 from specwatch.advisor import AdvisorConfig  # noqa: E402
 from specwatch.app import SnapshotIngested, SpecwatchApp  # noqa: E402
-from specwatch.model import HingeParameters  # noqa: E402
+from specwatch.perf import HingeParameters  # noqa: E402
 from specwatch.monitor import Monitor  # noqa: E402
 from specwatch.snapshot import Snapshot  # noqa: E402
 from specwatch.synthetic import SyntheticNode, generate  # noqa: E402

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.hardware import GPUS, MODELS, custom_gpu
 from specwatch.predict import predict
 

@@ -4,7 +4,7 @@
 
 Every file is labelled synthetic in its header; its notes say what the node is and what to watch
 for. The step-time model of each node is the datasheet prior that specwatch itself would use for
-that GPU, model and tensor-parallel degree (specwatch.model.prior_for_model), with scatter from the
+that GPU, model and tensor-parallel degree (specwatch.perf.prior_for_model), with scatter from the
 generator's seed, so the advisor's prior and the "truth" agree and the verdicts show the model's
 story rather than a fitting problem.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.hardware import lookup, lookup_model
 from specwatch.recording import FILE_SUFFIX, RecordingHeader, write_recording
 from specwatch.synthetic import SyntheticNode, generate, ramp

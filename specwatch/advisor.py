@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.collectors.nvml import is_performance_limited
 from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_for_clock
 from specwatch.snapshot import GpuSample

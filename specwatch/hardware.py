@@ -1,6 +1,6 @@
 """GPU peak figures and common model shapes, as data.
 
-The performance model (specwatch.model) needs two things about a node that no metric reports: the
+The performance model (specwatch.perf) needs two things about a node that no metric reports: the
 GPU's datasheet roofs (dense tensor FLOP/s and DRAM bytes/s) and the served model's shape (parameter
 count, layers, KV bytes per context token). Both live here as frozen tables with their sources, so
 a number can be traced back to the datasheet it came from.

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.hardware import (
     GpuSpec,
     ModelSpec,

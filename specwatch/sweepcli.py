@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from specwatch import loadgen
+from specwatch.sweep import loadgen
 from specwatch import sweep as sw
 
 EXIT_COMPLETE = 0
@@ -174,7 +174,7 @@ def _prediction_inputs(args: argparse.Namespace, method: str | None) -> sw.Predi
         raise ArgumentProblem(str(exc)) from None
     chosen = args.method or method
     if chosen is not None:
-        from specwatch.model import canonical_method
+        from specwatch.perf import canonical_method
 
         try:
             canonical_method(chosen)

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.advisor import AdvisorInputs
 
 TUNE_SCHEMA = "specwatch.tune/1"

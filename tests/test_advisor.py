@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.model import HingeParameters
+from specwatch.perf import HingeParameters
 from specwatch.snapshot import Snapshot, TargetSample
 from specwatch.synthetic import SyntheticNode, generate, ramp
 from specwatch.window import Window

@@ -24,7 +24,7 @@ from specwatch.app import (
     SpecwatchApp,
     VerdictChanged,
 )
-from specwatch.model import HingeParameters
+from specwatch.perf import HingeParameters
 from specwatch.monitor import Monitor
 from specwatch.snapshot import Snapshot, SourceStatus, TargetSample
 from specwatch.synthetic import SyntheticNode, generate

@@ -5,7 +5,7 @@ import asyncio
 import dataclasses
 
 from specwatch.cli import build_demo
-from specwatch.model import HingeParameters
+from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, write_recording
 from specwatch.replaycli import Scenario, list_scenarios
 from specwatch.synthetic import SyntheticNode, generate

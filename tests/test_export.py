@@ -299,6 +299,6 @@ def test_lost_gpu_failing_dcgm_and_scrape_time_through_real_http() -> None:
 
 def _hinge():
     from specwatch.hardware import lookup, lookup_model
-    from specwatch import model as perf
+    from specwatch import perf
 
     return perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-8B"), tp=1).hinge()

@@ -81,7 +81,7 @@ def test_promtool_unit_tests_of_the_rules_pass() -> None:
 
 
 def _recordings(directory: Path) -> dict[str, Path]:
-    from specwatch import model as perf
+    from specwatch import perf
     from specwatch.hardware import lookup, lookup_model
     from specwatch.synthetic import SyntheticNode, generate
 

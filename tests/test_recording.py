@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.model import HingeParameters
+from specwatch.perf import HingeParameters
 from specwatch.recording import (
     FORMAT_VERSION,
     RecordingError,
@@ -143,7 +143,7 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path):
     path = tmp_path / "killed.swrec"
     script = textwrap.dedent(f"""
         import os, signal, sys, time
-        from specwatch.model import HingeParameters
+        from specwatch.perf import HingeParameters
         from specwatch.recording import RecordingHeader, RecordingWriter
         from specwatch.synthetic import SyntheticNode, generate
         node = SyntheticNode(step=HingeParameters(0.02, 134.0, 0.02 / 134, 0.0, 0.0))

@@ -12,7 +12,7 @@ import pytest
 
 from specwatch.advisor import AdvisorConfig
 from specwatch.collectors.replay import ReplaySource
-from specwatch.model import HingeParameters
+from specwatch.perf import HingeParameters
 from specwatch.monitor import Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, write_recording
 from specwatch.replaycli import (

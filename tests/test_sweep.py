@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specwatch import loadgen
+from specwatch.sweep import loadgen
 from specwatch import sweep as sw
 from specwatch.sweepcli import add_sweep_arguments, crossover_marker, load_sweep, run_sweep
 
@@ -194,7 +194,7 @@ def test_from_bench_with_gpu_and_model_draws_the_datasheet_curve(tmp_path):
     assert predicted["basis"] == "datasheet" and "Llama-3.1-8B" in predicted["note"]
     assert predicted["draft_ratio"] == pytest.approx(0.05)
     # the prediction is the model's own speedup at each point
-    from specwatch import model as perf
+    from specwatch import perf
     from specwatch.hardware import lookup, lookup_model
 
     prior = perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-8B"))
@@ -873,7 +873,7 @@ def test_plot_fits_80_columns_and_draws_both_curves_and_the_prediction():
 
 def test_the_fitted_prediction_recovers_a_known_step_time_curve():
     """Tiers made from a known hinge T(N): the curve fitted from them gives back its speedups."""
-    from specwatch import model as perf
+    from specwatch import perf
 
     truth = perf.HingeParameters(base_s=0.010, knee=16.0, slope_s_per_token=0.0006, kv_s_per_token=0.0, per_token_s=0.0)
     k, length = 3, 2.5

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from specwatch import model as perf
+from specwatch import perf
 from specwatch.advisor import AdvisorConfig
 from specwatch.monitor import Monitor
 from specwatch.synthetic import SyntheticNode, generate, ramp

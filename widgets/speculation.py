@@ -7,7 +7,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from specwatch.advisor import UNCONFIGURED_K
-from specwatch.model import METHOD_WORDS
+from specwatch.perf import METHOD_WORDS
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView

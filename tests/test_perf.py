@@ -1,4 +1,4 @@
-"""Tests for specwatch.model: acceptance algebra, draft cost, roofline signals, step-time fit, speedup."""
+"""Tests for specwatch.perf: acceptance algebra, draft cost, roofline signals, step-time fit, speedup."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch import model as m
+from specwatch import perf as m
+from specwatch.perf import steptime
 from specwatch.hardware import GPUS, MODELS
 
 H100 = GPUS["H100-SXM"]
@@ -373,7 +374,7 @@ def _reference_hinge_fit(samples, prior):
     w = np.array([s.weight for s in samples])
     w = w * (len(samples) / np.sum(w))
     sqrt_w = np.sqrt(w) / (m.SAMPLE_RELATIVE_NOISE * float(np.median(y)))
-    coverage = m._axis_coverage(float(n.min()), float(n.max()), prior.knee)
+    coverage = steptime._axis_coverage(float(n.min()), float(n.max()), prior.knee)
     strength = m.PRIOR_SAMPLES * (1.0 - coverage) + m.PRIOR_FLOOR
     theta0 = prior.as_vector()
     floors = np.array([prior.base_s, prior.base_s / max(float(np.max(c)), 1.0), prior.base_s / prior.knee,

@@ -1,0 +1,240 @@
+"""Speedup under load: S(b), the crossover concurrency b×, the acceptance length needed at a load
+and the best k′ at a load, from any step-time model.
+
+Conventions: k is the number of draft tokens per step; L counts the bonus token, so 1 ≤ L ≤ k+1;
+r is the draft cost per draft token as a fraction of one plain target step at the same load.
+Pure: no I/O, no clock, no mutable globals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specwatch.perf.acceptance import LengthAtK, check_k, length_at_k, length_at_k_iid
+from specwatch.perf.draft import break_even_length
+from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
+
+
+__all__ = [
+    "verify_ratio",
+    "speedup",
+    "break_even_length_at_load",
+    "length_for_speedup",
+    "Crossover",
+    "crossover_concurrency",
+    "KChoice",
+    "best_k",
+]
+
+
+def _check_load(batch: float, k: int, draft_ratio: float, context_per_sequence: float) -> None:
+    check_k(k)
+    if not math.isfinite(batch) or batch <= 0:
+        raise ValueError(f"batch must be a positive number, got {batch!r}")
+    if not math.isfinite(draft_ratio) or draft_ratio < 0:
+        raise ValueError(f"draft cost ratio must be ≥ 0, got {draft_ratio!r}")
+    if not math.isfinite(context_per_sequence) or context_per_sequence < 0:
+        raise ValueError(f"context per sequence must be ≥ 0, got {context_per_sequence!r}")
+
+
+def verify_ratio(model: StepTimeModel, batch: float, k: int, context_per_sequence: float = 0.0) -> float:
+    """ρ_v = T(b·(k+1), C) / T(b, C): what verifying k+1 tokens per sequence costs over one.
+
+    The context C = b·s̄ is the same for both: verification reads each sequence's KV cache once.
+    """
+    _check_load(batch, k, 0.0, context_per_sequence)
+    context = batch * context_per_sequence
+    return float(model.step_time(batch * (k + 1), context)) / float(model.step_time(batch, context))
+
+
+def speedup(
+    model: StepTimeModel,
+    batch: float,
+    k: int,
+    length: float,
+    draft_ratio: float,
+    context_per_sequence: float = 0.0,
+) -> float:
+    """S(b) = L·T(b, C) / (T(b·(k+1), C) + k·r·T(b, C)), with C = b·s̄ (DESIGN §3)."""
+    _check_load(batch, k, draft_ratio, context_per_sequence)
+    if not math.isfinite(length) or length < 1:
+        raise ValueError(f"acceptance length must be ≥ 1, got {length!r}")
+    context = batch * context_per_sequence
+    plain = float(model.step_time(batch, context))
+    speculative = float(model.step_time(batch * (k + 1), context)) + k * draft_ratio * plain
+    return length * plain / speculative
+
+
+def break_even_length_at_load(
+    model: StepTimeModel, batch: float, k: int, draft_ratio: float, context_per_sequence: float = 0.0
+) -> float:
+    """The acceptance length that pays at this load: ρ_v(b) + k·r. At low load it is 1 + k·r."""
+    _check_load(batch, k, draft_ratio, context_per_sequence)
+    return break_even_length(k, draft_ratio, verify_ratio(model, batch, k, context_per_sequence))
+
+
+def length_for_speedup(
+    target_speedup: float,
+    model: StepTimeModel,
+    batch: float,
+    k: int,
+    draft_ratio: float,
+    context_per_sequence: float = 0.0,
+) -> float:
+    """The acceptance length that would give `target_speedup` at this load (S is linear in L).
+
+    May exceed k+1, meaning no acceptance can reach it with this k.
+    """
+    if not math.isfinite(target_speedup) or target_speedup <= 0:
+        raise ValueError("target speedup must be positive")
+    return target_speedup * break_even_length_at_load(model, batch, k, draft_ratio, context_per_sequence)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where S(b) falls through 1 as concurrency rises."""
+
+    concurrency: float | None  # b× with S(b×) = 1; None when it does not cross in range
+    state: str  # "crosses", "never_pays" (S < 1 from b = 1) or "pays_throughout" (S ≥ 1 up to max_batch)
+    max_batch: float
+
+
+def crossover_concurrency(
+    model: StepTimeModel,
+    k: int,
+    length: float,
+    draft_ratio: float,
+    context_per_sequence: float = 0.0,
+    max_batch: float = 1024.0,
+) -> Crossover:
+    """The concurrency b× at which S(b×) = 1, for b in [1, max_batch] with context per sequence fixed.
+
+    Scans a log grid for the first fall through 1, then bisects. Long contexts can keep S ≥ 1 over
+    the whole range (KV reads dominate and verification stays cheap): then there is no crossover.
+    """
+    _check_load(1.0, k, draft_ratio, context_per_sequence)
+    if not math.isfinite(max_batch) or max_batch < 1:
+        raise ValueError("max_batch must be ≥ 1")
+
+    def excess(b: float) -> float:
+        return speedup(model, b, k, length, draft_ratio, context_per_sequence) - 1.0
+
+    if excess(1.0) < 0:
+        return Crossover(None, "never_pays", max_batch)
+    hinge = model.parameters if isinstance(model, StepTimeFit) else model
+    if isinstance(hinge, HingeParameters) and _plain_hinge(hinge):
+        crossing = _hinge_crossing(hinge, k, length, draft_ratio, context_per_sequence, max_batch)
+        if crossing is None:
+            return Crossover(None, "pays_throughout", max_batch)
+        return Crossover(crossing, "crosses", max_batch)
+    grid = np.geomspace(1.0, max_batch, 96)
+    previous = 1.0
+    for b in grid[1:]:
+        if excess(float(b)) < 0:
+            low, high = previous, float(b)
+            for _ in range(60):
+                middle = 0.5 * (low + high)
+                if excess(middle) >= 0:
+                    low = middle
+                else:
+                    high = middle
+            return Crossover(0.5 * (low + high), "crosses", max_batch)
+        previous = float(b)
+    return Crossover(None, "pays_throughout", max_batch)
+
+
+def _plain_hinge(h: HingeParameters) -> bool:
+    """A hinge with finite, non-negative terms and a positive base: T > 0 for every N."""
+    values = (h.base_s, h.knee, h.slope_s_per_token, h.kv_s_per_token, h.per_token_s)
+    return all(math.isfinite(v) and v >= 0 for v in values) and h.base_s > 0
+
+
+def _hinge_crossing(h: HingeParameters, k: int, length: float, draft_ratio: float,
+                    context_per_sequence: float, max_batch: float) -> float | None:
+    """The first b in (1, max_batch] where S(b) falls below 1, solved exactly for a hinge.
+
+    S(b) < 1 ⇔ g(b) = (L − k·r)·T(b, b·s̄) − T(b·(k+1), b·s̄) < 0, and for a hinge g is piecewise
+    linear in b with breaks where b or b·(k+1) reaches the knee: on each piece the root is one
+    division. The caller has checked S(1) ≥ 1. None when S stays ≥ 1 up to max_batch.
+    """
+    gain = length - k * draft_ratio
+    wide = k + 1.0
+    linear = h.kv_s_per_token * context_per_sequence  # seconds per unit of b from the context
+
+    def g(b: float) -> float:
+        plain = h.base_s + linear * b + h.per_token_s * b + h.slope_s_per_token * max(0.0, b - h.knee)
+        verify = (h.base_s + linear * b + h.per_token_s * wide * b
+                  + h.slope_s_per_token * max(0.0, wide * b - h.knee))
+        return gain * plain - verify
+
+    breaks = sorted({b for b in (h.knee / wide, h.knee) if 1.0 < b < max_batch})
+    low, g_low = 1.0, g(1.0)
+    for high in (*breaks, max_batch):
+        g_high = g(high)
+        if g_high < 0:
+            if g_low < 0:  # only at b = 1 itself, within rounding of the caller's check
+                return low
+            # linear on [low, high]: g(low) ≥ 0 > g(high)
+            root = low + (high - low) * g_low / (g_low - g_high)
+            return min(max(root, low), high)
+        low, g_low = high, g_high
+    return None
+
+
+@dataclass(frozen=True)
+class KChoice:
+    """The best chain length k′ at a load and what it would give (k′ = 0 means speculation off)."""
+
+    k: int
+    length: float
+    speedup: float
+    extrapolated: bool
+
+
+def best_k(
+    model: StepTimeModel,
+    batch: float,
+    draft_ratio: float,
+    context_per_sequence: float = 0.0,
+    *,
+    rates: Sequence[float] | None = None,
+    length: float | None = None,
+    k: int | None = None,
+    k_max: int | None = None,
+) -> KChoice:
+    """The k′ in 0..k_max (default: the measured k, so no extrapolation) with the highest S at b.
+
+    Uses exact per-position data when given (`rates`), else the i.i.d. α from (`length`, `k`).
+    """
+    if rates is not None:
+        measured_k = len(rates)
+        if measured_k == 0:
+            raise ValueError("per-position rates must be non-empty")
+    elif length is not None and k is not None:
+        check_k(k)
+        measured_k = int(k)
+    else:
+        raise ValueError("best_k needs per-position rates, or a length and its k")
+    top = measured_k if k_max is None else int(k_max)
+    best = KChoice(0, 1.0, 1.0, False)
+    exact: list[float] = []  # L(k′) for k′ ≤ the measured k: 1 + the first k′ rates (length_at_k)
+    if rates is not None:
+        total = 0.0
+        for p in rates:
+            total += min(max(float(p), 0.0), 1.0)  # as np.clip, NaN included
+            exact.append(1.0 + total)
+    for candidate in range(1, top + 1):
+        if candidate <= len(exact):
+            estimate = LengthAtK(candidate, exact[candidate - 1], False, "per-position")
+        elif rates is not None:
+            estimate = length_at_k(rates, candidate)
+        else:
+            estimate = length_at_k_iid(length, measured_k, candidate)
+        value = speedup(model, batch, candidate, estimate.length, draft_ratio, context_per_sequence)
+        if value > best.speedup:
+            best = KChoice(candidate, estimate.length, value, estimate.extrapolated)
+    return best

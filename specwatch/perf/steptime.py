@@ -1,0 +1,527 @@
+"""Step time T(N, C) (N tokens per step, C context tokens in the batch): a datasheet prior and an
+online hinge fit regularised toward it.
+
+Conventions: k is the number of draft tokens per step; L counts the bonus token, so 1 ≤ L ≤ k+1;
+r is the draft cost per draft token as a fraction of one plain target step at the same load.
+Pure: no I/O, no clock, no mutable globals.
+"""
+
+from __future__ import annotations
+
+import math
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from specwatch.hardware import GpuSpec, ModelSpec
+
+
+__all__ = [
+    "BANDWIDTH_EFFICIENCY",
+    "FLOPS_EFFICIENCY",
+    "STEP_OVERHEAD_S",
+    "PER_TOKEN_OVERHEAD_S",
+    "ALLREDUCE_LATENCY_S",
+    "SOFT_MAX_POWER",
+    "DATASHEET_CONFIDENCE",
+    "StepTimeModel",
+    "HingeParameters",
+    "StepTimePrior",
+    "WEIGHT_FORMATS",
+    "datasheet_prior",
+    "prior_for_model",
+    "StepSample",
+    "PRIOR_RELATIVE_SD",
+    "PRIOR_KNEE_LOG_SD",
+    "PRIOR_SAMPLES",
+    "PRIOR_FLOOR",
+    "KNEE_GRID_POINTS",
+    "SAMPLE_RELATIVE_NOISE",
+    "AXIS_KNEE_MULTIPLE",
+    "StepTimeFit",
+    "fit_step_time",
+]
+
+
+# Efficiencies that turn datasheet roofs into what a decode step sees (model.md §2, gpu.md §3):
+# DRAM reaches about 80 % of peak in practice (DCGM profiling docs); GEMMs at M ≈ 32–256 tokens
+# run at 40–70 % of the tensor peak, of which 0.7 is the upper end a tuned engine reaches near the
+# knee. The resulting knee sits at 0.7/0.8 ≈ 0.875 of the datasheet ridge (H100 SXM ≈ 258).
+BANDWIDTH_EFFICIENCY = 0.8
+FLOPS_EFFICIENCY = 0.7
+# Fixed cost of one engine step beyond reading the weights: scheduling, kernel launches (with CUDA
+# graphs), sampling set-up. About 1 ms in vLLM on a single GPU; rough, the online fit replaces it.
+STEP_OVERHEAD_S = 1.0e-3
+# Cost per token in the step that is not a GEMM: sampling, rejection, bookkeeping. Rough.
+PER_TOKEN_OVERHEAD_S = 2.0e-6
+# Tensor parallelism: two all-reduces per layer (attention output, MLP output); each costs a launch
+# latency plus a ring transfer of 2(tp−1)/tp of the activations.
+ALLREDUCE_LATENCY_S = 8.0e-6
+# Soft maximum exponent for the weight-read vs GEMM-compute overlap (model.md §2: p ≈ 4).
+SOFT_MAX_POWER = 4.0
+# A datasheet prior is right in shape but 20–70 % off in level (model.md §0), so it earns a modest
+# confidence on its own.
+DATASHEET_CONFIDENCE = 0.4
+
+
+@runtime_checkable
+class StepTimeModel(Protocol):
+    """Anything that gives a step time T(N, C) in seconds, its knee and a confidence per N."""
+
+    @property
+    def knee_tokens(self) -> float: ...
+
+    def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray: ...
+
+    def confidence(self, n_tokens: float) -> float: ...
+
+
+def _as_output(value: np.ndarray) -> float | np.ndarray:
+    return float(value) if np.ndim(value) == 0 else value
+
+
+@dataclass(frozen=True)
+class HingeParameters:
+    """T(N, C) = base + kv·C + per_token·N + slope·max(0, N − knee).
+
+    `base` is the flat step time below the knee with no context (weights read + fixed overhead),
+    `kv` the seconds per context token read, `per_token` the per-token overheads that make speedups
+    decay before the knee, and `slope` the marginal GEMM cost per token above it (model.md §5.2,
+    written with the flat part folded into `base`).
+    """
+
+    base_s: float
+    knee: float
+    slope_s_per_token: float
+    kv_s_per_token: float
+    per_token_s: float
+
+    @property
+    def knee_tokens(self) -> float:
+        return self.knee
+
+    def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
+        if isinstance(n_tokens, (int, float)) and isinstance(context_tokens, (int, float)):
+            # Scalars take plain arithmetic: the advisor calls this a few hundred times per verdict
+            # (crossover search, best k), where numpy's per-call overhead would dominate.
+            return (self.base_s + self.kv_s_per_token * context_tokens + self.per_token_s * n_tokens
+                    + self.slope_s_per_token * max(0.0, n_tokens - self.knee))
+        n = np.asarray(n_tokens, dtype=float)
+        c = np.asarray(context_tokens, dtype=float)
+        value = (
+            self.base_s
+            + self.kv_s_per_token * c
+            + self.per_token_s * n
+            + self.slope_s_per_token * np.maximum(0.0, n - self.knee)
+        )
+        return _as_output(value)
+
+    def confidence(self, n_tokens: float) -> float:
+        return DATASHEET_CONFIDENCE
+
+    def as_vector(self) -> np.ndarray:
+        return np.array([self.base_s, self.kv_s_per_token, self.slope_s_per_token, self.per_token_s])
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "base_s": self.base_s,
+            "knee_tokens": self.knee,
+            "slope_s_per_token": self.slope_s_per_token,
+            "kv_s_per_token": self.kv_s_per_token,
+            "per_token_s": self.per_token_s,
+        }
+
+
+@dataclass(frozen=True)
+class StepTimePrior:
+    """The datasheet step-time model, per GPU (everything already divided by the TP degree).
+
+    T(N, C) = overhead + smax(weights(N)/BW_e, flops_per_token·N/F_e) + C·kv/BW_e + comm(N) + c_p·N
+
+    with smax(x, y) = (x^p + y^p)^(1/p): the weight read and the GEMM math overlap, and the soft
+    maximum bends through the knee as measured GEMMs do. Attention FLOPs are left out: attention
+    intensity is about q·(GQA group) ≪ ridge, so the KV read time covers it. For MoE models the
+    bytes read depend on N through the union of experts the step's tokens touch.
+    """
+
+    shared_weight_bytes: float  # bytes read every step (dense: all weights)
+    expert_weight_bytes: float  # routed-expert bytes (0 for dense)
+    experts: int | None
+    experts_per_token: int | None
+    flops_per_token: float  # 2 · active params / tp
+    kv_bytes_per_token: float  # per context token, per GPU
+    bandwidth: float  # effective bytes/s
+    flops: float  # effective FLOP/s
+    overhead_s: float = STEP_OVERHEAD_S
+    per_token_s: float = PER_TOKEN_OVERHEAD_S
+    allreduce_count: int = 0  # all-reduces per step (2 per layer when tp > 1)
+    allreduce_bytes_per_token: float = 0.0  # ring bytes per token per all-reduce
+    link_bandwidth: float | None = None
+
+    def weight_bytes(self, n_tokens: float | np.ndarray) -> float | np.ndarray:
+        n = np.asarray(n_tokens, dtype=float)
+        if not self.experts or not self.experts_per_token or self.expert_weight_bytes <= 0:
+            return _as_output(np.full_like(n, self.shared_weight_bytes))
+        # Uniform routing: each layer's N tokens touch E·(1 − (1 − k_e/E)^N) of its E experts.
+        untouched = (1.0 - self.experts_per_token / self.experts) ** np.maximum(n, 1.0)
+        return _as_output(self.shared_weight_bytes + self.expert_weight_bytes * (1.0 - untouched))
+
+    def _comm_time(self, n: np.ndarray) -> np.ndarray:
+        if self.allreduce_count == 0:
+            return np.zeros_like(n)
+        transfer = 0.0
+        if self.link_bandwidth:
+            transfer = self.allreduce_bytes_per_token * n / self.link_bandwidth
+        return self.allreduce_count * (ALLREDUCE_LATENCY_S + transfer)
+
+    def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
+        n = np.asarray(n_tokens, dtype=float)
+        c = np.asarray(context_tokens, dtype=float)
+        read = np.asarray(self.weight_bytes(n)) / self.bandwidth
+        math_time = self.flops_per_token * n / self.flops
+        gemm = (read**SOFT_MAX_POWER + math_time**SOFT_MAX_POWER) ** (1.0 / SOFT_MAX_POWER)
+        value = self.overhead_s + gemm + c * self.kv_bytes_per_token / self.bandwidth
+        value = value + self._comm_time(n) + self.per_token_s * n
+        return _as_output(value)
+
+    @property
+    def knee_tokens(self) -> float:
+        """N where GEMM math time equals the (all-experts) weight read time."""
+        return (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth / (self.flops_per_token / self.flops)
+
+    def confidence(self, n_tokens: float) -> float:
+        return DATASHEET_CONFIDENCE
+
+    def hinge(self) -> HingeParameters:
+        """The prior as hinge parameters, to regularise the online fit toward.
+
+        MoE bytes use the all-experts figure: from a few dozen tokens per step every expert is
+        touched anyway.
+        """
+        link_term = 0.0
+        if self.allreduce_count and self.link_bandwidth:
+            link_term = self.allreduce_count * self.allreduce_bytes_per_token / self.link_bandwidth
+        return HingeParameters(
+            base_s=self.overhead_s
+            + (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth
+            + self.allreduce_count * ALLREDUCE_LATENCY_S,
+            knee=self.knee_tokens,
+            slope_s_per_token=self.flops_per_token / self.flops,
+            kv_s_per_token=self.kv_bytes_per_token / self.bandwidth,
+            per_token_s=self.per_token_s + link_term,
+        )
+
+
+# Bytes per weight and compute precision for the serving dtypes predict accepts. Weight-only
+# quantisation (w8a16, w4a16) reads fewer bytes but computes in bf16, so its knee moves left.
+WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
+    "bf16": (2.0, "bf16"),
+    "fp16": (2.0, "bf16"),
+    "fp8": (1.0, "fp8"),  # W8A8: FP8 weights and FP8 GEMMs
+    "w8a8": (1.0, "fp8"),
+    "int8": (1.0, "bf16"),  # W8A16
+    "w8a16": (1.0, "bf16"),
+    "int4": (0.5, "bf16"),  # W4A16: AWQ / GPTQ
+    "w4a16": (0.5, "bf16"),
+    "awq": (0.5, "bf16"),
+    "gptq": (0.5, "bf16"),
+}
+
+
+def datasheet_prior(
+    gpu: GpuSpec,
+    *,
+    params: float,
+    kv_bytes_per_token: float,
+    active_params: float | None = None,
+    tp: int = 1,
+    dtype: str = "bf16",
+    layers: int | None = None,
+    hidden_size: int | None = None,
+    experts: int | None = None,
+    experts_per_token: int | None = None,
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+    flops_efficiency: float = FLOPS_EFFICIENCY,
+) -> StepTimePrior:
+    """The datasheet step-time prior for a model on `tp` GPUs of one kind.
+
+    Tensor parallelism divides weights, FLOPs and KV bytes across the GPUs (so it leaves the knee
+    where it is) and adds two all-reduces per layer when the layer count is known.
+    `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token.
+    """
+    if dtype.lower() not in WEIGHT_FORMATS:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(WEIGHT_FORMATS)}")
+    if not (params > 0 and math.isfinite(params)):
+        raise ValueError("params must be a positive number")
+    if kv_bytes_per_token < 0 or not math.isfinite(kv_bytes_per_token):
+        raise ValueError("KV bytes per token must be ≥ 0")
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise ValueError(f"tp must be an integer ≥ 1, got {tp!r}")
+    active = params if active_params is None else active_params
+    if not (0 < active <= params):
+        raise ValueError("active params must be positive and at most the total params")
+    bytes_per_weight, precision = WEIGHT_FORMATS[dtype.lower()]
+    total_bytes = bytes_per_weight * params / tp
+    if experts and experts_per_token and active < params:
+        # Solve shared + routed/E·k_e = active, shared + routed = total for the routed share.
+        routed_params = (params - active) / (1.0 - experts_per_token / experts)
+        expert_bytes = bytes_per_weight * routed_params / tp
+    else:
+        expert_bytes = 0.0
+        experts = experts_per_token = None
+    allreduces = 2 * layers if (tp > 1 and layers) else 0
+    ring_bytes = (2.0 * (tp - 1) / tp) * hidden_size * 2.0 if (tp > 1 and hidden_size) else 0.0
+    return StepTimePrior(
+        shared_weight_bytes=total_bytes - expert_bytes,
+        expert_weight_bytes=expert_bytes,
+        experts=experts,
+        experts_per_token=experts_per_token,
+        flops_per_token=2.0 * active / tp,
+        kv_bytes_per_token=kv_bytes_per_token / tp,
+        bandwidth=gpu.memory_bandwidth * bandwidth_efficiency,
+        flops=gpu.peak_flops(precision) * flops_efficiency,
+        allreduce_count=allreduces,
+        allreduce_bytes_per_token=ring_bytes,
+        link_bandwidth=gpu.interconnect_bandwidth,
+    )
+
+
+def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "bf16") -> StepTimePrior:
+    """The datasheet prior for a model from the architecture table."""
+    return datasheet_prior(
+        gpu,
+        params=model.params,
+        active_params=model.active_params,
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        tp=tp,
+        dtype=dtype,
+        layers=model.layers,
+        hidden_size=model.hidden_size,
+        experts=model.experts,
+        experts_per_token=model.experts_per_token,
+    )
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One window's observation: mean tokens per step, mean step time, context tokens in the batch."""
+
+    tokens_per_step: float
+    step_time_s: float
+    context_tokens: float = 0.0
+    weight: float = 1.0  # the caller's forgetting factor (the model reads no clock)
+
+
+# Fit settings. The prior's parameters are believed within about ±50 % (datasheet level error),
+# the knee within a factor of about 2. PRIOR_SAMPLES is the prior's strength in samples when the
+# data cover none of the N-axis; it fades as coverage grows, down to PRIOR_FLOOR.
+PRIOR_RELATIVE_SD = 0.5
+PRIOR_KNEE_LOG_SD = math.log(2.0)
+PRIOR_SAMPLES = 20.0
+PRIOR_FLOOR = 0.5
+KNEE_GRID_POINTS = 48
+# Typical scatter of one window's mean step time around the curve (relative). Residuals are
+# measured in these units, so one sample counts as one unit against the prior's penalty.
+SAMPLE_RELATIVE_NOISE = 0.05
+# The N-axis that matters: single tokens up to a few times the knee (b·(k+1) at high load).
+AXIS_KNEE_MULTIPLE = 4.0
+
+
+@dataclass(frozen=True)
+class StepTimeFit:
+    """An online hinge fit of T(N, C) and what its data can support."""
+
+    parameters: HingeParameters
+    prior: HingeParameters
+    n_samples: int
+    tokens_min: float | None  # span of the N-axis the data cover
+    tokens_max: float | None
+    coverage: float  # fraction of the log N-axis [1, 4·prior knee] the data span, 0..1
+    knee_observed: bool  # data on both sides of the fitted knee
+    relative_rmse: float | None  # residual scatter relative to the median step time
+    quality: float  # 0..1, confidence inside the data span
+
+    @property
+    def knee_tokens(self) -> float:
+        return self.parameters.knee
+
+    def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
+        return self.parameters.step_time(n_tokens, context_tokens)
+
+    def confidence(self, n_tokens: float) -> float:
+        """Confidence in T at N: the fit's quality inside its data, halving per doubling beyond it.
+
+        Past the largest N seen, a knee the data never reached adds another halving: the slope
+        there is the prior's, not a measurement.
+        """
+        if self.n_samples == 0 or self.tokens_min is None or self.tokens_max is None:
+            return self.quality
+        n = max(float(n_tokens), 1e-9)
+        if n < self.tokens_min:
+            distance = math.log2(self.tokens_min / n)
+        elif n > self.tokens_max:
+            distance = math.log2(n / self.tokens_max)
+            if not self.knee_observed and n > self.parameters.knee:
+                distance += 1.0
+        else:
+            distance = 0.0
+        return self.quality * 0.5**distance
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "parameters": self.parameters.to_dict(),
+            "prior": self.prior.to_dict(),
+            "n_samples": self.n_samples,
+            "tokens_min": self.tokens_min,
+            "tokens_max": self.tokens_max,
+            "coverage": self.coverage,
+            "knee_observed": self.knee_observed,
+            "relative_rmse": self.relative_rmse,
+            "quality": self.quality,
+        }
+
+
+def _axis_coverage(tokens_min: float, tokens_max: float, prior_knee: float) -> float:
+    top = math.log(max(AXIS_KNEE_MULTIPLE * prior_knee, 2.0))
+    low = max(math.log(max(tokens_min, 1.0)), 0.0)
+    high = min(math.log(max(tokens_max, 1.0)), top)
+    return float(min(max((high - low) / top, 0.0), 1.0))
+
+
+# The 15 non-empty sets of free parameters of the 4-parameter hinge, grouped by size: a least
+# squares with θ ≥ 0 is solved exactly by the best feasible solution over these (and θ = 0).
+_FREE_SETS = {
+    size: np.array(list(itertools.combinations(range(4), size)), dtype=np.intp) for size in range(1, 5)
+}
+
+
+def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray, knees: np.ndarray,
+                 penalty: np.ndarray, theta0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every knee: min ‖W(Xθ − y)‖² + ‖P(θ − θ0)‖² over θ ≥ 0, X = [1, C, max(0, N − knee), N].
+
+    Returns the costs (one per knee) and the minimisers (knees × 4). All knees are solved at once
+    from their normal equations: only the hinge column depends on the knee, so the 4×4 Gram
+    matrices cost one (knees × samples) product. The non-negativity is exact, as an active-set
+    enumeration: every set of free parameters is solved, the others held at zero, and the cheapest
+    feasible solution is kept (when the unconstrained one is feasible it is that one). Columns are
+    scaled to unit diagonal before solving, which keeps the small systems well conditioned.
+    """
+    hinge = np.maximum(0.0, n[None, :] - knees[:, None]) * sqrt_w  # knees × samples
+    shared = np.column_stack([sqrt_w, c * sqrt_w, n * sqrt_w])  # samples × 3: the 1, C, N columns
+    yw = y * sqrt_w
+    count = knees.size
+    gram = np.empty((count, 4, 4))
+    rhs = np.empty((count, 4))
+    shared_gram = shared.T @ shared
+    cross = hinge @ shared  # knees × 3
+    order = (0, 1, 3)  # where the shared columns sit among (base, kv, slope, per-token)
+    for i, a in enumerate(order):
+        for j, b in enumerate(order):
+            gram[:, a, b] = shared_gram[i, j]
+        gram[:, a, 2] = gram[:, 2, a] = cross[:, i]
+    gram[:, 2, 2] = np.einsum("ks,ks->k", hinge, hinge)
+    rhs[:, list(order)] = shared.T @ yw
+    rhs[:, 2] = hinge @ yw
+    penalty_sq = penalty * penalty
+    gram[:, range(4), range(4)] += penalty_sq
+    rhs += penalty_sq * theta0
+    total = float(yw @ yw) + float(penalty_sq @ (theta0 * theta0))
+    scale = 1.0 / np.sqrt(gram[:, range(4), range(4)])  # > 0: every column has its penalty row
+    gram *= scale[:, :, None] * scale[:, None, :]
+    rhs *= scale
+
+    best_cost = np.full(count, total)  # θ = 0 is always feasible
+    best_theta = np.zeros((count, 4))
+    for size, sets in _FREE_SETS.items():
+        # knees × sets × size × size systems, solved in one call
+        sub_gram = gram[:, sets[:, :, None], sets[:, None, :]]
+        sub_rhs = rhs[:, sets]
+        z = np.linalg.solve(sub_gram, sub_rhs[..., None])[..., 0]
+        cost = total - np.einsum("ksi,ksi->ks", z, sub_rhs)  # at the optimum: ‖b‖² − zᵀg
+        cost = np.where(np.all(z >= 0.0, axis=2), cost, np.inf)
+        pick = np.argmin(cost, axis=1)
+        picked_cost = cost[np.arange(count), pick]
+        better = picked_cost < best_cost
+        if np.any(better):
+            theta = np.zeros((count, 4))
+            rows = np.arange(count)[:, None]
+            theta[rows, sets[pick]] = z[np.arange(count), pick]
+            best_cost = np.where(better, picked_cost, best_cost)
+            best_theta = np.where(better[:, None], theta * scale, best_theta)
+    return best_cost, best_theta
+
+
+def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior) -> StepTimeFit:
+    """Fit the hinge T(N, C) to live samples, regularised toward the datasheet prior.
+
+    For each knee on a log grid over [prior/4, 2·prior] (model.md §5.2) it solves a non-negative,
+    prior-regularised least squares for (base, kv, slope, per-token) and keeps the knee with the
+    lowest total cost. The prior's weight falls as the data cover more of the N-axis, so a node that
+    has only ever run small batches keeps the datasheet slope above the knee, and says so through
+    `coverage`, `knee_observed` and `confidence(N)`.
+    """
+    prior_hinge = prior.hinge() if isinstance(prior, StepTimePrior) else prior
+    # One array of (N, T, C, weight) rows, filtered at once: the advisor refits from a few hundred.
+    data = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
+                     for sample in samples], dtype=float).reshape(-1, 4)
+    n, y, c, w = data.T
+    with np.errstate(invalid="ignore"):
+        keep = np.all(np.isfinite(data), axis=1) & (n > 0) & (y > 0) & (c >= 0) & (w > 0)
+    usable_count = int(np.count_nonzero(keep))
+    if not usable_count:
+        return StepTimeFit(prior_hinge, prior_hinge, 0, None, None, 0.0, False, None, DATASHEET_CONFIDENCE)
+
+    n, y, c, w = n[keep], y[keep], c[keep], w[keep]
+    w = w * (usable_count / np.sum(w))  # weights are relative; the sample count sets the data's say
+    y_scale = float(np.median(y))
+    sqrt_w = np.sqrt(w) / (SAMPLE_RELATIVE_NOISE * y_scale)
+
+    coverage = _axis_coverage(float(n.min()), float(n.max()), prior_hinge.knee)
+    prior_strength = PRIOR_SAMPLES * (1.0 - coverage) + PRIOR_FLOOR
+    theta0 = prior_hinge.as_vector()
+    # Scales for the prior penalty: half the prior value, with floors so that a near-zero prior
+    # (per-token overhead) does not pin its parameter to zero.
+    floors = np.array(
+        [
+            prior_hinge.base_s,
+            prior_hinge.base_s / max(float(np.max(c)), 1.0),
+            prior_hinge.base_s / prior_hinge.knee,
+            0.25 * prior_hinge.base_s / prior_hinge.knee,
+        ]
+    )
+    scales = np.maximum(PRIOR_RELATIVE_SD * np.abs(theta0), PRIOR_RELATIVE_SD * floors)
+    penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
+
+    knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
+    costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / PRIOR_KNEE_LOG_SD) ** 2
+    best_index = int(np.argmin(costs))  # the first of equal costs, as a scan keeping strict improvements
+    knee, theta = float(knees[best_index]), thetas[best_index]
+    fitted = HingeParameters(
+        base_s=float(theta[0]),
+        knee=knee,
+        slope_s_per_token=float(theta[2]),
+        kv_s_per_token=float(theta[1]),
+        per_token_s=float(theta[3]),
+    )
+    residual = y - np.asarray(fitted.step_time(n, c))
+    relative_rmse = float(np.sqrt(np.average(residual**2, weights=w)) / y_scale)
+    knee_observed = bool(np.any(n < 0.8 * knee) and np.any(n > 1.25 * knee))
+    # Quality inside the data: grows with the sample count, falls with scatter (10 % relative
+    # scatter costs about a third).
+    quality = (1.0 - math.exp(-usable_count / 8.0)) * math.exp(-relative_rmse / 0.25)
+    quality = max(quality, DATASHEET_CONFIDENCE * 0.5)
+    return StepTimeFit(
+        parameters=fitted,
+        prior=prior_hinge,
+        n_samples=usable_count,
+        tokens_min=float(n.min()),
+        tokens_max=float(n.max()),
+        coverage=coverage,
+        knee_observed=knee_observed,
+        relative_rmse=relative_rmse,
+        quality=float(min(quality, 1.0)),
+    )

@@ -1,0 +1,197 @@
+"""The predicted curve (specwatch.perf), beside the measured one."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from specwatch import perf
+from specwatch.sweep.common import BASIS_DATASHEET, BASIS_FITTED, PREDICTED_GRID_POINTS, PREDICTED_MAX_BATCH
+
+__all__ = [
+    "PredictionInputs",
+    "predicted_curve",
+]
+
+
+@dataclass(frozen=True)
+class PredictionInputs:
+    """What the user said about the configuration; every field may be missing."""
+
+    gpu: str | None = None
+    model: str | None = None  # architecture name from specwatch.hardware's table
+    tp: int = 1
+    dtype: str = "bf16"
+    method: str | None = None
+    draft_ratio: float | None = None
+    draft_params: float | None = None
+    k: int | None = None
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(present)) if present else None
+
+
+def _measured_k(tiers: Sequence[dict]) -> int | None:
+    ks = [t["speculative"].get("k") for t in tiers if t.get("speculative") and t["speculative"].get("k")]
+    return int(max(ks)) if ks else None
+
+
+def _context_per_sequence(tiers: Sequence[dict], max_tokens: float | None) -> float:
+    """Mean context of a running sequence: its prompt plus half its output (the average point of a
+    decode), from the baseline's measured prompt tokens."""
+    prompt = _mean([(t.get("baseline") or {}).get("prompt_tokens_mean") for t in tiers])
+    output = max_tokens
+    if output is None:
+        per_request = []
+        for t in tiers:
+            base = t.get("baseline") or {}
+            if base.get("output_tokens") and base.get("requests_ok"):
+                per_request.append(base["output_tokens"] / base["requests_ok"])
+        output = _mean(per_request)
+    return (prompt or 0.0) + 0.5 * (output or 0.0)
+
+
+def _draft_cost(inputs: PredictionInputs, method: str | None, target_params: float | None) -> tuple[float, str]:
+    """r and where it comes from; an unknown method is priced as a lookup proposer, and says so."""
+    if inputs.draft_ratio is not None:
+        return float(inputs.draft_ratio), "given (--draft-ratio)"
+    if method is None:
+        return perf.LOOKUP_DRAFT_RATIO, "assumed 0: the method is unknown (give --method or --draft-ratio)"
+    cost = perf.draft_cost(method, draft_params=inputs.draft_params, target_params=target_params)
+    return cost.ratio, f"{cost.method}: {cost.basis}"
+
+
+def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, draft_ratio: float,
+                       context: float) -> tuple[perf.StepTimeFit, str] | None:
+    """A hinge T(N, C) fitted to the measured points.
+
+    The baseline's step time at batch b is its TPOT (one token per sequence per step) with N = b.
+    With a free proposer (r = 0) the speculative server's steps are samples too: each commits L
+    tokens per sequence, so its step time is TPOT·L at N = b·(k+1). The hinge prior is built from
+    the same points (flat at the smallest step time, rising at the overall slope), so the fit leans
+    on nothing but the measurements; beyond the largest N measured the curve is an extrapolation.
+    """
+    samples: list[perf.StepSample] = []
+    for t in tiers:
+        base = t.get("baseline") or {}
+        b = base.get("running_mean") or t["concurrency"]
+        tpot = base.get("tpot_mean_s") or base.get("tpot_p50_s")
+        if tpot:
+            samples.append(perf.StepSample(float(b), float(tpot), float(b) * context))
+        spec = t.get("speculative") or {}
+        spec_tpot = spec.get("tpot_mean_s") or spec.get("tpot_p50_s")
+        spec_length = spec.get("acceptance_length") or length
+        if draft_ratio == 0 and spec_tpot:
+            sb = spec.get("running_mean") or t["concurrency"]
+            samples.append(perf.StepSample(float(sb) * (k + 1), float(spec_tpot) * spec_length, float(sb) * context))
+    if len(samples) < 2:
+        return None
+    n = np.array([s.tokens_per_step for s in samples])
+    y = np.array([s.step_time_s for s in samples])
+    fit = perf.fit_step_time(samples, _hinge_from_points(n, y))
+    used = "baseline and speculative steps" if draft_ratio == 0 else "baseline steps"
+    note = (f"fitted to {fit.n_samples} measured step times ({used}), N = {fit.tokens_min:.0f}..{fit.tokens_max:.0f} "
+            f"tokens per step; beyond that it is an extrapolation")
+    return fit, note
+
+
+def _hinge_from_points(n: np.ndarray, y: np.ndarray) -> perf.HingeParameters:
+    """A plain two-piece hinge (flat, then rising) through the points, by least squares over knees
+    on a log grid across their span: the prior that fit_step_time refines, taken from the data
+    because a sweep without --gpu/--model has no datasheet to lean on."""
+    best: tuple[float, float, float, float] | None = None  # (cost, knee, base, slope)
+    low, high = max(float(n.min()), 1.0), max(float(n.max()), 1.0)
+    for knee in np.geomspace(low, high, 48) if high > low else [low]:
+        design = np.column_stack([np.ones_like(n), np.maximum(0.0, n - knee)])
+        (base, slope), *_ = np.linalg.lstsq(design, y, rcond=None)
+        if slope < 0 or base <= 0:  # a falling or negative fit: flat at the mean instead
+            base, slope = float(np.mean(y)), 0.0
+        cost = float(np.sum((design @ np.array([base, slope]) - y) ** 2))
+        if best is None or cost < best[0]:
+            best = (cost, float(knee), float(base), float(slope))
+    assert best is not None
+    _, knee, base, slope = best
+    return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=slope, kv_s_per_token=0.0, per_token_s=0.0)
+
+
+def predicted_curve(
+    tiers: Sequence[dict],
+    inputs: PredictionInputs,
+    *,
+    method: str | None = None,
+    max_tokens: float | None = None,
+) -> tuple[dict | None, str]:
+    """The model's speedup S(b) over the sweep's concurrency range, and a note on its basis.
+
+    With a GPU and a model architecture the step time is the datasheet prior
+    (`specwatch.perf.prior_for_model`); otherwise it is fitted from the measured points. Both use
+    the measured acceptance length (mean over the speculative tiers) and k. Returns (None, why)
+    when there is not enough to draw it.
+    """
+    concurrencies = sorted(t["concurrency"] for t in tiers)
+    if not concurrencies:
+        return None, "no tiers"
+    k = inputs.k or _measured_k(tiers)
+    length = _mean([(t.get("speculative") or {}).get("acceptance_length") for t in tiers])
+    if k is None:
+        return None, "k is unknown: the speculative server's /metrics had no spec-decode counters (give --k)"
+    if length is None:
+        return None, "no acceptance length was measured on the speculative server"
+    length = min(max(length, 1.0), k + 1.0)
+    method = inputs.method or method
+    context = _context_per_sequence(tiers, max_tokens)
+    target_params = None
+    step_model: perf.StepTimeModel
+    if inputs.gpu and inputs.model:
+        from specwatch.hardware import lookup, lookup_model
+
+        gpu, arch = lookup(inputs.gpu), lookup_model(inputs.model)
+        if gpu is None:
+            return None, f"unknown GPU {inputs.gpu!r}"
+        if arch is None:
+            return None, f"unknown model architecture {inputs.model!r}"
+        target_params = arch.params
+        try:
+            step_model = perf.prior_for_model(gpu, arch, tp=inputs.tp, dtype=inputs.dtype)
+        except ValueError as exc:
+            return None, str(exc)
+        basis = BASIS_DATASHEET
+        note = f"datasheet step time for {arch.name} on {gpu.key} (tp {inputs.tp}, {inputs.dtype})"
+        fit_details: dict | None = None
+    try:
+        draft_ratio, draft_basis = _draft_cost(inputs, method, target_params)
+    except ValueError as exc:
+        return None, str(exc)
+    if not (inputs.gpu and inputs.model):
+        fitted = _fitted_step_model(tiers, k, length, draft_ratio, context)
+        if fitted is None:
+            return None, "too few measured points to fit a step time (and no --gpu/--model for the datasheet)"
+        step_model, note = fitted
+        basis = BASIS_FITTED
+        fit_details = fitted[0].to_dict()
+    low, high = concurrencies[0], concurrencies[-1]
+    grid = sorted({round(float(b), 6) for b in np.geomspace(low, high, PREDICTED_GRID_POINTS)}
+                  | {float(c) for c in concurrencies}) if high > low else [float(low)]
+    points = [{"concurrency": float(b), "speedup": perf.speedup(step_model, float(b), k, length, draft_ratio, context)}
+              for b in grid]
+    # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
+    cross = perf.crossover_concurrency(step_model, k, length, draft_ratio, context,
+                                       max_batch=max(float(high), PREDICTED_MAX_BATCH))
+    return {
+        "basis": basis,
+        "note": note,
+        "k": k,
+        "acceptance_length": length,
+        "draft_ratio": draft_ratio,
+        "draft_ratio_basis": draft_basis,
+        "context_per_sequence": context,
+        "crossover": cross.concurrency,
+        "crossover_state": cross.state,
+        "fit": fit_details,
+        "points": points,
+    }, note

@@ -1,0 +1,73 @@
+"""Scraping each server's /metrics during a tier: acceptance and running batch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+
+from specwatch.collectors.vllm import VllmSource
+from specwatch.snapshot import Snapshot
+from specwatch.window import RUNNING, Window
+
+__all__ = [
+    "MetricsProbe",
+]
+
+
+class MetricsProbe:
+    """Scrapes one server's /metrics through a tier: the acceptance over it and the running batch.
+
+    One scrape at the start, one every `interval_s` while requests are in flight, one at the end.
+    The acceptance comes from the counter increases between the first and the last (as `check`
+    computes it); the running batch is the mean of the in-flight scrapes. A server whose /metrics
+    cannot be read gives no figures and a message, never an error.
+    """
+
+    def __init__(self, source: VllmSource, interval_s: float = 1.0) -> None:
+        self.source = source
+        self.interval_s = interval_s
+        self.window = Window(seconds=366 * 86400.0)
+        self.running: list[float] = []
+        self.last_state = "ok"
+        self.last_message = ""
+
+    async def scrape(self, in_flight: bool) -> None:
+        samples = await self.source.scrape()
+        snapshot = Snapshot(time=time.time(), targets=samples)
+        target = samples[0]
+        self.last_state, self.last_message = target.state, target.message
+        if not target.ok:
+            return
+        self.window.add(snapshot)
+        if in_flight:
+            values = [e.gauges[RUNNING] for e in target.engines if RUNNING in e.gauges]
+            if values:
+                self.running.append(sum(values))
+
+    async def run_until(self, done: asyncio.Event) -> None:
+        await self.scrape(in_flight=False)
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), timeout=self.interval_s)
+            except asyncio.TimeoutError:
+                await self.scrape(in_flight=True)
+        await self.scrape(in_flight=False)
+
+    def figures(self) -> dict[str, Any]:
+        url = self.source.targets[0].url
+        tw = self.window.target(url) if len(self.window) >= 2 else None
+        acc = tw.total.acceptance if tw is not None and tw.total is not None else None
+        return {
+            "acceptance_length": acc.acceptance_length if acc else None,
+            "acceptance_rate": acc.acceptance_rate if acc else None,
+            "drafts": acc.drafts if acc else None,
+            "k": tw.k if tw is not None else None,
+            "running_mean": float(np.mean(self.running)) if self.running else None,
+            "server_generation_tokens_per_s": tw.total.generation_tokens_per_s
+            if tw is not None and tw.total is not None else None,
+            "metrics_state": self.last_state,
+            "metrics_message": self.last_message or None,
+        }
