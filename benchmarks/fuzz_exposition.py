@@ -34,9 +34,12 @@ except ImportError:  # pragma: no cover - the fallback
 
 if atheris is not None:
     with atheris.instrument_imports(include=["specwatch"]):
-        from specwatch.exposition import ExpositionError, full_parse_samples, parse_payload, same_values, samples_by_series, select_samples
+        from specwatch.exposition import ExpositionError, parse_payload, select_samples
 else:
-    from specwatch.exposition import ExpositionError, full_parse_samples, parse_payload, same_values, samples_by_series, select_samples
+    from specwatch.exposition import ExpositionError, parse_payload, select_samples
+
+sys.path.insert(0, str(ROOT / "tests"))  # the test suite's prometheus_client oracle
+from exposition_oracle import full_parse_samples, same_values, samples_by_series  # noqa: E402
 
 STATS = {"inputs": 0, "crashes": 0, "mismatches": 0, "rejected": 0, "accepted": 0}
 LIMITS = {"runs": 200_000, "seconds": 120.0}

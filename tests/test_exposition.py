@@ -3,12 +3,10 @@ import math
 import pytest
 
 from payloads import DOCS_EXAMPLE, NGRAM_K4, multi_engine_payload, read
+from exposition_oracle import full_parse_samples, same_values, samples_by_series
 from specwatch.exposition import (
     ExpositionError,
-    full_parse_samples,
     parse_payload,
-    same_values,
-    samples_by_series,
     select_samples,
 )
 

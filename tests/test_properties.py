@@ -14,16 +14,14 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exposition_oracle import full_parse_samples, same_values, samples_by_series
 from specwatch.exposition import (
     COUNTER,
     GAUGE,
     SAMPLE_NAMES,
     WANTED,
     ExpositionError,
-    full_parse_samples,
     parse_payload,
-    same_values,
-    samples_by_series,
     select_samples,
 )
 
