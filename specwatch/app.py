@@ -661,15 +661,21 @@ class SpecwatchApp(App[int]):
         await self._close()
         self.exit(0)
 
-    async def _close(self) -> None:
-        if self._poll_timer is not None:
-            self._poll_timer.stop()
+    async def on_unmount(self) -> None:
+        await self._finish_recording()  # however the app ends, the file is finished
+
+    async def _finish_recording(self) -> None:
         thread, self._recording_thread = self._recording_thread, None
         if thread is not None:
             # what is queued is written and the file closed; a disk that hangs is not waited for
             if not await asyncio.to_thread(thread.close, CLOSE_RECORDING_TIMEOUT_S):
                 log.error("the recording thread did not finish within %.0f s", CLOSE_RECORDING_TIMEOUT_S)
             self.recording = None
+
+    async def _close(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        await self._finish_recording()
         try:
             await self.source.aclose()
         except Exception:  # noqa: BLE001

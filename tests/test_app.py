@@ -680,3 +680,22 @@ async def test_a_real_full_tmpfs_stops_the_recording_and_the_panels_keep_updatin
     recording = read_recording(path)  # cut back to its last complete flush: valid
     assert 0 < len(recording.snapshots) < fed
     assert recording.snapshots == data[: len(recording.snapshots)]
+
+
+async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
+    """No `q`: the app is torn down from outside, and the file still holds every reading recorded."""
+    from specwatch.recorder import SessionRecorder
+    from specwatch.recording import RecordingHeader, read_recording
+
+    data = snapshots(LOW[:10])
+    source = ScriptedSource(data[:2], end=False)
+    path = tmp_path / "ended.swrec"
+    app = make_app(source, recorder=SessionRecorder(RecordingHeader(data="synthetic"), tmp_path),
+                   record_path=str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls == 2, "2 polls")
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is not None, "recording")
+        source.feed(data[2:])
+        await until(pilot, lambda: app.polls == len(data), "every poll")
+    assert read_recording(path).snapshots == data[2:]
