@@ -123,3 +123,14 @@ def test_fleet_reads_back_the_verdict_the_exporter_served() -> None:
     assert {(s.name, s.state) for s in target.verdict.bound.signals} == \
         {(s.name, s.state) for s in verdict.bound.signals if s.value is not None}
     assert [g.lost for g in detail.gpus] == [False, True]
+
+
+def test_the_shipped_rules_and_dashboard_read_only_schema_names() -> None:
+    """The alert rules and the Grafana dashboard under deploy/ name series the schema serves."""
+    import re
+
+    known = {m.series for m in export_schema.ALL_METRICS}
+    for path in sorted((ROOT / "deploy").rglob("*")):
+        if path.is_file() and path.suffix in (".yml", ".yaml", ".json", ".md"):
+            names = set(re.findall(r"\bspecwatch_[a-z_]+[a-z]\b", path.read_text()))
+            assert names <= known, f"{path.relative_to(ROOT)} names {sorted(names - known)}"
