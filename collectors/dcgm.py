@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.collectors.nvml import decode_clock_event_reasons
+from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
 
 DEFAULT_DCGM_URL = "http://localhost:9400/metrics"

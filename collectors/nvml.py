@@ -22,11 +22,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuProcess, GpuSample, SourceStatus
 
 log = logging.getLogger(__name__)
@@ -114,54 +115,8 @@ _INIT_STATE_BY_ERROR_CLASS: dict[str, str] = {
     "NVMLError_NoPermission": "no_permission",
 }
 
-# Clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*. Several can be set at once.
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x1, "idle"),
-    (0x2, "applications clocks"),
-    (0x4, "power cap"),
-    (0x8, "hardware slowdown"),
-    (0x10, "sync boost"),
-    (0x20, "software thermal"),
-    (0x40, "hardware thermal"),
-    (0x80, "power brake"),
-    (0x100, "display clock"),
-    (0x200, "board limit"),
-    (0x400, "reliability"),
-)
-_KNOWN_CLOCK_EVENT_BITS = 0
-for _bit, _ in CLOCK_EVENT_REASONS:
-    _KNOWN_CLOCK_EVENT_BITS |= _bit
-
-# Reasons that hold clocks below what the workload asks for. "idle" and the settings-driven
-# reasons lower clocks without costing a busy GPU anything, so they do not count as throttling.
-PERFORMANCE_LIMITING_REASONS = frozenset(
-    {"power cap", "hardware slowdown", "sync boost", "software thermal", "hardware thermal", "power brake",
-     "board limit", "reliability"}
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
-    """The names of the bits set in an nvmlClocksEventReason mask, lowest bit first.
-
-    Unknown bits (newer drivers add some) come out as one "unknown (0x…)" entry rather than
-    being dropped, so a new kind of throttling is visible before specwatch learns its name.
-    """
-    if mask < 0:
-        raise ValueError(f"a clock-event mask is unsigned, got {mask}")
-    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    unknown = mask & ~_KNOWN_CLOCK_EVENT_BITS
-    if unknown:
-        names.append(f"unknown (0x{unknown:x})")
-    return tuple(names)
-
-
-def is_performance_limited(reasons: Iterable[str]) -> bool:
-    """Whether any decoded reason caps clocks below demand (power, thermal, sync boost, ...)."""
-    return any(r in PERFORMANCE_LIMITING_REASONS for r in reasons)
 
 
 def nvml_error_reason(exc: BaseException) -> str:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from specwatch import perf
-from specwatch.collectors.nvml import is_performance_limited
-from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_for_clock
+from specwatch.gpu_events import throttled_spec
+from specwatch.hardware import GpuSpec, ModelSpec, lookup
 from specwatch.snapshot import GpuSample
 from specwatch.window import EngineFigures, TargetWindow
 
@@ -89,7 +89,7 @@ class Verdict:
     crossover_concurrency: float | None
     change_recommended: bool
     reasons: tuple[str, ...]
-    bound: dict[str, Any]
+    bound: perf.BoundEstimate  # where the decode step sits on the roofline, and the signals behind it
     time: float | None = None
     configured: bool = False
     acceptance_length: float | None = None
@@ -100,6 +100,9 @@ class Verdict:
     running: float | None = None
     flags: tuple[str, ...] = ()  # misaligned_draft, prefill_tax, ttft_rising, extrapolated, ...
     details: dict[str, Any] = field(default_factory=dict)
+    # The GPU the verdict reasons about: told, or read and scaled to its clock when a power or
+    # thermal cap holds it down. Views draw the ridge from it, so it agrees with `bound`.
+    gpu_spec: GpuSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,9 +126,13 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def unknown_verdict(reason: str, time: float | None = None, bound: dict | None = None) -> Verdict:
-    return Verdict(UNKNOWN, 0.0, None, None, None, False, (reason,),
-                   bound or {"state": "unknown", "signals": []}, time=time)
+UNKNOWN_BOUND = perf.BoundEstimate("unknown", None, ())
+
+
+def unknown_verdict(reason: str, time: float | None = None, bound: perf.BoundEstimate | None = None,
+                    gpu_spec: GpuSpec | None = None) -> Verdict:
+    return Verdict(UNKNOWN, 0.0, None, None, None, False, (reason,), bound or UNKNOWN_BOUND, time=time,
+                   gpu_spec=gpu_spec)
 
 
 _UNSEEN = object()
@@ -156,10 +163,17 @@ class Advisor:
         self.observed_batch: tuple[float, float] | None = None
         # What the last verdict rested on, for `tune` to build a schedule from.
         self.last_inputs: AdvisorInputs | None = None
+        # The GPU spec of the current update (see _gpu_spec), carried on its Verdict.
+        self._gpu_in_use: GpuSpec | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
     def _gpu_spec(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        """The GPU this update reasons about; also remembered for the Verdict it produces."""
+        self._gpu_in_use = self._find_gpu_spec(gpus)
+        return self._gpu_in_use
+
+    def _find_gpu_spec(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
         if self.config.gpu is not None:
             return self.config.gpu
         for g in gpus:
@@ -168,7 +182,7 @@ class Advisor:
                 if spec is _UNSEEN:
                     spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
                 if spec is not None:
-                    return _throttled(spec, g)
+                    return throttled_spec(spec, g)
         return None
 
     def _draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
@@ -270,11 +284,13 @@ class Advisor:
             return unknown_verdict("the target has not been read yet")
         target = tw.latest
         if not target.ok:
-            return unknown_verdict(f"cannot read the target: {target.message or target.state}")
+            return unknown_verdict(f"cannot read the target: {target.message or target.state}",
+                                   gpu_spec=self._gpu_spec(gpus))
         figures = tw.total
         if figures is None:
             return unknown_verdict(
-                "one reading so far: rates need two scrapes a window apart", bound=self._bound(None, gpus, None, None)
+                "one reading so far: rates need two scrapes a window apart", bound=self._bound(None, gpus, None, None),
+                gpu_spec=self._gpu_spec(gpus),
             )
         time = tw.time
         gpu = self._gpu_spec(gpus)
@@ -425,7 +441,7 @@ class Advisor:
             self._ttft_history.append(p95)
 
     def _bound(self, figures: EngineFigures | None, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
-               step_model: perf.StepTimeModel | None) -> dict[str, Any]:
+               step_model: perf.StepTimeModel | None) -> perf.BoundEstimate:
         signals = []
         ridge = gpu.ridge_for("bf16") if gpu else None
         if figures is not None and figures.mfu_intensity is not None:
@@ -437,7 +453,7 @@ class Advisor:
             signals.append(perf.counter_signal(dram, tensor))
         if figures is not None and step_model is not None and figures.tokens_per_step_mean is not None:
             signals.append(perf.tokens_per_step_signal(figures.tokens_per_step_mean, step_model.knee_tokens))
-        return perf.combine_bound(signals).to_dict()
+        return perf.combine_bound(signals)
 
     def _hysteresis(self, s_now: float, reasons: list[str]) -> str:
         delta = self.config.hysteresis
@@ -497,21 +513,8 @@ class Advisor:
             running=running,
             flags=tuple(flags),
             details=details or {},
+            gpu_spec=self._gpu_in_use,
         )
-
-
-def _throttled(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
-    """The spec at the clock the GPU runs at, when a power or thermal cap holds it down.
-
-    An idle GPU also runs slow clocks, but for want of work, not because it is capped: only capped
-    clocks move the ridge. The factor is rounded to 5 % so that clock jitter does not refit the
-    step-time model on every update.
-    """
-    current, maximum = gpu.values.get("sm_clock_mhz"), gpu.values.get("sm_clock_max_mhz")
-    if current is None or not maximum or not is_performance_limited(gpu.throttle_reasons):
-        return spec
-    factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
-    return scale_for_clock(spec, factor * maximum, maximum)
 
 
 def _method_words(method: str | None) -> str:

@@ -1,7 +1,7 @@
 """The Textual dashboard: the live (or replayed) view an operator reads at a glance.
 
     SnapshotSource ──read()──▶ poll worker ──Monitor.ingest (thread)──▶ SnapshotIngested ──▶ visible panels
-                                          └──recorder.write (thread)
+                                          └──offer──▶ RecordingThread ──RecordingEvent──▶ header, notices
 
 How it stays responsive (Harlequin / Dolphie style):
 - The poll runs in an async worker on the app's loop (the sources are async: httpx, NVML in a
@@ -12,17 +12,23 @@ How it stays responsive (Harlequin / Dolphie style):
   on screen (active tab, shown at this size, no modal on top, display not paused) get the new view;
   a tab that becomes visible is given the latest one.
 - Collection and recording go on while the display is paused.
+- The recording is written on its own thread (specwatch.recording_thread): a poll only offers it
+  the Snapshot, so a full or slow disk never keeps a reading from the panels. A writer that fails
+  stops the recording, and the header says why.
 
 Any SnapshotSource works. Replay controls are duck-typed: a source with pause(), resume(), seek(t),
 step() (and optionally a `speed` property) gets the replay keys. A recorder is any object with
 start(path), stop() and write(snapshot).
+
+The panels draw what the advisor reasoned with: the GPU spec (scaled to a capped clock) comes on
+the Verdict, and the advisor's assumed knee and unconfigured k come in the DashboardView.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
+import logging
 import time
 from collections import deque
 from pathlib import Path
@@ -37,8 +43,17 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
 
-from specwatch.hardware import GpuSpec, lookup
+from specwatch import perf
+from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
 from specwatch.monitor import Monitor, TargetState, VerdictChange
+from specwatch.recording_thread import (
+    ReadingsDropped,
+    RecordingEvent,
+    RecordingNotStarted,
+    RecordingStarted,
+    RecordingStopped,
+    RecordingThread,
+)
 from specwatch.snapshot import Snapshot
 from specwatch.sources import SnapshotSource
 from specwatch.widgets.engine import EnginePanel
@@ -67,6 +82,9 @@ SEEK_STEP_S = 10.0
 MAX_EVENTS = 500
 TABS = ("overview", "gpus", "speculation", "roofline", "trends", "events")
 REPLAY_METHODS = ("pause", "resume", "seek", "step")
+CLOSE_RECORDING_TIMEOUT_S = 10.0  # on quit, for the recording thread to write what is queued
+
+log = logging.getLogger(__name__)
 
 
 # -- messages --------------------------------------------------------------------------------------
@@ -101,13 +119,12 @@ class SourceEnded(Message):
     """The source has no more Snapshots (a replay played out)."""
 
 
-class RecordingChanged(Message):
-    """Recording started (path set) or stopped (path None); error says why a request failed."""
+class RecordingReported(Message):
+    """The recording thread says what happened: started, stopped (and why), dropped readings."""
 
-    def __init__(self, path: str | None, error: str | None = None) -> None:
+    def __init__(self, event: RecordingEvent) -> None:
         super().__init__()
-        self.path = path
-        self.error = error
+        self.event = event
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -191,7 +208,6 @@ class SpecwatchApp(App[int]):
         record_path: str | None = None,
         sweep: Any | None = None,
         history_minutes: float = 10.0,
-        gpu: GpuSpec | None = None,
     ) -> None:
         super().__init__()
         if title:
@@ -202,14 +218,14 @@ class SpecwatchApp(App[int]):
         self.record_path = record_path
         self.sweep = SweepMarker.from_results(sweep)
         self.history_minutes = history_minutes
-        self.gpu_override = gpu or getattr(monitor.advisor_config, "gpu", None)
         self.replay = has_replay_controls(source)
         self.synthetic = source_is_synthetic(source)
         suggested = getattr(source, "interval_s", None)
         self.interval_s = float(suggested) if isinstance(suggested, (int, float)) and suggested >= 0 else 1.0
         self.paused = False
         self.ended = False
-        self.recording: str | None = None
+        self.recording: str | None = None  # the file being written, once the thread said so
+        self.recording_stopped: str | None = None  # why the last recording failed, until the next one
         self.polls = 0  # completed polls, for tests and the benchmark
         self.last_error: str | None = None
         self.latest: Snapshot | None = None
@@ -221,7 +237,7 @@ class SpecwatchApp(App[int]):
         self._histories: dict[str, History] = {}
         self._poll_timer: Timer | None = None
         self._poll_in_flight = False
-        self._recorder_lock = threading.Lock()
+        self._recording_thread: RecordingThread | None = None
         self._view: DashboardView | None = None
         self._view_dirty = True
         self._stepping = False
@@ -318,6 +334,8 @@ class SpecwatchApp(App[int]):
         await self._ingest_and_post(snapshot)
 
     async def _ingest_and_post(self, snapshot: Snapshot) -> None:
+        if self._recording_thread is not None:
+            self._recording_thread.offer(snapshot)  # never blocks: the disk is the thread's business
         try:
             states, changes = await asyncio.to_thread(self._ingest, snapshot)
         except Exception as exc:  # noqa: BLE001
@@ -328,12 +346,9 @@ class SpecwatchApp(App[int]):
             self.post_message(VerdictChanged(change))
 
     def _ingest(self, snapshot: Snapshot) -> tuple[dict[str, TargetState], list[VerdictChange]]:
-        """Runs in a thread: the Monitor's work and the recorder's write. Polls never overlap,
-        so the Monitor is only ever used from one thread at a time."""
+        """Runs in a thread: the Monitor's work. Polls never overlap, so the Monitor is only ever
+        used from one thread at a time."""
         changes = self.monitor.ingest(snapshot)
-        with self._recorder_lock:
-            if self.recording is not None and self.recorder is not None:
-                self.recorder.write(snapshot)
         return self.monitor.states, changes
 
     def on_snapshot_ingested(self, message: SnapshotIngested) -> None:
@@ -391,17 +406,8 @@ class SpecwatchApp(App[int]):
             interval_s=self.interval_s,
             replay_speed=float(speed) if isinstance(speed, (int, float)) else None,
             recording=self.recording,
+            recording_stopped=self.recording_stopped,
         )
-
-    def gpu_spec(self) -> GpuSpec | None:
-        if self.gpu_override is not None:
-            return self.gpu_override
-        for g in self.latest.gpus if self.latest is not None else ():
-            if not g.lost:
-                spec = lookup(g.name)
-                if spec is not None:
-                    return spec
-        return None
 
     def view(self) -> DashboardView:
         """The view of the selected target and engine; rebuilt only after something changed."""
@@ -412,6 +418,7 @@ class SpecwatchApp(App[int]):
         engine_keys = snapshot_engine_keys(snapshot, url)
         if self.engine is not None and self.engine not in engine_keys:
             self.engine = None
+        method = getattr(self.monitor.advisor_config, "method", None)
         self._view = DashboardView(
             source=self.source_info(),
             time=snapshot.time if snapshot is not None else None,
@@ -425,11 +432,13 @@ class SpecwatchApp(App[int]):
             sources=snapshot.sources if snapshot is not None else (),
             history=self._histories.get(url) if url else None,
             events=tuple(self.events),
-            method=getattr(self.monitor.advisor_config, "method", None),
+            method=method,
+            method_words=perf.METHOD_WORDS.get(method, method) if method else None,
             sweep=self.sweep,
+            assumed_knee_tokens=GENERIC_KNEE_TOKENS,
+            unconfigured_k=UNCONFIGURED_K,
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
-            gpu_spec=self.gpu_spec(),
         )
         self._view_dirty = False
         return self._view
@@ -609,36 +618,42 @@ class SpecwatchApp(App[int]):
         self._changed()
 
     def action_toggle_recording(self) -> None:
+        """Start or stop recording. The thread does the file work and says how it went."""
         if self.recorder is None:
             self.notify("no recorder in this session", severity="warning", timeout=3)
             return
-        self._toggle_recording()
-
-    @work(group="recording", exclusive=True, exit_on_error=False)
-    async def _toggle_recording(self) -> None:
-        def toggle() -> str | None:
-            with self._recorder_lock:
-                if self.recording is not None:
-                    self.recorder.stop()
-                    return None
-                path = self.record_path or default_recording_path(
-                    self.recorder, self.latest.time if self.latest else None)
-                self.recorder.start(path)
-                return path
-
-        try:
-            path = await asyncio.to_thread(toggle)
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(RecordingChanged(self.recording, f"{type(exc).__name__}: {exc}"))
+        if self._recording_thread is None:
+            self._recording_thread = RecordingThread(self.recorder, self._report_recording)
+        if self._recording_thread.wanted:
+            self._recording_thread.stop()
             return
-        self.post_message(RecordingChanged(path))
+        path = self.record_path or default_recording_path(self.recorder, self.latest.time if self.latest else None)
+        self._recording_thread.start(path)
 
-    def on_recording_changed(self, message: RecordingChanged) -> None:
-        if message.error:
-            self.notify(message.error, title="recording", severity="error")
-        else:
-            self.recording = message.path
-            self.notify(f"recording to {message.path}" if message.path else "recording stopped", timeout=3)
+    def _report_recording(self, event: RecordingEvent) -> None:
+        self.post_message(RecordingReported(event))  # called on the recording thread; thread-safe
+
+    def on_recording_reported(self, message: RecordingReported) -> None:
+        event = message.event
+        if isinstance(event, RecordingStarted):
+            self.recording, self.recording_stopped = event.path, None
+            self.notify(f"recording to {event.path}", timeout=3)
+        elif isinstance(event, RecordingStopped):
+            self.recording = None
+            if event.why is None:
+                self.notify("recording stopped", timeout=3)
+            else:
+                self.recording_stopped = event.why
+                log.error("recording to %s stopped: %s", event.path, event.detail or event.why)
+                self.notify(f"{event.detail or event.why}. The panels keep updating.",
+                            title="recording stopped", severity="error", timeout=30)
+        elif isinstance(event, RecordingNotStarted):
+            log.error("cannot record to %s: %s", event.path, event.why)
+            self.notify(f"cannot record to {event.path}: {event.why}", title="recording", severity="error")
+        elif isinstance(event, ReadingsDropped):
+            log.warning("recording to %s fell behind: %d readings left out", event.path, event.count)
+            self.notify(f"the disk fell behind: {event.count} readings left out of {event.path}",
+                        title="recording", severity="warning", timeout=10)
         self._changed()
 
     async def action_quit(self) -> None:
@@ -646,16 +661,21 @@ class SpecwatchApp(App[int]):
         await self._close()
         self.exit(0)
 
+    async def on_unmount(self) -> None:
+        await self._finish_recording()  # however the app ends, the file is finished
+
+    async def _finish_recording(self) -> None:
+        thread, self._recording_thread = self._recording_thread, None
+        if thread is not None:
+            # what is queued is written and the file closed; a disk that hangs is not waited for
+            if not await asyncio.to_thread(thread.close, CLOSE_RECORDING_TIMEOUT_S):
+                log.error("the recording thread did not finish within %.0f s", CLOSE_RECORDING_TIMEOUT_S)
+            self.recording = None
+
     async def _close(self) -> None:
         if self._poll_timer is not None:
             self._poll_timer.stop()
-        with self._recorder_lock:
-            if self.recording is not None and self.recorder is not None:
-                try:
-                    self.recorder.stop()
-                except Exception:  # noqa: BLE001 - quitting must not fail on a recorder
-                    pass
-                self.recording = None
+        await self._finish_recording()
         try:
             await self.source.aclose()
         except Exception:  # noqa: BLE001
@@ -682,7 +702,8 @@ class SpecwatchApp(App[int]):
                 yield SystemCommand(f"Engine {key}", "Show one data-parallel engine",
                                     lambda k=key: self.select_engine(k))
         if self.recorder is not None:
-            yield SystemCommand("Stop recording" if self.recording else "Start recording",
+            recording = self._recording_thread is not None and self._recording_thread.wanted
+            yield SystemCommand("Stop recording" if recording else "Start recording",
                                 "Record the Snapshots to a file", self.action_toggle_recording)
 
     def set_interval_s(self, seconds: float) -> None:

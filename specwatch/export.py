@@ -8,11 +8,10 @@ publishes one immutable ExportFrame per poll. prometheus_client's HTTP server ru
 thread and calls SpecwatchCollector.collect() on each scrape, which renders the latest frame: the
 frame is replaced by a single assignment, so a scrape always sees one whole poll, never half of one.
 
-Metric names follow the Prometheus conventions: base units in the suffix (`_seconds`, `_ratio` for
-0..1 fractions and for the speedup, `_tokens`, `_requests`), `_info` for constant-1 label carriers,
-and state sets as one series per state with the current one at 1 (so `== 1` alerts never see a
-missing series flip to another label). Every series carries `node` (the hostname, or --node);
-per-target series carry `target` (the vLLM base URL, credentials and query stripped).
+Metric names, help texts and label names live in specwatch.export_schema, which `specwatch fleet`
+reads too. State sets are one series per state with the current one at 1 (so `== 1` alerts never
+see a missing series flip to another label). Every series carries `node` (the hostname, or
+--node); per-target series carry `target` (the vLLM base URL, credentials and query stripped).
 
 The exporter never exports anything the operator did not want to leave the node: URLs lose their
 user-info and query string, and the bearer token is held only by the vLLM client.
@@ -34,19 +33,12 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
+from specwatch import export_schema as schema
+from specwatch.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
 from specwatch.monitor import Monitor, TargetState
 from specwatch.snapshot import Snapshot
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
-VERDICT_STATES = ("on", "off", "hold", "unknown")
-BOUND_STATES = ("memory", "compute", "balanced", "unknown")
-# Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
-KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
-               "method_assumed")
-# Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
-# quietly and not found, NVML turned off by a flag. They are exported with up=1 so that a node
-# without dcgm-exporter does not page anyone; the state label still says what happened.
-NOT_CONFIGURED_STATES = ("absent", "off")
 
 
 class ListenError(ValueError):
@@ -138,6 +130,10 @@ def _finite(value: float | None) -> bool:
     return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def gauge(metric: MetricName) -> GaugeMetricFamily:
+    return GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+
+
 class SpecwatchCollector(Collector):
     """Renders the latest ExportFrame at scrape time; holds no metric objects between scrapes."""
 
@@ -159,18 +155,10 @@ class SpecwatchCollector(Collector):
 
     @staticmethod
     def _agent(frame: ExportFrame) -> Iterable[Metric]:
-        info = InfoMetricFamily("specwatch_agent", "The export agent: its version and where it reads from.",
-                                labels=["node"])
+        info = InfoMetricFamily(schema.AGENT.name, schema.AGENT.help, labels=list(schema.AGENT.labels))
         info.add_metric([frame.node], {"version": __version__, "mode": frame.mode})
         yield info
-        last = GaugeMetricFamily("specwatch_last_snapshot_timestamp_seconds",
-                                 "Agent wall-clock time when the last Snapshot arrived (unix seconds).",
-                                 labels=["node"])
-        data = GaugeMetricFamily("specwatch_data_timestamp_seconds",
-                                 "The last Snapshot's own time (unix seconds; a replay's recorded time).",
-                                 labels=["node"])
-        poll = GaugeMetricFamily("specwatch_poll_duration_seconds", "How long the last poll of the sources took.",
-                                 labels=["node"])
+        last, data, poll = gauge(schema.LAST_SNAPSHOT), gauge(schema.DATA_TIME), gauge(schema.POLL_DURATION)
         if frame.received_at is not None:
             last.add_metric([frame.node], frame.received_at)
         if frame.snapshot is not None:
@@ -181,32 +169,11 @@ class SpecwatchCollector(Collector):
 
     @staticmethod
     def _targets(node: str, frame: ExportFrame) -> Iterable[Metric]:
-        labels = ["node", "target"]
-
-        def gauge(name: str, doc: str, extra: Iterable[str] = ()) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, labels=labels + list(extra))
-
-        verdict = gauge("specwatch_verdict", "The speculation verdict: 1 for the current state, 0 for the others.",
-                        ["state"])
-        configured = gauge("specwatch_speculation_configured", "1 if the server runs speculative decoding.")
-        change = gauge("specwatch_change_recommended",
-                       "1 if a change is recommended (configured but costing, or off but it would pay).")
-        confidence = gauge("specwatch_confidence_ratio", "Confidence in the verdict, 0..1.")
-        speedup = gauge("specwatch_expected_speedup_ratio",
-                        "Expected throughput with speculation over without, at this load (>1 pays).")
-        length = gauge("specwatch_acceptance_length_tokens",
-                       "Mean acceptance length L: tokens committed per verify step, bonus included.")
-        rate = gauge("specwatch_acceptance_rate_ratio", "Accepted draft tokens over draft tokens in the window.")
-        break_even = gauge("specwatch_break_even_length_tokens",
-                           "Acceptance length above which speculation pays at this load (or would, if off).")
-        crossover = gauge("specwatch_crossover_concurrency_requests",
-                          "Running requests above which speculation stops paying (absent: it never crosses).")
-        running = gauge("specwatch_running_requests", "Requests running on the target.")
-        bound = gauge("specwatch_bound", "Roofline bound state: 1 for the current state.", ["state"])
-        signal = gauge("specwatch_bound_signal", "Value behind one bound signal, labelled with what it says.",
-                       ["signal", "state"])
-        flag = gauge("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
-                     ["flag"])
+        verdict, configured, change = gauge(schema.VERDICT), gauge(schema.CONFIGURED), gauge(schema.CHANGE_RECOMMENDED)
+        confidence, speedup = gauge(schema.CONFIDENCE), gauge(schema.EXPECTED_SPEEDUP)
+        length, rate = gauge(schema.ACCEPTANCE_LENGTH), gauge(schema.ACCEPTANCE_RATE)
+        break_even, crossover, running = gauge(schema.BREAK_EVEN), gauge(schema.CROSSOVER), gauge(schema.RUNNING)
+        bound, signal, flag = gauge(schema.BOUND), gauge(schema.BOUND_SIGNAL), gauge(schema.FLAGS)
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
@@ -225,12 +192,11 @@ class SpecwatchCollector(Collector):
             acc = figures.acceptance if figures is not None else None
             if acc is not None and _finite(acc.acceptance_rate):
                 rate.add_metric(key, float(acc.acceptance_rate))  # type: ignore[arg-type]
-            bound_state = (v.bound or {}).get("state", "unknown")
             for s in BOUND_STATES:
-                bound.add_metric(key + [s], 1.0 if bound_state == s else 0.0)
-            for sig in (v.bound or {}).get("signals", ()):
-                if _finite(sig.get("value")):
-                    signal.add_metric(key + [str(sig.get("name")), str(sig.get("state"))], float(sig["value"]))
+                bound.add_metric(key + [s], 1.0 if v.bound.state == s else 0.0)
+            for sig in v.bound.signals:
+                if _finite(sig.value):
+                    signal.add_metric(key + [sig.name, sig.state], float(sig.value))  # type: ignore[arg-type]
             raised = set(v.flags)
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
@@ -239,15 +205,8 @@ class SpecwatchCollector(Collector):
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:
-        labels = ["node", "gpu", "name"]
-        dram = GaugeMetricFamily("specwatch_gpu_dram_active_ratio",
-                                 "DRAM bandwidth utilisation, 0..1 (GPM or DCGM_FI_PROF_DRAM_ACTIVE).", labels=labels)
-        tensor = GaugeMetricFamily("specwatch_gpu_tensor_active_ratio",
-                                   "Tensor pipe activity, 0..1 (GPM or DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).",
-                                   labels=labels)
-        sm = GaugeMetricFamily("specwatch_gpu_sm_active_ratio", "SM activity, 0..1.", labels=labels)
-        lost = GaugeMetricFamily("specwatch_gpu_lost", "1 if the GPU fell off the bus or stopped answering.",
-                                 labels=labels)
+        dram, tensor, sm, lost = gauge(schema.GPU_DRAM), gauge(schema.GPU_TENSOR), gauge(schema.GPU_SM), \
+            gauge(schema.GPU_LOST)
         for gpu in snapshot.gpus if snapshot is not None else ():
             key = [node, str(gpu.index), gpu.name]
             lost.add_metric(key, 1.0 if gpu.lost else 0.0)
@@ -261,13 +220,7 @@ class SpecwatchCollector(Collector):
 
     @staticmethod
     def _sources(node: str, frame: ExportFrame) -> Iterable[Metric]:
-        up = GaugeMetricFamily("specwatch_source_up",
-                               "1 if the agent's last reading of this source succeeded (or the source is not "
-                               "configured here: see state), 0 if it failed; state says how.",
-                               labels=["node", "source", "kind", "state"])
-        last = GaugeMetricFamily("specwatch_source_last_success_timestamp_seconds",
-                                 "Agent wall-clock time of this source's last successful reading.",
-                                 labels=["node", "source"])
+        up, last = gauge(schema.SOURCE_UP), gauge(schema.SOURCE_LAST_SUCCESS)
         snapshot = frame.snapshot
         if snapshot is not None:
             for target in snapshot.targets:

@@ -29,9 +29,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from specwatch import export_schema as schema
 from specwatch.collectors.prometheus import PrometheusClient, PromSample, QueryResult
+from specwatch.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, SIGNAL, SOURCE, STATE, TARGET
 
-SERIES_QUERY = '{__name__=~"specwatch_.+"}'
+SERIES_QUERY = schema.SERIES_SELECTOR
 # Attention ranks: lower sorts first.
 RANK_MISALIGNED, RANK_COSTING, RANK_EXPORTER_DOWN, RANK_GPU_LOST, RANK_SOURCE_DOWN, RANK_UNKNOWN, \
     RANK_WOULD_PAY, RANK_HOLD, RANK_FINE = range(9)
@@ -121,43 +123,46 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
     by_name = _group(series)
     fields: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def row(labels: dict[str, str]) -> dict[str, Any]:
-        return fields.setdefault((labels.get("node", ""), labels.get("target", "")), {})
+    def where(labels: dict[str, str]) -> tuple[str, str]:
+        return labels.get(NODE, ""), labels.get(TARGET, "")
 
-    for s in by_name.get("specwatch_verdict", ()):
+    def row(labels: dict[str, str]) -> dict[str, Any]:
+        return fields.setdefault(where(labels), {})
+
+    for s in by_name.get(schema.VERDICT.series, ()):
         if s.value == 1:
-            row(s.labels)["verdict"] = s.labels.get("state", "unknown")
+            row(s.labels)["verdict"] = s.labels.get(STATE, "unknown")
         else:
             row(s.labels)  # every target has its verdict series, at 0 for the other states
-    for name, key in (("specwatch_confidence_ratio", "confidence"),
-                      ("specwatch_expected_speedup_ratio", "expected_speedup"),
-                      ("specwatch_acceptance_length_tokens", "acceptance_length"),
-                      ("specwatch_break_even_length_tokens", "break_even_length"),
-                      ("specwatch_running_requests", "running"),
-                      ("specwatch_crossover_concurrency_requests", "crossover")):
-        for s in by_name.get(name, ()):
-            if (s.labels.get("node", ""), s.labels.get("target", "")) in fields:
-                fields[(s.labels["node"], s.labels.get("target", ""))][key] = s.value
-    for s in by_name.get("specwatch_speculation_configured", ()):
+    for metric, key in ((schema.CONFIDENCE, "confidence"),
+                        (schema.EXPECTED_SPEEDUP, "expected_speedup"),
+                        (schema.ACCEPTANCE_LENGTH, "acceptance_length"),
+                        (schema.BREAK_EVEN, "break_even_length"),
+                        (schema.RUNNING, "running"),
+                        (schema.CROSSOVER, "crossover")):
+        for s in by_name.get(metric.series, ()):
+            if where(s.labels) in fields:
+                fields[where(s.labels)][key] = s.value
+    for s in by_name.get(schema.CONFIGURED.series, ()):
         row(s.labels)["configured"] = s.value == 1
-    for s in by_name.get("specwatch_change_recommended", ()):
+    for s in by_name.get(schema.CHANGE_RECOMMENDED.series, ()):
         row(s.labels)["change_recommended"] = s.value == 1
-    for s in by_name.get("specwatch_bound", ()):
+    for s in by_name.get(schema.BOUND.series, ()):
         if s.value == 1:
-            row(s.labels)["bound"] = s.labels.get("state", "unknown")
+            row(s.labels)["bound"] = s.labels.get(STATE, "unknown")
     flags: dict[tuple[str, str], list[str]] = {}
-    for s in by_name.get("specwatch_flag", ()):
+    for s in by_name.get(schema.FLAGS.series, ()):
         if s.value == 1:
-            flags.setdefault((s.labels.get("node", ""), s.labels.get("target", "")), []).append(s.labels["flag"])
+            flags.setdefault(where(s.labels), []).append(s.labels[FLAG])
     lost: dict[str, int] = {}
-    for s in by_name.get("specwatch_gpu_lost", ()):
+    for s in by_name.get(schema.GPU_LOST.series, ()):
         if s.value == 1:
-            lost[s.labels.get("node", "")] = lost.get(s.labels.get("node", ""), 0) + 1
+            lost[s.labels.get(NODE, "")] = lost.get(s.labels.get(NODE, ""), 0) + 1
     down: dict[str, list[str]] = {}
-    for s in by_name.get("specwatch_source_up", ()):
+    for s in by_name.get(schema.SOURCE_UP.series, ()):
         if s.value == 0:
-            down.setdefault(s.labels.get("node", ""), []).append(
-                f"{s.labels.get('source', '?')} ({s.labels.get('state', '?')})")
+            down.setdefault(s.labels.get(NODE, ""), []).append(
+                f"{s.labels.get(SOURCE, '?')} ({s.labels.get(STATE, '?')})")
     rows = []
     for (node, target), values in fields.items():
         rows.append(FleetRow(node=node, target=target, flags=tuple(sorted(flags.get((node, target), ()))),
@@ -246,7 +251,8 @@ class PrometheusNodeSource:
         return f"node {self.node} through {self.client.describe()}"
 
     async def read(self) -> NodeDetail:
-        result = await self.client.query(f'{{__name__=~"specwatch_.+", node="{_escape(self.node)}"}}')
+        selector = schema.SERIES_SELECTOR.removesuffix("}") + f', {NODE}="{_escape(self.node)}"}}'
+        result = await self.client.query(selector)
         if not result.ok:
             return NodeDetail(self.node, result.state, result.message)
         return node_detail(self.node, result)
@@ -254,34 +260,33 @@ class PrometheusNodeSource:
 
 def node_detail(node: str, result: QueryResult) -> NodeDetail:
     from specwatch.advisor import Verdict
+    from specwatch.perf import BoundEstimate, BoundSignal
 
     by_name = _group(result.samples)
 
-    def per_target(name: str) -> dict[str, float]:
-        return {s.labels.get("target", ""): s.value for s in by_name.get(name, ())}
+    def per_target(metric: schema.MetricName) -> dict[str, float]:
+        return {s.labels.get(TARGET, ""): s.value for s in by_name.get(metric.series, ())}
 
-    verdicts = {s.labels.get("target", ""): s.labels.get("state", "unknown")
-                for s in by_name.get("specwatch_verdict", ()) if s.value == 1}
-    targets = sorted({s.labels.get("target", "") for s in by_name.get("specwatch_verdict", ())})
-    values = {name: per_target(name) for name in (
-        "specwatch_confidence_ratio", "specwatch_expected_speedup_ratio", "specwatch_break_even_length_tokens",
-        "specwatch_crossover_concurrency_requests", "specwatch_change_recommended",
-        "specwatch_speculation_configured", "specwatch_acceptance_length_tokens", "specwatch_running_requests",
-        "specwatch_acceptance_rate_ratio")}
+    verdicts = {s.labels.get(TARGET, ""): s.labels.get(STATE, "unknown")
+                for s in by_name.get(schema.VERDICT.series, ()) if s.value == 1}
+    targets = sorted({s.labels.get(TARGET, "") for s in by_name.get(schema.VERDICT.series, ())})
+    values = {metric: per_target(metric) for metric in (
+        schema.CONFIDENCE, schema.EXPECTED_SPEEDUP, schema.BREAK_EVEN, schema.CROSSOVER, schema.CHANGE_RECOMMENDED,
+        schema.CONFIGURED, schema.ACCEPTANCE_LENGTH, schema.RUNNING, schema.ACCEPTANCE_RATE)}
     details = []
     for target in targets:
-        def get(name: str) -> float | None:
-            return values[name].get(target)
+        def get(metric: schema.MetricName) -> float | None:
+            return values[metric].get(target)
 
-        bound = next((s.labels.get("state", "unknown") for s in by_name.get("specwatch_bound", ())
-                      if s.labels.get("target", "") == target and s.value == 1), "unknown")
-        signals = [{"name": s.labels.get("signal"), "state": s.labels.get("state"), "value": s.value}
-                   for s in by_name.get("specwatch_bound_signal", ()) if s.labels.get("target", "") == target]
-        flags = tuple(sorted(s.labels["flag"] for s in by_name.get("specwatch_flag", ())
-                             if s.labels.get("target", "") == target and s.value == 1))
+        bound = next((s.labels.get(STATE, "unknown") for s in by_name.get(schema.BOUND.series, ())
+                      if s.labels.get(TARGET, "") == target and s.value == 1), "unknown")
+        # Prometheus holds each signal's state and value, not the words the advisor said them in
+        signals = tuple(BoundSignal(s.labels.get(SIGNAL, "?"), s.labels.get(STATE, "unknown"), s.value, "")
+                        for s in by_name.get(schema.BOUND_SIGNAL.series, ()) if s.labels.get(TARGET, "") == target)
+        flags = tuple(sorted(s.labels[FLAG] for s in by_name.get(schema.FLAGS.series, ())
+                             if s.labels.get(TARGET, "") == target and s.value == 1))
         speculation = verdicts.get(target, "unknown")
-        length, be, running = get("specwatch_acceptance_length_tokens"), get("specwatch_break_even_length_tokens"), \
-            get("specwatch_running_requests")
+        length, be, running = get(schema.ACCEPTANCE_LENGTH), get(schema.BREAK_EVEN), get(schema.RUNNING)
         reason = "read through Prometheus: run `specwatch check` on the node for the advisor's reasons"
         if _finite(length) and _finite(be):
             relation = "above" if length > be else "below"  # type: ignore[operator]
@@ -289,34 +294,33 @@ def node_detail(node: str, result: QueryResult) -> NodeDetail:
             reason = f"acceptance length {length:.2f} is {relation} break-even {be:.2f}{at} ({reason})"
         verdict = Verdict(
             speculation=speculation,
-            confidence=get("specwatch_confidence_ratio") or 0.0,
-            expected_speedup=get("specwatch_expected_speedup_ratio"),
+            confidence=get(schema.CONFIDENCE) or 0.0,
+            expected_speedup=get(schema.EXPECTED_SPEEDUP),
             break_even_length=be,
-            crossover_concurrency=get("specwatch_crossover_concurrency_requests"),
-            change_recommended=get("specwatch_change_recommended") == 1,
+            crossover_concurrency=get(schema.CROSSOVER),
+            change_recommended=get(schema.CHANGE_RECOMMENDED) == 1,
             reasons=(reason,),
-            bound={"state": bound, "signals": signals},
-            configured=get("specwatch_speculation_configured") == 1,
+            bound=BoundEstimate(bound, None, signals),
+            configured=get(schema.CONFIGURED) == 1,
             acceptance_length=length,
             running=running,
             flags=flags,
         )
-        details.append(TargetDetail(target, verdict, get("specwatch_acceptance_rate_ratio")))
+        details.append(TargetDetail(target, verdict, get(schema.ACCEPTANCE_RATE)))
     gpus: dict[tuple[str, str], dict[str, Any]] = {}
-    for name, key in (("specwatch_gpu_dram_active_ratio", "dram"), ("specwatch_gpu_tensor_active_ratio", "tensor"),
-                      ("specwatch_gpu_sm_active_ratio", "sm"), ("specwatch_gpu_lost", "lost")):
-        for s in by_name.get(name, ()):
-            entry = gpus.setdefault((s.labels.get("gpu", "?"), s.labels.get("name", "")), {})
+    for metric, key in ((schema.GPU_DRAM, "dram"), (schema.GPU_TENSOR, "tensor"), (schema.GPU_SM, "sm"),
+                        (schema.GPU_LOST, "lost")):
+        for s in by_name.get(metric.series, ()):
+            entry = gpus.setdefault((s.labels.get(GPU, "?"), s.labels.get(GPU_NAME, "")), {})
             entry[key] = (s.value == 1) if key == "lost" else s.value
     gpu_details = tuple(GpuDetail(index, name, v.get("dram"), v.get("tensor"), v.get("sm"), bool(v.get("lost")))
                         for (index, name), v in sorted(gpus.items(), key=lambda kv: (_int(kv[0][0]), kv[0][1])))
-    last = {s.labels.get("source", ""): s.value
-            for s in by_name.get("specwatch_source_last_success_timestamp_seconds", ())}
+    last = {s.labels.get(SOURCE, ""): s.value for s in by_name.get(schema.SOURCE_LAST_SUCCESS.series, ())}
     sources = tuple(sorted(
-        (SourceDetail(s.labels.get("source", ""), s.labels.get("kind", ""), s.labels.get("state", ""), s.value == 1,
-                      last.get(s.labels.get("source", "")))
-         for s in by_name.get("specwatch_source_up", ())), key=lambda d: d.source))
-    snapshot_times = [s.value for s in by_name.get("specwatch_last_snapshot_timestamp_seconds", ())]
+        (SourceDetail(s.labels.get(SOURCE, ""), s.labels.get(KIND, ""), s.labels.get(STATE, ""), s.value == 1,
+                      last.get(s.labels.get(SOURCE, "")))
+         for s in by_name.get(schema.SOURCE_UP.series, ())), key=lambda d: d.source))
+    snapshot_times = [s.value for s in by_name.get(schema.LAST_SNAPSHOT.series, ())]
     if not targets and not gpu_details and not sources:
         return NodeDetail(node, "no_series", f"Prometheus holds no specwatch series for node {node!r}")
     return NodeDetail(node, "ok", "", tuple(details), gpu_details, sources,
@@ -389,9 +393,9 @@ def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
                     f"break-even {_num(v.break_even_length)}\n")
         crossover = f"{v.crossover_concurrency:.0f}" if _finite(v.crossover_concurrency) else "never"
         text.append(f"  running {_num(v.running, 0)}  crossover {crossover}\n")
-        text.append(f"  bound {v.bound.get('state', 'unknown')}")
-        for sig in v.bound.get("signals", ()):
-            text.append(f"  · {sig['name']} {sig['state']} ({_num(sig['value'])})")
+        text.append(f"  bound {v.bound.state}")
+        for sig in v.bound.signals:
+            text.append(f"  · {sig.name} {sig.state} ({_num(sig.value)})")
         text.append("\n")
         if v.flags:
             text.append("  flags " + ", ".join(v.flags) + "\n", style="bold yellow")

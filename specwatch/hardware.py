@@ -51,6 +51,9 @@ class GpuSpec:
     interconnect_bandwidth: float | None = None
     approximate: bool = False  # True where no official datasheet exists (A10G)
     vendor: str = "NVIDIA"
+    # The fraction of the boost clock the FLOP/s figures are at: below 1 once scale_for_clock has
+    # scaled them to a capped clock.
+    clock_fraction: float = 1.0
 
     @property
     def ridge(self) -> float:
@@ -439,7 +442,8 @@ def scale_for_clock(spec: GpuSpec, current_sm_clock_mhz: float, max_sm_clock_mhz
         return spec
     bf16 = clock_scaled_flops(spec.bf16_flops, current_sm_clock_mhz, maximum)
     fp8 = clock_scaled_flops(spec.fp8_flops, current_sm_clock_mhz, maximum) if spec.fp8_flops is not None else None
-    return replace(spec, bf16_flops=bf16, fp8_flops=fp8)
+    return replace(spec, bf16_flops=bf16, fp8_flops=fp8,
+                   clock_fraction=spec.clock_fraction * bf16 / spec.bf16_flops)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -94,7 +94,13 @@ _MAX_HEADER_BYTES = 1 << 20
 
 
 class RecordingError(Exception):
-    """A file that cannot be read or written as a recording; the message says why, in plain words."""
+    """A file that cannot be read or written as a recording; the message says why, in plain words.
+
+    `reason` is the cause alone ("the disk is full"), short enough for a status line."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 @dataclass(frozen=True)
@@ -401,8 +407,8 @@ class RecordingWriter:
             why = exc.strerror or str(exc)
         kept = (f"it holds the Snapshots up to {format_time(self._last_flushed_time)}"
                 if self._last_flushed_time is not None else "it holds no Snapshots")
-        raise RecordingError(f"cannot write {self.path}: {why}; recording stopped. The file is valid: {kept}") \
-            from None
+        raise RecordingError(f"cannot write {self.path}: {why}; recording stopped. The file is valid: {kept}",
+                             reason=why) from None
 
 
 def _changed_values(before: GpuSample, gpu: GpuSample) -> dict[str, Any] | None:

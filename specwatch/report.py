@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from specwatch.perf import BoundEstimate
 from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
 from specwatch.window import EngineFigures, TargetWindow, Window
 
@@ -114,7 +115,7 @@ def check_report(
     window: Window,
     url: str,
     verdict: dict[str, Any],
-    bound: dict[str, Any],
+    bound: BoundEstimate,
     config: SpeculationConfig = SpeculationConfig(),
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target."""
@@ -132,7 +133,7 @@ def check_report(
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),
-        "bound": bound,
+        "bound": bound.to_dict(),
         "verdict": verdict,
     }
 

@@ -65,13 +65,13 @@ def test_low_load_verdict_and_reasons(ramp_run):
     assert v.break_even_length == pytest.approx(1.0, abs=0.02)
     assert any("acceptance length 2.00 is above break-even" in r for r in v.reasons)
     assert any("A100 80GB SXM knee" in r for r in v.reasons)
-    assert v.bound["state"] == "memory"
+    assert v.bound.state == "memory"
 
 
 def test_high_load_is_compute_bound(ramp_run):
     b, v = max(ramp_run, key=lambda bv: bv[0])
     assert b == 128 and v.speculation == "off"
-    assert v.bound["state"] == "compute"
+    assert v.bound.state == "compute"
     assert any("past the" in r for r in v.reasons)
 
 
@@ -144,7 +144,7 @@ def test_unknown_method_lowers_confidence_and_says_so():
 
 
 def test_power_capped_clock_lowers_the_knee():
-    from specwatch.advisor import _throttled
+    from specwatch.gpu_events import throttled_spec
     from specwatch.hardware import lookup
     from specwatch.snapshot import GpuSample
 
@@ -153,5 +153,5 @@ def test_power_capped_clock_lowers_the_knee():
                        throttle_reasons=("power cap",))
     idle = GpuSample(0, spec.name, values={"sm_clock_mhz": 345.0, "sm_clock_max_mhz": 1980.0},
                      throttle_reasons=("idle",))
-    assert _throttled(spec, capped).ridge == pytest.approx(spec.ridge / 2)
-    assert _throttled(spec, idle) is spec
+    assert throttled_spec(spec, capped).ridge == pytest.approx(spec.ridge / 2)
+    assert throttled_spec(spec, idle) is spec

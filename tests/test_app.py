@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import io
+import os
 import re
+import shutil
+import subprocess
 import time
 from typing import Any
 
@@ -524,3 +528,174 @@ async def test_no_color_keeps_the_verdict_readable(monkeypatch):
         screen = screen_text(app)
     assert "█▀█ █▀▀ █▀▀" in screen  # OFF
     assert "▶ acceptance length" in screen
+
+
+# -- one GPU spec: the advisor's, clock-capped -----------------------------------------------------
+
+H100_NODE = dataclasses.replace(NODE, gpu_name="NVIDIA H100 80GB HBM3")
+
+
+def clocked(data: list[Snapshot], reasons: tuple[str, ...]) -> list[Snapshot]:
+    """Every GPU at half its maximum SM clock, for the given clock-event reasons."""
+    return [dataclasses.replace(s, gpus=tuple(
+        dataclasses.replace(g, values={**g.values, "sm_clock_mhz": 990.0, "sm_clock_max_mhz": 1980.0},
+                            throttle_reasons=reasons) for g in s.gpus)) for s in data]
+
+
+def ridge_shown(app: SpecwatchApp) -> float:
+    match = re.search(r"ridge (\d+) FLOP/B, ([^\n]*)", flat(text_of(app.query_one("#roofline-panel"))))
+    assert match, text_of(app.query_one("#roofline-panel"))
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize(("reasons", "clock_share"), [(("power cap",), 0.5), (("idle",), 1.0)])
+async def test_a_power_capped_gpu_moves_the_roofline_ridge_with_the_advisors_spec(reasons, clock_share):
+    """H100 SXM datasheet: 989.4 TFLOP/s dense BF16 over 3.35 TB/s is a ridge of 295 FLOP/B. Held at
+    half its clock by a power cap it computes half as fast: 148. An idle GPU's slow clock is not a
+    cap, and the ridge stays put."""
+    app = make_app(ScriptedSource(clocked(snapshots(LOW[:12], H100_NODE), reasons)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.press("4")
+        await until(pilot, lambda: app.query_one("#roofline-panel").view is app.view(), "the roofline shown")
+        shown = ridge_shown(app)
+        panel = flat(text_of(app.query_one("#roofline-panel")))
+        (state,) = app.states.values()
+    expected = 989.4e12 * clock_share / 3.35e12
+    assert shown == round(expected)
+    assert state.verdict.gpu_spec.ridge == pytest.approx(expected, rel=1e-3)  # what the bound was judged with
+    assert ("at 50% clock" in panel) == (clock_share < 1)
+
+
+async def test_only_a_cap_that_costs_work_is_called_throttling():
+    idle, capped = clocked(snapshots(LOW[:4]), ("idle",)), clocked(snapshots(LOW[:4]), ("power cap",))
+    source = ScriptedSource(idle[:2], end=False)
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: app.polls == 2 and app.query_one("#gpu-panel").view is app.view(),
+                    "two idle readings on the GPU tab")
+        assert "throttled" not in text_of(app.query_one("#gpu-panel"))
+        source.feed(capped[2:])
+        source.end()
+        await until(pilot, lambda: app.ended and app.query_one("#gpu-panel").view is app.view(),
+                    "the capped readings on the GPU tab")
+        assert "throttled: 0 (power cap), 1 (power cap)" in text_of(app.query_one("#gpu-panel"))
+
+
+# -- recording on its own path ---------------------------------------------------------------------
+
+class FullDiskRecorder(FakeRecorder):
+    """Writes `room` readings, then every write fails as a full disk does."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def write(self, snapshot: Snapshot) -> None:
+        if len(self.written) >= self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().write(snapshot)
+
+
+async def test_a_full_disk_stops_the_recording_and_the_panels_keep_updating(caplog):
+    data = snapshots(LOW[:16])
+    source = ScriptedSource(data[:2], end=False)
+    recorder = FullDiskRecorder(room=3)
+    app = make_app(source, recorder=recorder, record_path="specwatch-full.swrec")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.polls == 2, "2 polls")
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is not None, "recording")
+        source.feed(data[2:])
+        source.end()
+        await until(pilot, lambda: app.ended and app.recording_stopped is not None, "the end, and the failure")
+        await until(pilot, lambda: app.query_one(HeaderBar).view is app.view(), "the header redrawn")
+        header = text_of(app.query_one(HeaderBar))
+        assert app.polls == len(data) and app.last_error is None  # every reading reached the panels
+        assert app.query_one("#ov-engine", EnginePanel).view.time == data[-1].time
+        assert app.recording is None
+        assert "recording stopped: No space left on device" in header and "● REC" not in header
+        assert any(n.title == "recording stopped" for n in app._notifications)
+    assert recorder.written == [s.time for s in data[2:5]]
+    assert any("stopped: No space left on device" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 256 KiB tmpfs, nearly filled; skipped where this machine does not let us mount one."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"mounting a small tmpfs is not permitted here: {result.stderr.decode().strip()}")
+    try:
+        stats = os.statvfs(mount)
+        # leave a few pages free, so that a recording fills them within a few seconds of polls
+        (mount / "filler").write_bytes(b"\0" * max(0, stats.f_bavail * stats.f_frsize - 12 * 1024))
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)  # never leave a mount behind
+
+
+async def test_a_real_full_tmpfs_stops_the_recording_and_the_panels_keep_updating(small_tmpfs):
+    from specwatch.recorder import SessionRecorder
+    from specwatch.recording import RecordingHeader, read_recording
+
+    path = small_tmpfs / "full.swrec"
+    source = ScriptedSource([], end=False)
+    app = make_app(source, recorder=SessionRecorder(RecordingHeader(data="synthetic"), small_tmpfs),
+                   record_path=str(path))
+    # varied load and seeds keep the compressor from shrinking the readings to nothing
+    data = [s for seed in range(40) for s in generate(NODE, [float(1 + (seed * 7 + i) % 60) for i in range(100)],
+                                                      seed=seed, start_time=1.8e9 + seed * 100.0)]
+    fed = 0
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is not None, "recording")
+        # first a small flush that fits (the writer flushes once a second of wall time), so that
+        # the file holds something when the disk fills
+        while path.stat().st_size == 0 and fed < 200:
+            source.feed(data[fed:fed + 1])
+            fed += 1
+            await until(pilot, lambda: app.polls == fed, f"{fed} polls")
+            await pilot.pause(0.05)
+        assert path.stat().st_size > 0 and app.recording_stopped is None
+        while app.recording_stopped is None and fed < len(data):
+            source.feed(data[fed:fed + 50])
+            fed += 50
+            await until(pilot, lambda: app.polls == fed, f"{fed} polls", rounds=20_000)
+            await pilot.pause(0.05)  # wall time: the writer flushes once a second
+        assert app.recording_stopped == "the disk is full", f"{fed} readings fed, the disk never filled"
+        source.feed(data[fed:fed + 10])
+        fed += 10
+        await until(pilot, lambda: app.polls == fed, "the readings after the failure")
+        await until(pilot, lambda: app.query_one(HeaderBar).view is app.view(), "the header redrawn")
+        assert "recording stopped: the disk is full" in text_of(app.query_one(HeaderBar))
+        assert app.last_error is None and app.recording is None
+        await pilot.press("q")
+    recording = read_recording(path)  # cut back to its last complete flush: valid
+    assert 0 < len(recording.snapshots) < fed
+    assert recording.snapshots == data[: len(recording.snapshots)]
+
+
+async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
+    """No `q`: the app is torn down from outside, and the file still holds every reading recorded."""
+    from specwatch.recorder import SessionRecorder
+    from specwatch.recording import RecordingHeader, read_recording
+
+    data = snapshots(LOW[:10])
+    source = ScriptedSource(data[:2], end=False)
+    path = tmp_path / "ended.swrec"
+    app = make_app(source, recorder=SessionRecorder(RecordingHeader(data="synthetic"), tmp_path),
+                   record_path=str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls == 2, "2 polls")
+        await pilot.press("r")
+        await until(pilot, lambda: app.recording is not None, "recording")
+        source.feed(data[2:])
+        await until(pilot, lambda: app.polls == len(data), "every poll")
+    assert read_recording(path).snapshots == data[2:]

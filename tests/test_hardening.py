@@ -579,7 +579,7 @@ def test_gpu_lost_mid_run_on_one_of_eight_through_the_monitor():
     others = [g.values["dram_bw_util"] for g in last.gpus if not g.lost and "dram_bw_util" in g.values]
     assert len(others) == 7
     (state,) = monitor.states.values()
-    signals = {s["name"]: s for s in state.verdict.bound["signals"]}
+    signals = {s.name: s for s in state.verdict.bound.signals}
     counter = [s for name, s in signals.items() if "dram" in name.lower() or "counter" in name.lower()]
     assert counter, signals
     assert all(not g.lost for g in snaps[0].gpus)

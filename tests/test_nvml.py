@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from nvml_double import GIB, FakeClock, FakeGpu, FakeNvml, ampere_gpu, hopper_gpu
 from specwatch.collectors.nvml import (
-    CLOCK_EVENT_REASONS,
     REASON_FUNCTION_MISSING,
     REASON_GPU_LOST,
     REASON_NO_NVLINK,
@@ -20,12 +19,11 @@ from specwatch.collectors.nvml import (
     REASON_WARMING_UP,
     NvmlCollector,
     counter_rate,
-    decode_clock_event_reasons,
-    is_performance_limited,
     nvml_error_reason,
     process_display_name,
     read_process_name,
 )
+from specwatch.gpu_events import CLOCK_EVENT_REASONS, decode_clock_event_reasons, is_performance_limited
 from specwatch.snapshot import GPU_FIELDS, GpuSample, Snapshot
 
 GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from specwatch.gpu_events import is_performance_limited
 from specwatch.snapshot import GpuSample
 from specwatch.widgets.format import MISSING, bar, finite, gigabytes, pct
 from specwatch.widgets.panel import Panel
@@ -96,7 +97,7 @@ def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
             line.append(f"{pct(g.get('util_gpu')):>4}  ")
         line.append(f"{power(g):>10}  ")
         if wide:
-            line.append(f"{clocks(g):<10}  ", style="bold" if g.throttle_reasons else "")
+            line.append(f"{clocks(g):<10}  ", style="bold" if is_performance_limited(g.throttle_reasons) else "")
         line.append(f"{memory(g):>9}")
         rows.append(line)
     return rows
@@ -104,7 +105,8 @@ def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
 
 def extra_lines(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
     notes = [Text(n, style="dim", no_wrap=True, overflow="ellipsis") for n in footnotes(gpus)]
-    throttled = [g for g in gpus if g.throttle_reasons]
+    # an idle GPU also lowers its clocks: only a cap that costs work is called throttling
+    throttled = [g for g in gpus if is_performance_limited(g.throttle_reasons)]
     if throttled and width < WIDE:
         notes.append(Text("throttled: " + ", ".join(f"{g.index} ({','.join(g.throttle_reasons)})"
                                                     for g in throttled), style="bold", no_wrap=True,
@@ -118,7 +120,8 @@ class GpuPanel(Panel):
     def layout_key(self, view: DashboardView) -> object:
         if not view.gpus:
             return ("none", len(view.sources))
-        return (len(view.gpus), len(footnotes(view.gpus)), any(g.throttle_reasons for g in view.gpus))
+        return (len(view.gpus), len(footnotes(view.gpus)),
+                any(is_performance_limited(g.throttle_reasons) for g in view.gpus))
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         if not view.gpus:

@@ -29,6 +29,8 @@ def header_text(view: DashboardView, width: int) -> Text:
         text.append("  ‖ PAUSED", style="bold reverse")
     if source.recording:
         text.append("  ● REC", style="bold red")
+    elif source.recording_stopped:
+        text.append(f"  recording stopped: {source.recording_stopped}", style="bold reverse red")
     text.append("  │ ")
     node = short_host(view.url) if view.url else source.description or MISSING
     text.append(node, style="bold")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
 from specwatch.widgets.format import BrailleCanvas, finite, log_position
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
@@ -22,10 +21,16 @@ X_TICKS = ((1.0, "1"), (10.0, "10"), (100.0, "100"), (1000.0, "1k"), (10_000.0, 
 Y_LABEL_WIDTH = 5
 
 
-def ridge_of(view: DashboardView) -> tuple[float, str]:
-    if view.gpu_spec is not None:
-        return view.gpu_spec.ridge, view.gpu_spec.name
-    return GENERIC_KNEE_TOKENS, "assumed (no GPU identified)"
+def ridge_of(view: DashboardView) -> tuple[float, str] | None:
+    """The ridge the advisor reasoned with: its GPU's (at the capped clock, if capped), or the knee
+    it assumes without one; None when the view carries neither."""
+    spec = view.gpu_spec
+    if spec is not None:
+        capped = f" at {spec.clock_fraction:.0%} clock" if spec.clock_fraction < 1.0 else ""
+        return spec.ridge, spec.name + capped
+    if view.assumed_knee_tokens is not None:
+        return view.assumed_knee_tokens, "assumed (no GPU identified)"
+    return None
 
 
 def roofline_rows(ridge: float, points: list[tuple[float, str]], width: int, height: int) -> list[Text]:
@@ -75,14 +80,14 @@ class RooflinePanel(Panel):
         def rounded(value: float | None) -> float | None:
             return float(f"{value:.2g}") if finite(value) and value > 0 else None
 
-        bound = state.verdict.bound if state is not None else {}
+        bound = state.verdict.bound if state is not None else None
         return (
             rounded(figures.tokens_per_step_mean) if figures else None,
             rounded(figures.mfu_intensity) if figures else None,
             rounded(figures.running) if figures else None,
             window.speculation_configured if window else None,
             ridge_of(view),
-            str(bound),
+            bound,
         )
 
     def render(self) -> RenderableType:
@@ -96,7 +101,10 @@ class RooflinePanel(Panel):
         return self.render_picture(view, width, 12)
 
     def render_picture(self, view: DashboardView, width: int, height: int) -> RenderableType:
-        ridge, ridge_name = ridge_of(view)
+        ridge_and_name = ridge_of(view)
+        if ridge_and_name is None:
+            return Text("no ridge to draw: no GPU identified", style="dim")
+        ridge, ridge_name = ridge_and_name
         figures = view.figures
         window = view.state.window if view.state is not None else None
         points: list[tuple[float, str]] = []
@@ -111,18 +119,19 @@ class RooflinePanel(Panel):
         if figures is not None and finite(figures.mfu_intensity) and figures.mfu_intensity > 0:
             points.append((figures.mfu_intensity, "◆"))
             legend.append(f"  ◆ MFU {figures.mfu_intensity:.0f} FLOP/B")
-        if window is not None and not window.speculation_configured and figures is not None \
+        k = view.unconfigured_k
+        if k is not None and window is not None and not window.speculation_configured and figures is not None \
                 and finite(figures.running) and figures.running > 0:
-            verify = figures.running * (UNCONFIGURED_K + 1)
+            verify = figures.running * (k + 1)
             points.append((verify, "○"))
-            legend.append(f"  ○ with k={UNCONFIGURED_K}: {verify:.0f}")
+            legend.append(f"  ○ with k={k}: {verify:.0f}")
         legend.append(f"   ┊ ridge {ridge:.0f} FLOP/B, {ridge_name}", style="dim")
-        bound = view.state.verdict.bound if view.state is not None else {}
-        state = bound.get("state", "unknown") if bound else "unknown"
+        bound = view.state.verdict.bound if view.state is not None else None
+        state = bound.state if bound is not None else "unknown"
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
         verdict_line.append(f"{state}-bound" if state != "unknown" else "bound: unknown", style="bold")
-        for s in bound.get("signals", []) if bound else []:
-            verdict_line.append(f"  {s.get('name')}: {s.get('state')}", style="dim")
+        for s in bound.signals if bound is not None else ():
+            verdict_line.append(f"  {s.name}: {s.state}", style="dim")
         text_rows = 2
         picture_rows = max(3, height - text_rows - 1)
         rows = roofline_rows(ridge, points, width, picture_rows)

@@ -6,8 +6,6 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.advisor import UNCONFIGURED_K
-from specwatch.perf import METHOD_WORDS
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
@@ -62,8 +60,7 @@ class SpeculationPanel(Panel):
         acc = figures.acceptance if figures is not None else None
         lifetime = window.lifetime.acceptance if window.lifetime is not None else None
         k = window.k or (len(acc.per_position) if acc and acc.per_position else 1)
-        method = view.method
-        method_text = (METHOD_WORDS.get(method, method) if method else "unknown (pass --method)")
+        method_text = view.method_words or view.method or "unknown (pass --method)"
         lines: list[RenderableType] = []
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(method_text, style="bold")
@@ -122,15 +119,18 @@ class SpeculationPanel(Panel):
         figures = view.figures
         lines = [Text("speculation is not configured", style="bold")]
         needed = verdict.required_acceptance_length
+        k = view.unconfigured_k
         line = Text("would pay above L ", style="dim")
         line.append(num(needed, 2), style="bold")
-        line.append(f" at k={UNCONFIGURED_K} (at most {UNCONFIGURED_K + 1})", style="dim")
+        if k is not None:
+            line.append(f" at k={k} (at most {k + 1})", style="dim")
         lines.append(line)
-        gauge_width = max(8, min(40, width - 22))
-        g = Text("need  ", style="dim")
-        g.append_text(length_gauge(None, needed, UNCONFIGURED_K, gauge_width))
-        g.append(f" {UNCONFIGURED_K + 1}", style="dim")
-        lines.append(g)
+        if k is not None:
+            gauge_width = max(8, min(40, width - 22))
+            g = Text("need  ", style="dim")
+            g.append_text(length_gauge(None, needed, k, gauge_width))
+            g.append(f" {k + 1}", style="dim")
+            lines.append(g)
         lines.append(Text("typical: n-gram 1.3–1.6, EAGLE-3 2.5–3.5", style="dim"))
         if figures is not None:
             lines.append(Text(f"at {num(figures.running)} running, {num(figures.tokens_per_step_mean)} tokens per step",

@@ -87,8 +87,8 @@ def detail_line(view: DashboardView) -> Text:
     if finite(verdict.crossover_concurrency):
         text.append("   stops paying above ", style="dim")
         text.append(f"{verdict.crossover_concurrency:.0f} running", style="bold")
-    bound = verdict.bound.get("state") if verdict.bound else None
-    if bound and bound != "unknown":
+    bound = verdict.bound.state
+    if bound != "unknown":
         text.append(f"   {bound}-bound", style="bold")
     return text
 
@@ -128,7 +128,7 @@ class VerdictBanner(Panel):
             return (None, view.nothing_reachable)
         return (v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), _rounded(v.break_even_length),
                 _rounded(v.acceptance_length), _rounded(v.required_acceptance_length),
-                _rounded(v.crossover_concurrency, 0), v.bound.get("state") if v.bound else None, v.flags,
+                _rounded(v.crossover_concurrency, 0), v.bound.state, v.flags,
                 v.reasons[:1], v.configured, view.nothing_reachable)
 
     def layout_key(self, view: DashboardView) -> object:

@@ -40,6 +40,7 @@ class SourceInfo:
     interval_s: float = 1.0
     replay_speed: float | None = None
     recording: str | None = None  # the path being recorded to
+    recording_stopped: str | None = None  # why the last recording failed (until another starts)
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,12 @@ class DashboardView:
     history: History | None = None
     events: tuple[VerdictChange, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
+    method_words: str | None = None  # that method as the reasons name it ("n-gram lookup", ...)
     sweep: SweepMarker | None = None
-    gpu_spec: GpuSpec | None = None  # the GPU the advisor reasons about (told, or read from NVML)
+    # The knee the advisor assumes when no GPU is identified, and the k it judges a node without
+    # speculation at: the advisor's own figures, so the panels draw what it reasoned with.
+    assumed_knee_tokens: float | None = None
+    unconfigured_k: int | None = None
     window_s: float | None = None
     history_minutes: float = 10.0
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -147,6 +152,12 @@ class DashboardView:
     @property
     def url(self) -> str | None:
         return self.target_urls[self.target_index] if self.target_urls else None
+
+    @property
+    def gpu_spec(self) -> GpuSpec | None:
+        """The GPU the advisor reasoned about for this target (told, or read and scaled to a capped
+        clock): the roofline's ridge and the verdict's bound state come from the same spec."""
+        return self.state.verdict.gpu_spec if self.state is not None else None
 
     @property
     def figures(self) -> EngineFigures | None:

@@ -1,0 +1,120 @@
+"""The names `specwatch export` serves and `specwatch fleet` reads back through Prometheus.
+
+One place for every metric name, its help text and its label names, so that the exporter and the
+fleet view cannot drift apart (tests/test_export_schema.py checks the fleet's names against what
+the exporter really serves).
+
+Naming follows the Prometheus conventions: base units in the suffix (`_seconds`, `_ratio` for 0..1
+fractions and for the speedup, `_tokens`, `_requests`), `_info` for constant-1 label carriers, and
+state sets as one series per state with the current one at 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.perf import BOUND_STATES
+
+__all__ = [
+    "MetricName",
+    "VERDICT_STATES",
+    "BOUND_STATES",
+    "KNOWN_FLAGS",
+    "NOT_CONFIGURED_STATES",
+    "ALL_METRICS",
+    "SERIES_SELECTOR",
+]
+
+# Label names.
+NODE = "node"
+TARGET = "target"
+STATE = "state"
+SIGNAL = "signal"
+FLAG = "flag"
+GPU = "gpu"
+GPU_NAME = "name"
+SOURCE = "source"
+KIND = "kind"
+
+VERDICT_STATES = ("on", "off", "hold", "unknown")
+# Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
+KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
+               "method_assumed")
+# Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
+# quietly and not found, NVML turned off by a flag. They are exported with up=1 so that a node
+# without dcgm-exporter does not page anyone; the state label still says what happened.
+NOT_CONFIGURED_STATES = ("absent", "off")
+
+
+@dataclass(frozen=True)
+class MetricName:
+    """One metric family: its name, help text, label names, and whether it is an info family."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    info: bool = False
+
+    @property
+    def series(self) -> str:
+        """The name its samples carry on the wire (an info family's gain `_info`)."""
+        return f"{self.name}_info" if self.info else self.name
+
+
+_TARGET = (NODE, TARGET)
+_GPU = (NODE, GPU, GPU_NAME)
+
+# -- the agent ---------------------------------------------------------------------------------------
+AGENT = MetricName("specwatch_agent", "The export agent: its version and where it reads from.", (NODE,), info=True)
+LAST_SNAPSHOT = MetricName("specwatch_last_snapshot_timestamp_seconds",
+                           "Agent wall-clock time when the last Snapshot arrived (unix seconds).", (NODE,))
+DATA_TIME = MetricName("specwatch_data_timestamp_seconds",
+                       "The last Snapshot's own time (unix seconds; a replay's recorded time).", (NODE,))
+POLL_DURATION = MetricName("specwatch_poll_duration_seconds", "How long the last poll of the sources took.", (NODE,))
+
+# -- per vLLM target -------------------------------------------------------------------------------
+VERDICT = MetricName("specwatch_verdict", "The speculation verdict: 1 for the current state, 0 for the others.",
+                     _TARGET + (STATE,))
+CONFIGURED = MetricName("specwatch_speculation_configured", "1 if the server runs speculative decoding.", _TARGET)
+CHANGE_RECOMMENDED = MetricName(
+    "specwatch_change_recommended",
+    "1 if a change is recommended (configured but costing, or off but it would pay).", _TARGET)
+CONFIDENCE = MetricName("specwatch_confidence_ratio", "Confidence in the verdict, 0..1.", _TARGET)
+EXPECTED_SPEEDUP = MetricName("specwatch_expected_speedup_ratio",
+                              "Expected throughput with speculation over without, at this load (>1 pays).", _TARGET)
+ACCEPTANCE_LENGTH = MetricName("specwatch_acceptance_length_tokens",
+                               "Mean acceptance length L: tokens committed per verify step, bonus included.", _TARGET)
+ACCEPTANCE_RATE = MetricName("specwatch_acceptance_rate_ratio",
+                             "Accepted draft tokens over draft tokens in the window.", _TARGET)
+BREAK_EVEN = MetricName("specwatch_break_even_length_tokens",
+                        "Acceptance length above which speculation pays at this load (or would, if off).", _TARGET)
+CROSSOVER = MetricName("specwatch_crossover_concurrency_requests",
+                       "Running requests above which speculation stops paying (absent: it never crosses).", _TARGET)
+RUNNING = MetricName("specwatch_running_requests", "Requests running on the target.", _TARGET)
+BOUND = MetricName("specwatch_bound", "Roofline bound state: 1 for the current state.", _TARGET + (STATE,))
+BOUND_SIGNAL = MetricName("specwatch_bound_signal", "Value behind one bound signal, labelled with what it says.",
+                          _TARGET + (SIGNAL, STATE))
+FLAGS = MetricName("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
+                   _TARGET + (FLAG,))
+
+# -- per GPU -----------------------------------------------------------------------------------------
+GPU_DRAM = MetricName("specwatch_gpu_dram_active_ratio",
+                      "DRAM bandwidth utilisation, 0..1 (GPM or DCGM_FI_PROF_DRAM_ACTIVE).", _GPU)
+GPU_TENSOR = MetricName("specwatch_gpu_tensor_active_ratio",
+                        "Tensor pipe activity, 0..1 (GPM or DCGM_FI_PROF_PIPE_TENSOR_ACTIVE).", _GPU)
+GPU_SM = MetricName("specwatch_gpu_sm_active_ratio", "SM activity, 0..1.", _GPU)
+GPU_LOST = MetricName("specwatch_gpu_lost", "1 if the GPU fell off the bus or stopped answering.", _GPU)
+
+# -- per source --------------------------------------------------------------------------------------
+SOURCE_UP = MetricName("specwatch_source_up",
+                       "1 if the agent's last reading of this source succeeded (or the source is not configured "
+                       "here: see state), 0 if it failed; state says how.", (NODE, SOURCE, KIND, STATE))
+SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_seconds",
+                                 "Agent wall-clock time of this source's last successful reading.", (NODE, SOURCE))
+
+ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
+               EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
+               BOUND_SIGNAL, FLAGS, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+
+# Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
+SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'
