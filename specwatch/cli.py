@@ -19,12 +19,14 @@ class Command:
     module: str  # the dotted name, spelled out so the import analysis (tests/test_imports.py) sees it
     help: str
     description: str
-    add: str = "add_arguments"
-    run: str = "run"
+    add_function: str = "add_arguments"
+    run_function: str = "run"
 
-    def function(self, which: str):
-        module = importlib.import_module(self.module)
-        return getattr(module, self.add if which == "add" else self.run)
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        getattr(importlib.import_module(self.module), self.add_function)(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        return int(getattr(importlib.import_module(self.module), self.run_function)(args))
 
 
 COMMANDS = (
@@ -43,7 +45,7 @@ COMMANDS = (
             "Play a recording in the dashboard, or print its verdict timeline with --headless."),
     Command("demo", "specwatch.commands.replay", "play a bundled scenario: no GPU and no server needed",
             "Play a bundled recording (real or synthetic, and labelled so).",
-            add="add_demo_arguments", run="run_demo"),
+            add_function="add_demo_arguments", run_function="run_demo"),
     Command("sweep", "specwatch.commands.sweep", "baseline vs speculative across concurrency: where the curves cross",
             "Run the same prompts against a server without and one with speculation "
             "at rising concurrency, and find where speculation stops paying."),
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
-        command.function("add")(p)
+        command.add_arguments(p)
     return parser
 
 
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["watch", *argv]  # bare `specwatch [flags]` is `specwatch watch [flags]`
     args = build_parser().parse_args(argv)
     try:
-        return int(BY_NAME[args.command].function("run")(args))
+        return BY_NAME[args.command].run(args)
     except CommandError as exc:
         print_error(args.command, exc.message)
         return int(exc.status)

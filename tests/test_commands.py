@@ -218,4 +218,24 @@ def test_every_command_module_has_its_flags_and_its_run():
 
     for command in COMMANDS:
         module = importlib.import_module(command.module)
-        assert callable(getattr(module, command.add)) and callable(getattr(module, command.run))
+        assert callable(getattr(module, command.add_function)) and callable(getattr(module, command.run_function))
+
+
+def test_record_says_why_and_exits_write_failed_when_a_write_fails(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from specwatch.recording import RecordingError, RecordingWriter
+
+    def full(self, snapshot):
+        raise RecordingError(f"cannot write {self.path}: No space left on device")
+
+    monkeypatch.setattr(RecordingWriter, "write", full)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: the reads fail fast, and each is still recorded
+    out = tmp_path / "full.swrec"
+    status = run_main(["record", "-o", str(out), "--url", f"http://127.0.0.1:{port}", "--no-nvml", "--no-dcgm",
+                       "--duration", "5", "--interval", "0.2", "--timeout", "1"])
+    err = capsys.readouterr().err
+    assert status == ExitCode.WRITE_FAILED
+    assert "specwatch record: cannot write" in err and "No space left on device" in err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
     shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
     print_error("export", f"serving http://{shown}:{bound_port}/metrics for node {agent.frame.node} "
                           f"({source.describe()})")
-    sys.stderr.flush()
     try:
         asyncio.run(_run_agent(agent, interval))
     except KeyboardInterrupt:

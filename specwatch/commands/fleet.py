@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from specwatch.commands.options import ExitCode, UsageError, add_connection_arguments, connection_settings, \
-    require_positive
+from specwatch.commands.options import (
+    ExitCode,
+    UsageError,
+    add_connection_arguments,
+    connection_settings,
+    require_positive,
+)
 
 DEFAULT_PROMETHEUS = "http://localhost:9090"
 DEFAULT_FLEET_JOB = "specwatch"

@@ -206,9 +206,9 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
 
     settings = {k: v for k, v in (stored or {}).items() if v is not None}
     if args is not None:
-        settings.update({k: v for k, v in advisor_settings(args).items()})
-        if getattr(args, "tp", None) is not None:
-            settings["tp"] = args.tp  # an explicit --tp 1 wins over a stored degree
+        # every flag given wins, an explicit --tp 1 included
+        given = {key: getattr(args, attr, None) for attr, key in _ADVISOR_FLAGS}
+        settings.update({k: v for k, v in given.items() if v is not None})
     gpu = model = None
     if settings.get("gpu"):
         gpu = lookup(settings["gpu"])
@@ -287,7 +287,7 @@ def live_session(
     import dataclasses
 
     from specwatch.collectors.vllm import DEFAULT_URL, VllmSource
-    from specwatch.monitor import Monitor
+    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
     from specwatch.sources import LiveSource
 
     urls = list(args.urls or [DEFAULT_URL])
@@ -303,6 +303,6 @@ def live_session(
     except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from None
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
-    monitor = Monitor(window_s=window_s, advisor_config=config) if evaluate_every_s is None else \
-        Monitor(window_s=window_s, advisor_config=config, evaluate_every_s=evaluate_every_s)
+    monitor = Monitor(window_s=window_s, advisor_config=config,
+                      evaluate_every_s=DEFAULT_EVALUATE_EVERY_S if evaluate_every_s is None else evaluate_every_s)
     return LiveSession(vllm, source, monitor, urls)
