@@ -13,7 +13,7 @@ import math
 import sys
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, TextIO
 
 if TYPE_CHECKING:
     from specwatch.advisor import AdvisorConfig
@@ -50,9 +50,9 @@ class UsageError(CommandError):
         super().__init__(message, ExitCode.USAGE)
 
 
-def print_error(command: str, message: str) -> None:
+def print_error(command: str, message: str, file: TextIO | None = None) -> None:
     """The one spelling of a command's message on stderr: `specwatch <command>: message`."""
-    print(f"specwatch {command}: {message}", file=sys.stderr)
+    print(f"specwatch {command}: {message}", file=file or sys.stderr)
 
 
 class ArgumentParser(argparse.ArgumentParser):

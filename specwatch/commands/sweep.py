@@ -24,6 +24,7 @@ from specwatch.commands.options import (
     advisor_config,
     connection_settings,
     positive_number,
+    print_error,
     whole_number,
 )
 
@@ -175,8 +176,9 @@ def _prompts(args: argparse.Namespace) -> tuple[list[Any], str]:
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run `specwatch sweep` from parsed flags: OK when every tier ran, INCOMPLETE when it stopped
-    early or could not read its inputs (the partial results are written), USAGE for bad flags."""
+    """Run `specwatch sweep` from parsed flags: OK when every tier ran; INCOMPLETE when it stopped
+    early or a bench folder held no usable results (what was measured is written); UNREADABLE for a
+    prompt, token or CA file it cannot use; USAGE for bad flags. `out`/`err` default to stdout/stderr."""
     from specwatch import sweep as sw
     from specwatch.sweep import loadgen
 
@@ -194,7 +196,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         prediction = _prediction_inputs(args, method)
         out_dir = _output_dir(args)
     except (UsageError, ValueError) as exc:
-        print(f"specwatch sweep: {exc}", file=err)
+        print_error("sweep", str(exc), err)
         return ExitCode.USAGE
 
     def finish(record: sw.SweepRecord, server_method: str | None = None) -> int:
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         try:
             files = sw.write_report(report, out_dir, plot)
         except OSError as exc:
-            print(f"specwatch sweep: cannot write the results to {out_dir}: {exc.strerror or exc}", file=err)
+            print_error("sweep", f"cannot write the results to {out_dir}: {exc.strerror or exc}", err)
             files = []
         if args.json:
             print(json.dumps(report, indent=2, allow_nan=False), file=out)
@@ -212,10 +214,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         if files:
             say("wrote " + ", ".join(str(f) for f in files))
         if report["stopped"]:
-            print(f"specwatch sweep: stopped early: {report['stopped']}"
-                  + (f" (partial results in {out_dir})" if files else ""), file=err)
+            print_error("sweep", f"stopped early: {report['stopped']}"
+                        + (f" (partial results in {out_dir})" if files else ""), err)
         for error in report["errors"]:
-            print(f"specwatch sweep: {error}", file=err)
+            print_error("sweep", str(error), err)
         return ExitCode.OK if report["complete"] else ExitCode.INCOMPLETE
 
     if mode == "bench":
@@ -236,13 +238,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             baseline_url = normalise_url(args.baseline)[0]
             speculative_url = normalise_url(args.speculative)[0]
     except loadgen.PromptFileError as exc:
-        print(f"specwatch sweep: {exc}", file=err)
+        print_error("sweep", str(exc), err)
         return ExitCode.UNREADABLE
     except CommandError as exc:  # the token or CA file
-        print(f"specwatch sweep: {exc.message}", file=err)
+        print_error("sweep", exc.message, err)
         return exc.status
     except ValueError as exc:
-        print(f"specwatch sweep: {exc}", file=err)
+        print_error("sweep", str(exc), err)
         return ExitCode.USAGE
 
     record = sw.SweepRecord(source="live" if mode == "urls" else "serve")
@@ -285,7 +287,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                 for server in servers.values():
                     server.stop()
     except ValueError as exc:
-        print(f"specwatch sweep: {exc}", file=err)
+        print_error("sweep", str(exc), err)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         record.stopped = "interrupted"
