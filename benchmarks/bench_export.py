@@ -30,13 +30,6 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = (ROOT / "tests" / "data" / "vllm-0.32-cpu-ngram-k4.metrics.txt").read_text()
 BUDGET_CORE_FRACTION = 0.005
-EXPORT_MAIN = (
-    "import argparse, sys\n"
-    "from specwatch.exportcli import add_export_arguments, run_export\n"
-    "p = argparse.ArgumentParser(prog='specwatch export')\n"
-    "add_export_arguments(p)\n"
-    "sys.exit(run_export(p.parse_args(sys.argv[1:])))\n"
-)
 # Cumulative series: counters (_total), histogram buckets, counts and sums. Scaling them all by the
 # same growing factor keeps every histogram's buckets cumulative and every rate plausible.
 GROWING = re.compile(r"^(vllm:\S*?(?:_total|_bucket|_count|_sum)(?:\{[^}]*\})?) (\S+)$", re.MULTILINE)
@@ -111,7 +104,7 @@ def main() -> int:
 
     vllm = FakeVllm()
     log = open(os.devnull, "wb")
-    command = [sys.executable, "-c", EXPORT_MAIN, "--url", vllm.url, "--interval", "1", "--listen", "127.0.0.1:0",
+    command = [sys.executable, "-m", "specwatch", "export", "--url", vllm.url, "--interval", "1", "--listen", "127.0.0.1:0",
                "--no-dcgm"] + ([] if args.nvml else ["--no-nvml"])
     agent = subprocess.Popen(command, stdout=log, stderr=subprocess.PIPE, text=True)
     try:

@@ -26,7 +26,7 @@ from specwatch import perf
 from specwatch.hardware import lookup, lookup_model
 from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
-from specwatch.replaycli import replay_advisor_config
+from specwatch.commands.options import advisor_config
 from specwatch.synthetic import SyntheticNode, generate, ramp
 
 BUDGET_BYTES = 50_000_000
@@ -75,7 +75,7 @@ def main() -> int:
 
     t, cpu = time.perf_counter(), time.process_time()
     read_header, snapshots = open_snapshots(path)
-    monitor = Monitor(window_s=30.0, advisor_config=replay_advisor_config(read_header),
+    monitor = Monitor(window_s=30.0, advisor_config=advisor_config(None, read_header.advisor),
                       evaluate_every_s=args.evaluate_every)
     changes = 0
     for snapshot in snapshots:

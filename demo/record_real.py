@@ -4,7 +4,7 @@ concurrency ramp 1 → 2 → 4 → 8 → 4 → 1, with n-gram speculation (k = 4
     python demo/record_real.py [--stage-seconds 25] [-o specwatch/data/real-cpu-tiny-llama-ngram.swrec]
 
 It starts the server through tests/vllm_server.py (the vLLM venv under ~/.cache/specwatch/vllm-venv,
-or SPECWATCH_VLLM_PYTHON), drives it from threads while `specwatch record` (run_record) polls it once
+or SPECWATCH_VLLM_PYTHON), drives it from threads while `specwatch record` polls it once
 a second, then stops everything. The recording is labelled real in its header; NVML is polled as a
 real recorder would, so the file says why there are no GPU readings.
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from vllm_server import Traffic, VllmServer, build_tiny_models, vllm_python  # noqa: E402
 
-from specwatch.replaycli import add_record_arguments, run_record  # noqa: E402
+from specwatch.cli import main as specwatch_main  # noqa: E402
 
 NGRAM_K4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
 RAMP = (1, 2, 4, 8, 4, 1)
@@ -59,17 +59,15 @@ def main() -> int:
         server.complete("warm up the engine before the recording starts", max_tokens=8)
         version = httpx.get(server.url + "/version", timeout=10).json().get("version", "?")
         duration = opts.stage_seconds * len(RAMP) + 5.0
-        record = argparse.ArgumentParser()
-        add_record_arguments(record)
-        args = record.parse_args([
-            "-o", str(opts.output), "--force", "--url", server.url, "--duration", str(duration),
+        args = [
+            "record", "-o", str(opts.output), "--force", "--url", server.url, "--duration", str(duration),
             "--interval", "1", "--no-dcgm", "--method", "ngram",
             "--notes", f"REAL vLLM {version} (CPU wheel), tiny random 2-layer Llama, n-gram k=4, "
                        f"concurrency ramp {'→'.join(map(str, RAMP))}, {opts.stage_seconds:g} s per level; no GPU",
-        ])
+        ]
         done = threading.Event()
         threading.Thread(target=drive, args=(server, opts.stage_seconds, done), daemon=True).start()
-        status = run_record(args)
+        status = specwatch_main(args)
         done.wait(timeout=180)
         # recordings are private by default; a bundled one ships in the package, readable by every user
         opts.output.chmod(0o644)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
 
 from specwatch.recording import FILE_SUFFIX, RecordingError, RecordingHeader, RecordingWriter
 from specwatch.snapshot import Snapshot
@@ -52,14 +51,3 @@ class SessionRecorder:
     @property
     def recording(self) -> bool:
         return self._writer is not None
-
-
-def live_recorder(args: Any) -> SessionRecorder:
-    """A recorder for a live session described by the source flags."""
-    from specwatch.collectors.vllm import DEFAULT_URL
-    from specwatch.replaycli import advisor_settings
-
-    header = RecordingHeader(data="real", targets=tuple(args.urls or [DEFAULT_URL]),
-                             interval_s=getattr(args, "interval", None), advisor=advisor_settings(args),
-                             notes="recorded from the specwatch dashboard")
-    return SessionRecorder(header)

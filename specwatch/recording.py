@@ -74,8 +74,6 @@ from specwatch.snapshot import (
     SnapshotFormatError,
     SourceStatus,
     TargetSample,
-    _dec,
-    _enc,
 )
 
 FORMAT_VERSION = 2
@@ -83,6 +81,7 @@ HEADER_KIND = "specwatch-recording"
 SNAPSHOT_KIND = "snapshot"
 SAME = "same"
 DATA_KINDS = ("real", "synthetic")
+
 FILE_SUFFIX = ".swrec"
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 DEFAULT_MEMBER_SECONDS = 600.0
@@ -91,6 +90,18 @@ _READ_CHUNK = 1 << 20
 # A header line longer than this is not a header: stops a foreign gzip file (a compressed log, a
 # tarball) from being read to its end in search of a newline.
 _MAX_HEADER_BYTES = 1 << 20
+
+
+# JSON has no NaN or infinities: they are written as the strings Snapshot.to_dict uses ("NaN",
+# "+Inf", "-Inf"), which float() reads back (test_recording checks the two spellings agree)
+def _encode_float(v: float) -> float | str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+    return v
+
+
+def _decode_float(v: float | str) -> float:
+    return float(v)
 
 
 class RecordingError(Exception):
@@ -357,7 +368,7 @@ class RecordingWriter:
             while end > 1 and counts[end - 1] == counts[end - 2]:
                 end -= 1  # cumulative counts plateau: the reader repeats the last one written
             compact += counts[:end]
-            bounds = [_enc(le) for le, _ in h.buckets]
+            bounds = [_encode_float(le) for le, _ in h.buckets]
             layout_key = (key, name)
             if self._layouts.get(layout_key) != bounds:
                 self._layouts[layout_key] = bounds
@@ -418,7 +429,7 @@ def _changed_values(before: GpuSample, gpu: GpuSample) -> dict[str, Any] | None:
     if list(values) != list(old) or dataclasses.replace(before, values=values) != gpu:
         return None
     # a value equal to the earlier one but of the other sign of zero is written too
-    return {k: _enc(v) for k, v in values.items()
+    return {k: _encode_float(v) for k, v in values.items()
             if v != old[k] or (v == 0.0 and math.copysign(1.0, v) != math.copysign(1.0, old[k]))}
 
 
@@ -429,8 +440,8 @@ def _against(values: dict[str, float], before: dict[str, float] | None) -> Any:
         if before == values:
             return SAME
         if list(before) == list(values):
-            return [_enc(v) for v in values.values()]
-    return {k: _enc(v) for k, v in values.items()}
+            return [_encode_float(v) for v in values.values()]
+    return {k: _encode_float(v) for k, v in values.items()}
 
 
 def _json_line(obj: dict[str, Any]) -> bytes:
@@ -649,7 +660,7 @@ def _gpu(written: Any, before: tuple[GpuSample, ...], i: int) -> GpuSample:
     if not changed.keys() <= values.keys():
         raise ValueError("a GPU value that was not read before")
     for k, v in changed.items():
-        values[k] = v if v.__class__ is float else _dec(v)
+        values[k] = v if v.__class__ is float else _decode_float(v)
     return GpuSample(index=old.index, name=old.name, uuid=old.uuid, source=old.source, values=values,
                      errors=old.errors, lost=old.lost, throttle_reasons=old.throttle_reasons,
                      processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode)
@@ -660,12 +671,12 @@ def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, 
     if written.__class__ is list:
         if len(before) != len(written):  # TypeError when there is no earlier reading: a bad file
             raise ValueError("values do not match the engine's earlier reading")
-        return dict(zip(before, [v if v.__class__ is float else _dec(v) for v in written]))
+        return dict(zip(before, [v if v.__class__ is float else _decode_float(v) for v in written]))
     if written == SAME:
         if before is None:
             raise ValueError("\"same\" with no earlier reading")
         return before
-    return {k: v if v.__class__ is float else _dec(v) for k, v in written.items()}
+    return {k: v if v.__class__ is float else _decode_float(v) for k, v in written.items()}
 
 
 class _SnapshotDecoderV2(_SnapshotDecoderV1):
@@ -740,7 +751,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 histograms[name] = before.histograms[name]
                 continue
             elif "le" in h:
-                bounds = layouts[key, name] = tuple([le if le.__class__ is float else _dec(le) for le in h["le"]])
+                bounds = layouts[key, name] = tuple([le if le.__class__ is float else _decode_float(le) for le in h["le"]])
                 h = h["h"]
             else:
                 histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1

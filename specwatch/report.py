@@ -1,6 +1,6 @@
 """The `check` report (DESIGN §5): a Window and its latest Snapshot → the specwatch.check/1 object.
 
-Pure: it formats what the window computed, and decides the exit status from the verdict block.
+Pure: it formats what the window computed (the exit status is the command's: specwatch.commands.check).
 """
 
 from __future__ import annotations
@@ -13,11 +13,6 @@ from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
 from specwatch.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
-
-EXIT_NO_CHANGE = 0
-EXIT_CHANGE = 1
-EXIT_NOT_ENOUGH_DATA = 2
-EXIT_UNREADABLE = 3
 
 # Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
 CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
@@ -100,15 +95,6 @@ def gpu_block(gpu: GpuSample) -> dict[str, Any]:
 
 def sources_block(sources: Sequence[SourceStatus]) -> list[dict[str, Any]]:
     return [s.to_dict() for s in sources]
-
-
-def exit_status(target_ok: bool, verdict: dict[str, Any]) -> int:
-    if not target_ok:
-        return EXIT_UNREADABLE
-    decision = verdict.get("speculation")
-    if decision == "unknown":
-        return EXIT_NOT_ENOUGH_DATA
-    return EXIT_CHANGE if verdict.get("change_recommended") else EXIT_NO_CHANGE
 
 
 def check_report(

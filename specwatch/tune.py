@@ -1,4 +1,5 @@
-"""`specwatch tune`: the speculation schedule by batch size for this node, ready to paste into vLLM.
+"""The speculation schedule by batch size for this node, ready to paste into vLLM (the command is
+`specwatch.commands.tune`).
 
 vLLM (0.26+) takes `speculative_config.num_speculative_tokens_per_batch_size = [[start, end, k], ...]`
 (inclusive ranges from batch size 1; k = 0 turns speculation off there). specwatch has what it takes
@@ -8,13 +9,10 @@ and the draft cost r — the advisor's inputs. The schedule itself is `model.spe
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import subprocess
 import sys
-import time
-from typing import Any, Sequence
+from typing import Any
 
 from specwatch import perf
 from specwatch.advisor import AdvisorInputs
@@ -163,115 +161,3 @@ def format_tune(report: dict[str, Any]) -> str:
     if report["validation"] is not None:
         lines.append(f"  - {report['validation']['message']}")
     return "\n".join(lines)
-
-
-def add_tune_arguments(p: argparse.ArgumentParser) -> None:
-    from specwatch.cli import add_source_arguments
-
-    add_source_arguments(p)
-    p.add_argument("--from", dest="from_file", metavar="FILE", help="a recording, instead of a live server")
-    p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to watch a live server before answering (default %(default)s)")
-    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
-                   help="seconds between scrapes of a live server (default %(default)s)")
-    p.add_argument("--k-max", type=int, metavar="K", help="largest k to consider (default: the k in use; "
-                                                          "larger values are extrapolated)")
-    p.add_argument("--max-batch", type=int, default=256, metavar="N",
-                   help="largest batch size to schedule, vLLM's max_num_seqs (default %(default)s)")
-    p.add_argument("--margin", type=float, default=perf.SCHEDULE_MARGIN, metavar="FRACTION",
-                   help="gain a range needs over plain decoding to keep speculation (default %(default)s)")
-    p.add_argument("--vllm-python", metavar="PATH", help="an interpreter with vLLM installed, to validate "
-                                                         "the schedule with vLLM's own validator")
-    p.add_argument("--json", action="store_true", help="print the specwatch.tune/1 object")
-
-
-def run_tune(args: argparse.Namespace) -> int:
-    """Exit 0 with a schedule; 2 when the data cannot support one; 3 when the source cannot be read."""
-    from specwatch.advisor import AdvisorConfig
-    from specwatch.cli import advisor_config
-    from specwatch.monitor import Monitor
-
-    if args.k_max is not None and args.k_max < 1 or args.max_batch < 1:
-        print("specwatch tune: --k-max and --max-batch must be at least 1", file=sys.stderr)
-        return 3
-    try:
-        config: AdvisorConfig = advisor_config(args)
-    except ValueError as exc:
-        print(f"specwatch tune: {exc}", file=sys.stderr)
-        return 3
-    # Sample the step time at every scrape: tune wants as many measured points as it can get.
-    config = AdvisorConfig(**{**config.__dict__, "sample_interval_s": 0.0, "refit_interval_s": 0.0})
-    monitor = Monitor(window_s=max(10.0, args.interval * 3), advisor_config=config,
-                      evaluate_every_s=0.0)
-    if args.from_file:
-        problem, url = _feed_recording(monitor, args.from_file)
-    else:
-        problem, url = asyncio.run(_feed_live(monitor, args))
-    if problem:
-        print(f"specwatch tune: {problem}", file=sys.stderr)
-        return 3
-    state = monitor.states.get(url)
-    advisor = monitor.advisor_of(url)
-    inputs = advisor.last_inputs if advisor else None
-    if state is None or inputs is None or not inputs.per_position:
-        reason = state.verdict.reasons[0] if state and state.verdict.reasons else "no verdict"
-        print(f"specwatch tune: no schedule: the data hold no per-position acceptance ({reason})", file=sys.stderr)
-        return 2
-    report = tune_report(inputs, observed_batch=advisor.observed_batch, k_max=args.k_max,
-                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url)
-    report["validation"] = validate_with_vllm(report["schedule"], report["speculative_config"]
-                                              ["num_speculative_tokens"], args.max_batch, args.vllm_python)
-    print(json.dumps(report, indent=2) if args.json else format_tune(report))
-    return 0
-
-
-async def _feed_live(monitor: Any, args: argparse.Namespace) -> tuple[str | None, str]:
-    from specwatch.cli import _source_settings, gpu_poller
-    from specwatch.collectors.vllm import DEFAULT_URL, TokenError, VllmSource
-    from specwatch.sources import LiveSource
-
-    urls = args.urls or [DEFAULT_URL]
-    if len(urls) > 1:
-        return "tune reads one target", urls[0]
-    try:
-        vllm = VllmSource(urls, **_source_settings(args))
-    except (TokenError, ValueError) as exc:
-        return str(exc), urls[0]
-    url = vllm.targets[0].url
-    source = LiveSource(vllm, gpu_poller(args), interval_s=args.interval, gpu_timeout_s=args.timeout)
-    deadline = time.monotonic() + args.duration
-    try:
-        while True:
-            snapshot = await source.read()
-            monitor.ingest(snapshot)
-            target = snapshot.targets[0]
-            if not target.ok:
-                return target.message, url
-            if time.monotonic() >= deadline:
-                return None, url
-            await asyncio.sleep(args.interval)
-    finally:
-        await source.aclose()
-
-
-def _feed_recording(monitor: Any, path: str) -> tuple[str | None, str]:
-    from specwatch.recording import RecordingError, read_recording
-
-    try:
-        recording = read_recording(path)
-    except (OSError, RecordingError) as exc:
-        return str(exc), ""
-    url = ""
-    for snapshot in recording.snapshots:
-        monitor.ingest(snapshot)
-        if snapshot.targets:
-            url = snapshot.targets[0].url
-    if not url:
-        return f"{path} holds no vLLM readings", url
-    return None, url
-
-
-def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - convenience for `python -m`
-    p = argparse.ArgumentParser(prog="specwatch tune")
-    add_tune_arguments(p)
-    return run_tune(p.parse_args(argv))

@@ -1,6 +1,6 @@
 """The real dashboard in a real terminal (tmux) against the real vLLM tier, read with capture-pane.
 
-It runs `python -m specwatch.watchcli` (what `specwatch watch` calls) at 80×24 with n-gram traffic
+It runs `python -m specwatch watch` (what `specwatch watch` calls) at 80×24 with n-gram traffic
 flowing, and checks that the screen answers "should speculation be on, and why" without scrolling:
 the header names the node and its vLLM version, the banner holds a verdict word in block letters and
 the reason, and the engine and speculation panels show live figures. The screen is sampled until
@@ -32,7 +32,7 @@ def capture(session: str) -> str:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_watch_in_tmux_against_real_vllm(ngram_server):
     session = f"specwatch-{uuid.uuid4().hex[:8]}"
-    command = f"{sys.executable} -m specwatch.watchcli --url {ngram_server.url} --no-nvml --no-dcgm --window 10"
+    command = f"{sys.executable} -m specwatch watch --url {ngram_server.url} --no-nvml --no-dcgm --window 10"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
     screen = ""
     try:

@@ -12,7 +12,7 @@ DCGM = read(DCGM_L4).encode()
 
 
 def check(*args):
-    r = subprocess.run([sys.executable, "-m", "specwatch.cli", "check", "--json", "--window", "0.3", *args],
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check", "--json", "--window", "0.3", *args],
                        capture_output=True, text=True, timeout=120)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, json.loads(r.stdout)

@@ -4,10 +4,9 @@ import argparse
 import asyncio
 import dataclasses
 
-from specwatch.cli import build_demo
+from specwatch.commands.replay import Scenario, build_demo, list_scenarios
 from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, write_recording
-from specwatch.replaycli import Scenario, list_scenarios
 from specwatch.synthetic import SyntheticNode, generate
 
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)

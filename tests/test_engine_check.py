@@ -49,7 +49,7 @@ def expected_acceptance(first: dict, last: dict) -> dict:
 
 
 def run_check(url: str, window: float, *extra: str) -> tuple[int, dict, str]:
-    r = subprocess.run([sys.executable, "-m", "specwatch.cli", "check", "--url", url, "--window", str(window),
+    r = subprocess.run([sys.executable, "-m", "specwatch", "check", "--url", url, "--window", str(window),
                         "--json", *extra], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, json.loads(r.stdout), r.stderr

@@ -32,7 +32,7 @@ def test_kill_and_restart_under_record_and_export(ngram_server, tmp_path):
     path = tmp_path / "session.swrec"
     started = time.time()
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "specwatch.cli", "record", "-o", str(path), "--url", ngram_server.url,
+        [sys.executable, "-m", "specwatch", "record", "-o", str(path), "--url", ngram_server.url,
          "--interval", "1", "--no-nvml", "--no-dcgm", "--method", "ngram"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with ExportProcess(["--url", ngram_server.url, "--listen", "127.0.0.1:0", "--interval", "1", "--no-nvml",
@@ -79,7 +79,7 @@ def test_kill_and_restart_under_record_and_export(ngram_server, tmp_path):
                   total.generation_tokens_per_s, total.prompt_tokens_per_s):
         assert value >= 0
     # and the recording replays headless, through the same advisor, with no traceback
-    r = subprocess.run([sys.executable, "-m", "specwatch.cli", "replay", str(path), "--headless", "--json"],
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(path), "--headless", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     timeline = [json.loads(line) for line in r.stdout.splitlines()]

@@ -14,18 +14,11 @@ from vllm_server import Traffic
 
 pytestmark = pytest.mark.engine
 
-# run_record is not wired into specwatch.cli yet: a small driver calls it as the command would.
-RECORD = ("import argparse, sys; from specwatch.replaycli import add_record_arguments, run_record; "
-          "p = argparse.ArgumentParser(); add_record_arguments(p); sys.exit(run_record(p.parse_args(sys.argv[1:])))")
-REPLAY = ("import argparse, sys; from specwatch.replaycli import add_replay_arguments, run_replay_headless; "
-          "p = argparse.ArgumentParser(); add_replay_arguments(p); sys.exit(run_replay_headless(p.parse_args(sys.argv[1:])))")
-
-
 def test_record_a_real_server_and_replay_it(ngram_server, tmp_path):
     out = tmp_path / "real.swrec"
     with Traffic(ngram_server, concurrency=2):
         time.sleep(2.0)  # traffic in flight before the first poll
-        r = subprocess.run([sys.executable, "-c", RECORD, "-o", str(out), "--url", ngram_server.url,
+        r = subprocess.run([sys.executable, "-m", "specwatch", "record", "-o", str(out), "--url", ngram_server.url,
                             "--duration", "8", "--interval", "1", "--no-dcgm", "--method", "ngram"],
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -40,7 +33,7 @@ def test_record_a_real_server_and_replay_it(ngram_server, tmp_path):
     assert engine.counters["vllm:spec_decode_num_drafts"] > rec.snapshots[0].targets[0].engines[0].counters[
         "vllm:spec_decode_num_drafts"]
 
-    r = subprocess.run([sys.executable, "-c", REPLAY, str(out), "--headless", "--json"],
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(out), "--headless", "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     changes = [json.loads(line) for line in r.stdout.splitlines()]

@@ -36,7 +36,7 @@ def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(ba
     prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ECHO_PROMPTS) + "\n")
     out_dir = tmp_path / "sweep"
     r = subprocess.run(
-        [sys.executable, "-m", "specwatch.sweepcli", "--baseline", baseline_server.url,
+        [sys.executable, "-m", "specwatch", "sweep", "--baseline", baseline_server.url,
          "--speculative", ngram_server.url, "--tiers", ",".join(map(str, TIERS)), "--requests", str(REQUESTS),
          "--warmup", "1", "--max-tokens", str(MAX_TOKENS), "--prompt-file", str(prompts), "--scrape-interval", "0.25",
          "--method", "ngram", "--request-timeout", "120", "-o", str(out_dir), "--json"],

@@ -31,21 +31,15 @@ from specwatch.export import (
     public_url,
     serve,
 )
-from specwatch.exportcli import EXIT_USAGE, add_export_arguments, run_export
+from specwatch.cli import main
+from specwatch.commands.export import add_arguments as add_export_arguments
+from specwatch.commands.options import ExitCode
 from specwatch.monitor import Monitor
 from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
 
 DATA = Path(__file__).parent / "data"
 VLLM_PAYLOAD = (DATA / "vllm-0.32-cpu-ngram-k4.metrics.txt").read_bytes()
 
-# `specwatch export` before the lead wires it into specwatch.cli: the same two functions the CLI calls.
-EXPORT_MAIN = (
-    "import argparse, sys\n"
-    "from specwatch.exportcli import add_export_arguments, run_export\n"
-    "p = argparse.ArgumentParser(prog='specwatch export')\n"
-    "add_export_arguments(p)\n"
-    "sys.exit(run_export(p.parse_args(sys.argv[1:])))\n"
-)
 SERVING = re.compile(r"serving (http://\S+)/metrics")
 
 
@@ -56,7 +50,7 @@ class ExportProcess:
                  startup_s: float = 60.0) -> None:
         self.log = log
         self._log_file = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-c", EXPORT_MAIN, *args], stdout=self._log_file,
+        self.proc = subprocess.Popen([sys.executable, "-m", "specwatch", "export", *args], stdout=self._log_file,
                                      stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + startup_s
         self.url = ""
@@ -143,7 +137,7 @@ def test_non_loopback_bind_is_refused_without_allow_remote(listen: str, capsys) 
         check_listen(listen, allow_remote=False)
     assert check_listen(listen, allow_remote=True)[1] == 9464
     # and through the command: a usage error before anything is read or bound
-    assert run_export(export_args("--listen", listen, "--scenario", "h100-70b-ngram")) == EXIT_USAGE
+    assert main(["export", "--listen", listen, "--scenario", "h100-70b-ngram"]) == ExitCode.USAGE
     assert "--allow-remote" in capsys.readouterr().err
 
 

@@ -336,3 +336,23 @@ def test_compact_engines_and_histograms_round_trip_exactly(tmp_path):
     assert any(isinstance(e["counters"], list) for e in engines)  # counter values without their names
     assert any(isinstance(g, dict) and "changed" in g for line in lines if isinstance(line.get("gpus"), list)
                for g in line["gpus"])  # GPUs as the values that changed
+
+
+def test_nan_and_infinities_are_spelled_as_the_snapshot_spells_them(tmp_path):
+    import dataclasses
+    import math
+
+    snaps = snapshots(3)
+    target = snaps[1].targets[0]
+    engine = target.engines[0]
+    odd = {**engine.gauges, "nan_gauge": math.nan, "up": math.inf, "down": -math.inf}
+    engine = dataclasses.replace(engine, gauges=odd)
+    snaps[1] = dataclasses.replace(snaps[1], targets=(dataclasses.replace(target, engines=(engine,)),))
+    path = tmp_path / "r.swrec"
+    write_recording(path, HEADER, snaps)
+    gauges = read_recording(path).snapshots[1].targets[0].engines[0].gauges
+    assert math.isnan(gauges["nan_gauge"]) and gauges["up"] == math.inf and gauges["down"] == -math.inf
+    written = gzip.decompress(path.read_bytes()).decode()
+    for spelling in ("NaN", "+Inf", "-Inf"):
+        assert json.dumps(spelling) in json.dumps(engine.to_dict())  # the Snapshot's own spelling …
+        assert json.dumps(spelling) in written  # … is the recording's

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import socket
@@ -15,15 +14,9 @@ from specwatch.collectors.replay import ReplaySource
 from specwatch.perf import HingeParameters
 from specwatch.monitor import Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, write_recording
-from specwatch.replaycli import (
-    add_demo_arguments,
-    add_record_arguments,
-    add_replay_arguments,
-    list_scenarios,
-    run_demo_headless,
-    run_record,
-    run_replay_headless,
-)
+from specwatch.cli import main
+from specwatch.commands.options import ExitCode
+from specwatch.commands.replay import list_scenarios
 from specwatch.sources import SnapshotSource
 from specwatch.synthetic import SyntheticNode, generate, ramp
 
@@ -33,14 +26,8 @@ NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(
                      context_per_sequence=0.0, gpus=2)
 
 
-def parse(add, argv):
-    p = argparse.ArgumentParser()
-    add(p)
-    return p.parse_args(argv)
-
-
-def timeline(capsys, run, args) -> list[dict]:
-    assert run(args) == 0
+def timeline(capsys, argv) -> list[dict]:
+    assert main(argv) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -64,33 +51,33 @@ def test_bundled_scenarios_are_listed_labelled_and_small(capsys):
     if "real-cpu-tiny-llama-ngram" in scenarios:
         real = read_recording(scenarios["real-cpu-tiny-llama-ngram"].path)
         assert real.header.data == "real" and real.header.gpus == ()
-    assert run_demo_headless(parse(add_demo_arguments, ["--list"])) == 0
+    assert main(["demo", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == [s.name for s in list_scenarios()]
 
 
 def test_synthetic_ngram_scenario_flips_both_ways_and_is_deterministic(capsys):
-    args = parse(add_demo_arguments, ["--scenario", "h100-70b-ngram", "--headless", "--json"])
-    first = timeline(capsys, run_demo_headless, args)
+    args = ["demo", "--scenario", "h100-70b-ngram", "--headless", "--json"]
+    first = timeline(capsys, args)
     assert decisions(first) == ["on", "off", "on"]
     for change in first:
         assert {"time", "speculation", "confidence", "expected_speedup", "reasons"} <= set(change)
     off = next(c for c in first if c["speculation"] == "off")
     assert off["expected_speedup"] < 1 and off["reasons"]
-    assert timeline(capsys, run_demo_headless, args) == first
+    assert timeline(capsys, args) == first
 
 
 def test_long_context_scenario_keeps_paying_at_high_batch(capsys):
-    args = parse(add_demo_arguments, ["--scenario", "h100-70b-longctx-eagle", "--headless", "--json"])
-    assert decisions(timeline(capsys, run_demo_headless, args)) == ["on"]
+    args = ["demo", "--scenario", "h100-70b-longctx-eagle", "--headless", "--json"]
+    assert decisions(timeline(capsys, args)) == ["on"]
 
 
 def test_unknown_scenario_and_bad_files_exit_with_a_message(capsys, tmp_path):
-    assert run_demo_headless(parse(add_demo_arguments, ["--scenario", "nope", "--headless"])) == 2
+    assert main(["demo", "--scenario", "nope", "--headless"]) == ExitCode.USAGE
     assert "h100-70b-ngram" in capsys.readouterr().err
     bad = tmp_path / "bad.swrec"
     bad.write_text("not a recording")
-    assert run_replay_headless(parse(add_replay_arguments, [str(bad), "--headless", "--json"])) == 3
+    assert main(["replay", str(bad), "--headless", "--json"]) == ExitCode.UNREADABLE
     err = capsys.readouterr().err
     assert "not a specwatch recording" in err and "Traceback" not in err
 
@@ -112,7 +99,7 @@ def test_headless_replay_reproduces_the_live_verdicts_exactly(tmp_path, capsys):
     path = tmp_path / "live.swrec"
     live = live_run(path)
     assert decisions(live) == ["on", "off", "on"]  # the run has something to reproduce
-    replayed = timeline(capsys, run_replay_headless, parse(add_replay_arguments, [str(path), "--headless", "--json"]))
+    replayed = timeline(capsys, ["replay", str(path), "--headless", "--json"])
     assert replayed == live
 
 
@@ -197,13 +184,12 @@ def test_record_an_unreachable_target_keeps_a_valid_file(tmp_path, capsys):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     out = tmp_path / "down.swrec"
-    args = parse(add_record_arguments, ["-o", str(out), "--url", f"http://127.0.0.1:{port}", "--duration", "1",
-                                        "--interval", "0.5", "--no-nvml", "--no-dcgm", "--method", "ngram",
-                                        "--timeout", "1"])
-    assert run_record(args) == 0
+    args = ["record", "-o", str(out), "--url", f"http://127.0.0.1:{port}", "--duration", "1",
+            "--interval", "0.5", "--no-nvml", "--no-dcgm", "--method", "ngram", "--timeout", "1"]
+    assert main(args) == 0
     assert "connection" in capsys.readouterr().err
     rec = read_recording(out)
     assert rec.header.data == "real" and rec.header.advisor == {"method": "ngram"}
     assert len(rec.snapshots) >= 2 and all(not s.targets[0].ok for s in rec.snapshots)
     assert rec.warnings == []
-    assert run_record(args) == 3  # the file exists now and --force was not given
+    assert main(args) == ExitCode.UNREADABLE  # the file exists now and --force was not given

@@ -17,7 +17,9 @@ import pytest
 
 from specwatch.sweep import loadgen
 from specwatch import sweep as sw
-from specwatch.sweepcli import add_sweep_arguments, crossover_marker, load_sweep, run_sweep
+from specwatch.commands.options import ExitCode
+from specwatch.commands.sweep import add_arguments as add_sweep_arguments, run as run_sweep
+from specwatch.sweep import crossover_marker, load_sweep
 
 # --------------------------------------------------------------------------------------------------
 # Helpers
@@ -213,7 +215,7 @@ def test_bad_and_partial_bench_files_are_reported_and_the_rest_kept(tmp_path):
         json.dumps(bench_result(16, 900.0, 17.0, True, drop=("max_concurrency",))))
     (spec_dir / "notes.json").write_text(json.dumps({"hello": "world", "max_concurrency": 2}))
     code, stdout, stderr = run_cli(["--from-bench", str(base_dir), str(spec_dir), "-o", str(tmp_path / "o"), "--json"])
-    assert code == 3
+    assert code == ExitCode.INCOMPLETE
     report = json.loads(stdout)
     assert not report["complete"]
     errors = "\n".join(report["errors"])
@@ -240,7 +242,7 @@ def test_two_results_for_one_tier_keep_the_later(tmp_path):
 def test_a_missing_bench_folder_ends_with_a_clear_message(tmp_path):
     base_dir, _ = write_bench_dirs(tmp_path)
     code, _, stderr = run_cli(["--from-bench", str(base_dir), str(tmp_path / "nope"), "-o", str(tmp_path / "o")])
-    assert code == 3
+    assert code == ExitCode.INCOMPLETE
     assert "nope: not a folder of vllm bench serve --save-result files" in stderr
     report = load_sweep(tmp_path / "o" / "sweep.json")
     assert report["stopped"] and all(t["speculative"] is None for t in report["tiers"])
@@ -342,7 +344,7 @@ def test_a_bad_prompt_file_ends_the_sweep_with_a_message(tmp_path):
     path.write_text("{oops")
     code, _, stderr = run_cli(["--baseline", "127.0.0.1:9", "--speculative", "127.0.0.1:9",
                                "--prompt-file", str(path), "-o", str(tmp_path / "o")])
-    assert code == 3 and "bad.jsonl line 1: not valid JSON" in stderr
+    assert code == ExitCode.UNREADABLE and "bad.jsonl line 1: not valid JSON" in stderr
 
 
 # --------------------------------------------------------------------------------------------------
@@ -708,7 +710,7 @@ def test_a_server_dying_mid_sweep_stops_it_and_keeps_the_partial_results(tmp_pat
             "--baseline", baseline.url, "--speculative", speculative.url, "--tiers", "1,2,4",
             "--requests", "4", "--warmup", "1", "--max-tokens", "6", "--scrape-interval", "0.05",
             "--request-timeout", "10", "-o", str(out_dir)])
-    assert code == 3
+    assert code == ExitCode.INCOMPLETE
     assert "stopped early: speculative: the server at" in stderr and "stopped answering" in stderr
     report = load_sweep(out_dir)
     assert not report["complete"]
@@ -729,23 +731,23 @@ def test_an_unreachable_server_ends_the_sweep_before_it_starts(tmp_path):
             closed_port = s.getsockname()[1]
         code, _, stderr = run_cli(["--baseline", baseline.url, "--speculative", f"127.0.0.1:{closed_port}",
                                    "--tiers", "1", "--requests", "2", "-o", str(tmp_path / "o")])
-    assert code == 3
+    assert code == ExitCode.INCOMPLETE
     assert f"127.0.0.1:{closed_port}: connection refused (is the server running?)" in stderr
 
 
 def test_argument_problems_are_reported_not_raised(tmp_path):
     code, _, stderr = run_cli(["--baseline", "http://a:1"])
-    assert code == 2 and "--baseline and --speculative go together" in stderr
+    assert code == ExitCode.USAGE and "--baseline and --speculative go together" in stderr
     code, _, stderr = run_cli(["--serve", "some/model"])
-    assert code == 2 and "--serve needs --speculative-config" in stderr
+    assert code == ExitCode.USAGE and "--serve needs --speculative-config" in stderr
     code, _, stderr = run_cli(["--serve", "m", "--speculative-config", "{nope"])
-    assert code == 2 and "not valid JSON" in stderr
+    assert code == ExitCode.USAGE and "not valid JSON" in stderr
     code, _, stderr = run_cli(["--serve", "m", "--speculative-config", '{"num_speculative_tokens": 3}'])
-    assert code == 2 and 'needs a "method"' in stderr
+    assert code == ExitCode.USAGE and 'needs a "method"' in stderr
     code, _, stderr = run_cli(["--serve", "m", "--speculative-config", '{"method": "ngram"}', "--serve-arg=--port=1"])
-    assert code == 2 and "--port is set by specwatch sweep --serve" in stderr
+    assert code == ExitCode.USAGE and "--port is set by specwatch sweep --serve" in stderr
     code, _, stderr = run_cli(["--from-bench", "a", "b", "--gpu", "H100"])
-    assert code == 2 and "needs both --gpu and --model" in stderr
+    assert code == ExitCode.USAGE and "needs both --gpu and --model" in stderr
 
 
 # --------------------------------------------------------------------------------------------------

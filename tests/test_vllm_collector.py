@@ -165,7 +165,7 @@ def test_bad_url_is_rejected():
 
 
 def _cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "specwatch.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "specwatch", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -1,13 +1,8 @@
-"""`specwatch sweep`: the flags and the command, for cli.py to wire in.
+"""`specwatch sweep`: baseline vs speculative across concurrency, and where the curves cross.
 
     specwatch sweep --baseline URL --speculative URL [--tiers 1,2,4,8,16,32,64] [-o DIR] [--json]
     specwatch sweep --serve MODEL --speculative-config JSON [--serve-arg ARG ...] [...]
     specwatch sweep --from-bench BASELINE_DIR SPECULATIVE_DIR [-o DIR] [--json]
-
-Exit status: 0 the sweep ran every tier; 3 it stopped early or a file or folder could not be used
-(the message says why, and the partial results are kept and written); 2 bad arguments.
-
-Until cli.py wires it, `python -m specwatch.sweepcli ...` runs the same command.
 """
 
 from __future__ import annotations
@@ -19,19 +14,19 @@ import math
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Any, TextIO
 
-from specwatch.sweep import loadgen
-from specwatch import sweep as sw
-
-EXIT_COMPLETE = 0
-EXIT_BAD_ARGUMENTS = 2
-EXIT_INCOMPLETE = 3
-
-__all__ = ["add_sweep_arguments", "run_sweep", "load_sweep", "crossover_marker", "main"]
-
-load_sweep = sw.load_sweep
-crossover_marker = sw.crossover_marker
+from specwatch.commands.options import (
+    CommandError,
+    ExitCode,
+    UsageError,
+    add_connection_arguments,
+    advisor_config,
+    connection_settings,
+    positive_number,
+    print_error,
+    whole_number,
+)
 
 
 def _tiers(text: str) -> tuple[int, ...]:
@@ -44,37 +39,15 @@ def _tiers(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def _whole_number(minimum: int):
-    """An argparse type: a whole number no smaller than `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number ≥ {minimum}, got {value}")
-        return value
-
-    return parse
+_positive_int = whole_number(1)
+_nonnegative_int = whole_number(0)
 
 
-_positive_int = _whole_number(1)
-_nonnegative_int = _whole_number(0)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `specwatch sweep`."""
+    from specwatch import sweep as sw
+    from specwatch.sweep import loadgen
+
     targets = p.add_argument_group("targets (one of)")
     targets.add_argument("--baseline", metavar="URL", help="the server without speculation")
     targets.add_argument("--speculative", metavar="URL", help="the same server with speculation")
@@ -92,7 +65,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                        help="one more argument for both vLLM launches (repeat; use --serve-arg=--flag for flags)")
     serve.add_argument("--vllm-python", metavar="PATH", default=sys.executable,
                        help="the Python that has vLLM installed (default: this one)")
-    serve.add_argument("--start-timeout", type=_positive_float, default=sw.START_TIMEOUT_S, metavar="SECONDS",
+    serve.add_argument("--start-timeout", type=positive_number, default=sw.START_TIMEOUT_S, metavar="SECONDS",
                        help="how long to wait for each vLLM launch to be ready (default %(default)s)")
 
     load = p.add_argument_group("load")
@@ -100,7 +73,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                       help="concurrency tiers (default 1,2,4,8,16,32,64)")
     load.add_argument("--requests", type=_positive_int, metavar="N",
                       help="measured requests per tier (default max(16, 4 × concurrency) unless --duration)")
-    load.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+    load.add_argument("--duration", type=positive_number, metavar="SECONDS",
                       help="measured seconds per tier (with --requests, whichever ends first)")
     load.add_argument("--warmup", type=_nonnegative_int, metavar="N",
                       help="warm-up requests per tier, not counted (default: one per concurrent worker)")
@@ -121,11 +94,10 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--seed", type=int, default=0, help="seed of the built-in prompt sets (default 0)")
     load.add_argument("--served-model", metavar="NAME",
                       help="the model name to request (default: the first one /v1/models lists)")
-    load.add_argument("--request-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
+    load.add_argument("--request-timeout", type=positive_number, default=300.0, metavar="SECONDS",
                       help="per-request timeout (default %(default)s)")
-    load.add_argument("--scrape-interval", type=_positive_float, default=1.0, metavar="SECONDS",
+    load.add_argument("--scrape-interval", type=positive_number, default=1.0, metavar="SECONDS",
                       help="how often /metrics is read during a tier (default %(default)s)")
-    from specwatch.cli import add_connection_arguments
     from specwatch.collectors.vllm import DEFAULT_TOKEN_ENV
 
     add_connection_arguments(load, DEFAULT_TOKEN_ENV)
@@ -150,28 +122,15 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
-class ArgumentProblem(ValueError):
-    pass
-
-
-def _prediction_inputs(args: argparse.Namespace, method: str | None) -> sw.PredictionInputs:
-    from specwatch.predict import PredictInputError, parse_quantity
+def _prediction_inputs(args: argparse.Namespace, method: str | None) -> Any:
+    from specwatch import sweep as sw
 
     if bool(args.gpu) != bool(args.model_name):
-        raise ArgumentProblem("the datasheet curve needs both --gpu and --model (without them it is fitted)")
-    if args.gpu:
-        from specwatch.hardware import lookup, lookup_model
-
-        if lookup(args.gpu) is None:
-            raise ArgumentProblem(f"unknown GPU {args.gpu!r} (try H100, H200, A100, L40S, L4, ...)")
-        if lookup_model(args.model_name) is None:
-            raise ArgumentProblem(f"unknown model {args.model_name!r} (try Llama-3.1-8B, Qwen2.5-7B, ...)")
+        raise UsageError("the datasheet curve needs both --gpu and --model (without them it is fitted)")
+    # the same checks and messages as every command: an unknown GPU or model, a bad --draft-params
+    draft_params = advisor_config(args).draft_params
     if args.draft_ratio is not None and not (math.isfinite(args.draft_ratio) and args.draft_ratio >= 0):
-        raise ArgumentProblem("--draft-ratio must be ≥ 0")
-    try:
-        draft_params = parse_quantity(args.draft_params, "draft params") if args.draft_params else None
-    except PredictInputError as exc:
-        raise ArgumentProblem(str(exc)) from None
+        raise UsageError("--draft-ratio must be ≥ 0")
     chosen = args.method or method
     if chosen is not None:
         from specwatch.perf import canonical_method
@@ -179,7 +138,7 @@ def _prediction_inputs(args: argparse.Namespace, method: str | None) -> sw.Predi
         try:
             canonical_method(chosen)
         except ValueError as exc:
-            raise ArgumentProblem(str(exc)) from None
+            raise UsageError(str(exc)) from None
     return sw.PredictionInputs(gpu=args.gpu, model=args.model_name, tp=args.tp, dtype=args.dtype,
                                method=chosen, draft_ratio=args.draft_ratio, draft_params=draft_params, k=args.k)
 
@@ -188,15 +147,15 @@ def _target_mode(args: argparse.Namespace) -> str:
     modes = [m for m, given in (("urls", args.baseline or args.speculative), ("serve", args.serve),
                                 ("bench", args.from_bench)) if given]
     if len(modes) != 1:
-        raise ArgumentProblem("give one target: --baseline URL --speculative URL, --serve MODEL, "
+        raise UsageError("give one target: --baseline URL --speculative URL, --serve MODEL, "
                               "or --from-bench BASELINE_DIR SPECULATIVE_DIR")
     mode = modes[0]
     if mode == "urls" and not (args.baseline and args.speculative):
-        raise ArgumentProblem("--baseline and --speculative go together")
+        raise UsageError("--baseline and --speculative go together")
     if mode == "serve" and not args.speculative_config:
-        raise ArgumentProblem("--serve needs --speculative-config for its second launch")
+        raise UsageError("--serve needs --speculative-config for its second launch")
     if mode != "serve" and (args.speculative_config or args.serve_arg):
-        raise ArgumentProblem("--speculative-config and --serve-arg only apply with --serve")
+        raise UsageError("--speculative-config and --serve-arg only apply with --serve")
     return mode
 
 
@@ -206,7 +165,9 @@ def _output_dir(args: argparse.Namespace) -> Path:
     return Path(f"specwatch-sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
 
 
-def _prompts(args: argparse.Namespace) -> tuple[list[loadgen.Prompt], str]:
+def _prompts(args: argparse.Namespace) -> tuple[list[Any], str]:
+    from specwatch.sweep import loadgen
+
     if args.prompt_file:
         prompts = loadgen.load_prompt_file(args.prompt_file, limit=min(args.num_prompts, loadgen.MAX_PROMPTS))
         return prompts, f"file {args.prompt_file}"
@@ -214,8 +175,13 @@ def _prompts(args: argparse.Namespace) -> tuple[list[loadgen.Prompt], str]:
         f"built-in {args.prompts} (seed {args.seed})"
 
 
-def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run `specwatch sweep` from parsed flags; returns the exit status (0, 2 or 3)."""
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run `specwatch sweep` from parsed flags: OK when every tier ran; INCOMPLETE when it stopped
+    early or a bench folder held no usable results (what was measured is written); UNREADABLE for a
+    prompt, token or CA file it cannot use; USAGE for bad flags. `out`/`err` default to stdout/stderr."""
+    from specwatch import sweep as sw
+    from specwatch.sweep import loadgen
+
     out = out or sys.stdout
     err = err or sys.stderr
 
@@ -229,9 +195,9 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         method = spec_config.get("method") if spec_config else None
         prediction = _prediction_inputs(args, method)
         out_dir = _output_dir(args)
-    except (ArgumentProblem, ValueError) as exc:
-        print(f"specwatch sweep: {exc}", file=err)
-        return EXIT_BAD_ARGUMENTS
+    except (UsageError, ValueError) as exc:
+        print_error("sweep", str(exc), err)
+        return ExitCode.USAGE
 
     def finish(record: sw.SweepRecord, server_method: str | None = None) -> int:
         report = record.report(prediction, method=server_method)
@@ -239,7 +205,7 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         try:
             files = sw.write_report(report, out_dir, plot)
         except OSError as exc:
-            print(f"specwatch sweep: cannot write the results to {out_dir}: {exc.strerror or exc}", file=err)
+            print_error("sweep", f"cannot write the results to {out_dir}: {exc.strerror or exc}", err)
             files = []
         if args.json:
             print(json.dumps(report, indent=2, allow_nan=False), file=out)
@@ -248,11 +214,11 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         if files:
             say("wrote " + ", ".join(str(f) for f in files))
         if report["stopped"]:
-            print(f"specwatch sweep: stopped early: {report['stopped']}"
-                  + (f" (partial results in {out_dir})" if files else ""), file=err)
+            print_error("sweep", f"stopped early: {report['stopped']}"
+                        + (f" (partial results in {out_dir})" if files else ""), err)
         for error in report["errors"]:
-            print(f"specwatch sweep: {error}", file=err)
-        return EXIT_COMPLETE if report["complete"] else EXIT_INCOMPLETE
+            print_error("sweep", str(error), err)
+        return ExitCode.OK if report["complete"] else ExitCode.INCOMPLETE
 
     if mode == "bench":
         record = sw.record_from_bench(*args.from_bench)
@@ -265,21 +231,21 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
                                           timeout_s=args.request_timeout)
         plan = sw.SweepPlan(tiers=tuple(args.tiers), requests=args.requests, duration_s=args.duration,
                             warmup=args.warmup, scrape_interval_s=args.scrape_interval)
-        from specwatch.collectors.vllm import TokenError, read_token, verify_from_flags
-
-        token = read_token(args.token_env, args.token_file)
-        verify = verify_from_flags(args.insecure, args.ca_file)
+        connection = connection_settings(args)
         if mode == "urls":
             from specwatch.collectors.vllm import normalise_url
 
             baseline_url = normalise_url(args.baseline)[0]
             speculative_url = normalise_url(args.speculative)[0]
     except loadgen.PromptFileError as exc:
-        print(f"specwatch sweep: {exc}", file=err)
-        return EXIT_INCOMPLETE
-    except (TokenError, ValueError) as exc:
-        print(f"specwatch sweep: {exc}", file=err)
-        return EXIT_BAD_ARGUMENTS
+        print_error("sweep", str(exc), err)
+        return ExitCode.UNREADABLE
+    except CommandError as exc:  # the token or CA file
+        print_error("sweep", exc.message, err)
+        return exc.status
+    except ValueError as exc:
+        print_error("sweep", str(exc), err)
+        return ExitCode.USAGE
 
     record = sw.SweepRecord(source="live" if mode == "urls" else "serve")
     record.settings = {
@@ -296,7 +262,7 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         except OSError as exc:
             say(f"cannot write partial results to {out_dir}: {exc.strerror or exc}")
 
-    live = sw.LiveSweep(record, plan, prompts, request, token=token, verify=verify,
+    live = sw.LiveSweep(record, plan, prompts, request, token=connection.token, verify=connection.verify,
                         progress=say, on_tier=save_partial)
     say(f"sweep: tiers {','.join(map(str, plan.tiers))}, prompts {prompt_source}, max tokens {args.max_tokens}; "
         f"results in {out_dir}")
@@ -321,26 +287,15 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
                 for server in servers.values():
                     server.stop()
     except ValueError as exc:
-        print(f"specwatch sweep: {exc}", file=err)
-        return EXIT_BAD_ARGUMENTS
+        print_error("sweep", str(exc), err)
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         record.stopped = "interrupted"
     return finish(record, _server_method(record))
 
 
-def _server_method(record: sw.SweepRecord) -> str | None:
+def _server_method(record: Any) -> str | None:
     config = record.servers.get("speculative", {}).get("speculative_config")
     if isinstance(config, dict) and isinstance(config.get("method"), str):
         return config["method"]
     return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specwatch sweep",
-                                     description="Baseline vs speculative across concurrency: where the curves cross.")
-    add_sweep_arguments(parser)
-    return run_sweep(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

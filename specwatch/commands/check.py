@@ -1,0 +1,86 @@
+"""`specwatch check`: read the node twice, a window apart, print the verdict and exit with it
+(0 no change, 1 change recommended, 2 not enough data, 3 the target could not be read)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+from typing import Any
+
+from specwatch.commands.options import ExitCode, UsageError, add_source_arguments, live_session
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_source_arguments(p)
+    p.add_argument("--window", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between the two scrapes (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specwatch.report import format_summary
+
+    if not args.window > 0:
+        raise UsageError("--window must be greater than 0")
+    session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0),
+                           one_target="check reads one target; run it once per --url "
+                                      "(watch and export take several)")
+    report = asyncio.run(_check(session, args))
+    if args.json:
+        print(json.dumps(finite_json(report), indent=2, allow_nan=False, default=_json_default))
+    else:
+        print(format_summary(report))
+    return exit_status(report["state"] == "ok", report["verdict"])
+
+
+def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
+    """The check contract: unreadable, not enough data, change recommended, or no change."""
+    if not target_ok:
+        return ExitCode.UNREADABLE
+    if verdict.get("speculation") == "unknown":
+        return ExitCode.NOT_ENOUGH_DATA
+    return ExitCode.CHANGE if verdict.get("change_recommended") else ExitCode.OK
+
+
+async def _check(session: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from specwatch.advisor import Advisor
+    from specwatch.commands.options import advisor_config
+    from specwatch.report import SpeculationConfig, check_report
+
+    url = session.vllm.targets[0].url
+    window = session.monitor.window
+    live = session.source
+    try:
+        window.add(await live.read())
+        if window.latest.targets[0].ok:
+            await asyncio.sleep(args.window)
+            window.add(await live.read())
+    finally:
+        await live.aclose()
+    info = session.vllm.info(url)
+    spec_config = (info.speculative_config if info else None) or {}
+    config = SpeculationConfig(
+        method=args.method or spec_config.get("method"),
+        draft_model=args.draft_model or spec_config.get("model"),
+    )
+    # what /server_info says about the method, under the flags
+    advisor = Advisor(advisor_config(args, {"method": spec_config.get("method")}))
+    verdict = advisor.update(window.target(url), window.latest.gpus)
+    return check_report(window, url, verdict.to_dict(), verdict.bound, config)
+
+
+def finite_json(value: Any) -> Any:
+    """The value with every NaN or infinity replaced by null: JSON has no spelling for them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,113 @@
+"""`specwatch export`: run the sources and the advisor headless, and serve specwatch_* metrics for
+Prometheus. Runs until SIGTERM/SIGINT (or until a non-looping source ends)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from specwatch.commands.options import (
+    CommandError,
+    ExitCode,
+    UsageError,
+    add_source_arguments,
+    advisor_config,
+    live_session,
+    print_error,
+    require_positive,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from specwatch.export import DEFAULT_LISTEN
+
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help="where to serve /metrics (default %(default)s, loopback only). Any address that is "
+                        "not loopback (e.g. 0.0.0.0:9464) is refused unless --allow-remote is given too")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow --listen on a non-loopback address: the metrics then reach the network "
+                        "(firewall the port to your Prometheus)")
+    p.add_argument("--node", metavar="NAME", help="the node label on every series (default: the hostname)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between polls of the live sources (default %(default)s)")
+    p.add_argument("--window", type=float, default=30.0, metavar="SECONDS",
+                   help="the rate window the advisor judges over (default %(default)s)")
+    feed = p.add_argument_group("feeding the agent from a recording (tests and demos)")
+    feed.add_argument("--replay", metavar="FILE", help="play this recording, looped, instead of the live sources")
+    feed.add_argument("--scenario", metavar="NAME",
+                      help="play a bundled scenario (see `specwatch demo --list`), looped")
+    feed.add_argument("--speed", type=float, default=1.0, metavar="X",
+                      help="playback speed of --replay/--scenario, 0.5 to 100 (default %(default)s)")
+    add_source_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specwatch.export import ExportAgent, ListenError, build_registry, check_listen, node_name, serve
+
+    try:
+        host, port = check_listen(args.listen, args.allow_remote)
+    except ListenError as exc:
+        raise UsageError(str(exc)) from None
+    require_positive(args, "interval", "window")
+    if args.replay and args.scenario:
+        raise UsageError("give --replay or --scenario, not both")
+    if args.replay or args.scenario:
+        source, monitor, mode, interval = _replay_feed(args)
+    else:
+        session = live_session(args, interval_s=args.interval, window_s=args.window)
+        source, monitor, mode, interval = session.source, session.monitor, "live", args.interval
+    agent = ExportAgent(source, monitor, node_name(args.node), mode)
+    try:
+        server, _thread = serve(build_registry(agent), host, port)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {args.listen}: {exc.strerror or exc}", ExitCode.UNREADABLE) from None
+    bound_host, bound_port = server.server_address[:2]
+    shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+    print_error("export", f"serving http://{shown}:{bound_port}/metrics for node {agent.frame.node} "
+                          f"({source.describe()})")
+    try:
+        asyncio.run(_run_agent(agent, interval))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return ExitCode.OK
+
+
+def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
+    from specwatch.collectors.replay import MAX_SPEED, MIN_SPEED, ReplaySource
+    from specwatch.commands.replay import scenario_path, unknown_scenario
+    from specwatch.monitor import Monitor
+    from specwatch.recording import RecordingError, read_recording
+
+    if args.scenario:
+        path = scenario_path(args.scenario)
+        if path is None:
+            raise unknown_scenario(args.scenario)
+    else:
+        path = Path(args.replay)
+    if not MIN_SPEED <= args.speed <= MAX_SPEED:
+        raise UsageError(f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}")
+    try:
+        recording = read_recording(path)
+    except RecordingError as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    if not recording.snapshots:
+        raise CommandError(f"{path} holds no Snapshots", ExitCode.UNREADABLE)
+    config = advisor_config(args, recording.header.advisor)
+    source = ReplaySource(recording, speed=args.speed, loop=True)
+    # the replay paces itself (recorded gaps ÷ speed): the agent polls it back to back
+    return source, Monitor(window_s=args.window, advisor_config=config), "replay", 0.0
+
+
+async def _run_agent(agent: Any, interval: float) -> None:
+    from specwatch.sources import stop_on_signals
+
+    stop = stop_on_signals()
+    try:
+        await agent.run(stop, interval)
+    finally:
+        await agent.source.aclose()

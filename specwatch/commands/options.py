@@ -1,0 +1,308 @@
+"""What the commands share: the flags every live command takes, the token and TLS settings, the
+advisor's configuration from flags (and a recording's header), the live session, the exit status and
+the one way an error is printed.
+
+Heavy modules (httpx, numpy, textual) are imported inside the functions that need them, so that
+`specwatch --help` and a usage error stay quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.collectors.gpus import GpuPoller
+    from specwatch.collectors.vllm import VllmSource
+    from specwatch.monitor import Monitor
+    from specwatch.snapshot import SourceStatus
+    from specwatch.sources import LiveSource
+
+
+class ExitCode(IntEnum):
+    """The exit status of every command (the README's "Exit status" table lists the commands)."""
+
+    OK = 0  # done; for check and predict: no change recommended
+    CHANGE = 1  # check, predict: a change is recommended (turn speculation on or off)
+    NOT_ENOUGH_DATA = 2  # check, predict, tune: the data cannot support an answer yet
+    UNREADABLE = 3  # the target, a file, the token or CA file, or the listen address could not be used
+    INCOMPLETE = 4  # sweep: it stopped before every tier was measured (partial results are kept)
+    WRITE_FAILED = 5  # record: a write failed; the file is valid up to its last flush
+    USAGE = 64  # a usage error: an unknown flag, a bad flag value, an unknown GPU or model (sysexits EX_USAGE)
+
+
+class CommandError(Exception):
+    """Ends a command: `specwatch.cli.main` prints the message and exits with the status."""
+
+    def __init__(self, message: str, status: ExitCode) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class UsageError(CommandError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitCode.USAGE)
+
+
+def print_error(command: str, message: str, file: TextIO | None = None) -> None:
+    """The one spelling of a command's message on stderr: `specwatch <command>: message`."""
+    print(f"specwatch {command}: {message}", file=file or sys.stderr)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with usage errors ending in ExitCode.USAGE instead of argparse's own 2 (which
+    `check` uses for "not enough data")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+# ==================================================================================================
+# flag types
+# ==================================================================================================
+
+
+def whole_number(minimum: int):
+    """An argparse type: a whole number no smaller than `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number ≥ {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def require_positive(args: argparse.Namespace, *names: str) -> None:
+    """UsageError unless every named flag that was given is greater than 0."""
+    bad = [n for n in names if getattr(args, n, None) is not None and not getattr(args, n) > 0]
+    if bad:
+        flags = " and ".join("--" + n.replace("_", "-") for n in names)
+        raise UsageError(f"{flags} must be greater than 0")
+
+
+# ==================================================================================================
+# shared flags
+# ==================================================================================================
+
+
+def add_connection_arguments(p: Any, token_env: str, what: str = "") -> None:
+    """--token-env/--token-file and --ca-file/--insecure: a token never comes from argv, and TLS is
+    verified unless turned off explicitly. `p` is a parser or an argument group."""
+    to = f" for {what}" if what else ""
+    p.add_argument("--token-env", metavar="NAME", default=token_env,
+                   help=f"environment variable holding a bearer token{to} (default %(default)s)")
+    p.add_argument("--token-file", metavar="PATH", help=f"file whose first line is a bearer token{to}")
+    p.add_argument("--ca-file", metavar="PATH", help=f"CA bundle for HTTPS{' ' + what if what else ' targets'}")
+    p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
+
+
+def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
+    """What the operator knows that the telemetry may not say: the method, the draft's cost and
+    size, the GPU, the served model and the tensor-parallel degree. `overriding` names what the flags
+    win over (e.g. "the recording's"); every default is None, so a flag not given leaves it alone."""
+    over = f"; overrides {overriding}" if overriding else ""
+    p.add_argument("--method", help="the speculation method, when the server does not expose it "
+                                    f"(ngram, suffix, eagle, eagle3, mtp, draft_model, ...){over}")
+    p.add_argument("--draft-ratio", type=float, metavar="R",
+                   help=f"draft cost per draft token relative to a target step, when known (r){over}")
+    p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
+    p.add_argument("--gpu", metavar="NAME", help="the GPU model, overriding what NVML or DCGM report "
+                                                 f"(H100, H200, A100, L40S, ...){over}")
+    p.add_argument("--model", dest="model_name", metavar="NAME",
+                   help="the served model's architecture (Llama-3.1-70B, Qwen2.5-7B, ...): "
+                        f"enables the datasheet step-time prior{over}")
+    p.add_argument("--tp", type=whole_number(1), metavar="N", help=f"tensor-parallel degree (default 1){over}")
+
+
+def add_source_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of every command that reads a live node (check, watch, record, export, tune)."""
+    from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
+
+    p.add_argument("--url", action="append", dest="urls", metavar="URL",
+                   help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
+    add_connection_arguments(p, DEFAULT_TOKEN_ENV)
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="per-request timeout (default %(default)s)")
+    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
+                   help="largest /metrics payload accepted (default %(default)s)")
+    p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
+    p.add_argument("--dcgm", metavar="URL",
+                   help="dcgm-exporter /metrics URL (default: try localhost:9400 quietly)")
+    p.add_argument("--no-dcgm", action="store_true", help="do not read a dcgm-exporter")
+    p.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
+    add_advisor_arguments(p)
+
+
+# ==================================================================================================
+# token and TLS
+# ==================================================================================================
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    token: str | None
+    verify: Any  # httpx's `verify`: True, False, or an SSLContext holding the CA file
+
+
+def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
+    """The token and TLS settings the flags name. A token or CA file that cannot be read is
+    CommandError(UNREADABLE), with the reader's message."""
+    from specwatch.collectors.vllm import TokenError, read_token, verify_from_flags
+
+    try:
+        token = read_token(args.token_env, args.token_file)
+        verify = verify_from_flags(args.insecure, args.ca_file)
+    except (TokenError, ValueError) as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    return ConnectionSettings(token, verify)
+
+
+# ==================================================================================================
+# the advisor's configuration
+# ==================================================================================================
+
+# flag attribute → the key a recording's header stores it under
+_ADVISOR_FLAGS = (("method", "method"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
+                  ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"))
+
+
+def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The advisor flags that were given, as a recording's header stores them (so a replay judges as
+    the live run did). A tensor-parallel degree of 1 is the default and is not stored."""
+    settings = {key: getattr(args, attr, None) for attr, key in _ADVISOR_FLAGS}
+    return {k: v for k, v in settings.items() if v is not None and not (k == "tp" and v == 1)}
+
+
+def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | None = None) -> AdvisorConfig:
+    """The advisor's configuration: `stored` (a recording header's advisor settings, or what the
+    server says about itself) under the flags, which win. An unknown GPU or model, or a draft size
+    that is not a quantity, is a UsageError."""
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.hardware import lookup, lookup_model
+    from specwatch.predict import parse_quantity
+
+    settings = {k: v for k, v in (stored or {}).items() if v is not None}
+    if args is not None:
+        # every flag given wins, an explicit --tp 1 included
+        given = {key: getattr(args, attr, None) for attr, key in _ADVISOR_FLAGS}
+        settings.update({k: v for k, v in given.items() if v is not None})
+    gpu = model = None
+    if settings.get("gpu"):
+        gpu = lookup(settings["gpu"])
+        if gpu is None:
+            raise UsageError(f"unknown GPU {settings['gpu']!r} (try H100, H200, A100, L40S, L4, ...)")
+    if settings.get("model"):
+        model = lookup_model(settings["model"])
+        if model is None:
+            raise UsageError(f"unknown model {settings['model']!r} "
+                             "(try Llama-3.1-8B, Llama-3.1-70B, Qwen2.5-7B, ...)")
+    draft_params = settings.get("draft_params")
+    if isinstance(draft_params, str):
+        try:
+            draft_params = parse_quantity(draft_params, "draft params")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        draft_ratio = None if settings.get("draft_ratio") is None else float(settings["draft_ratio"])
+        tp = int(settings.get("tp") or 1)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"bad advisor setting: {exc}") from None
+    return AdvisorConfig(method=settings.get("method"), draft_ratio=draft_ratio, draft_params=draft_params,
+                         gpu=gpu, model=model, tp=tp)
+
+
+# ==================================================================================================
+# the live session
+# ==================================================================================================
+
+
+class _NvmlOff:
+    """Stands in for the NVML collector under --no-nvml: no GPUs, and a state saying why."""
+
+    def poll(self) -> tuple[tuple, SourceStatus]:
+        from specwatch.snapshot import SourceStatus
+
+        return (), SourceStatus("nvml", "off", "NVML reading turned off (--no-nvml)")
+
+    def close(self) -> None:
+        pass
+
+
+def gpu_poller(args: argparse.Namespace) -> GpuPoller | None:
+    """NVML plus dcgm-exporter, as the flags ask; None when both are off."""
+    from specwatch.collectors.gpus import GpuPoller
+    from specwatch.collectors.nvml import NvmlCollector
+
+    if args.no_nvml and args.no_dcgm:
+        return None
+    collector = _NvmlOff() if args.no_nvml else NvmlCollector()
+    return GpuPoller(collector, dcgm_url=args.dcgm, dcgm=not args.no_dcgm)
+
+
+@dataclass
+class LiveSession:
+    """A live node as the flags describe it: the vLLM scraper, the source that adds the GPUs, and
+    the Monitor that judges what the source reads."""
+
+    vllm: VllmSource
+    source: LiveSource
+    monitor: Monitor
+    urls: list[str]
+
+
+def live_session(
+    args: argparse.Namespace,
+    *,
+    interval_s: float,
+    window_s: float,
+    one_target: str | None = None,
+    evaluate_every_s: float | None = None,
+    advisor_overrides: Mapping[str, Any] | None = None,
+) -> LiveSession:
+    """Build the live session; nothing is read yet. `one_target`, when given, is why the command
+    takes a single --url (a UsageError for several). Usage errors come before unreadable files."""
+    import dataclasses
+
+    from specwatch.collectors.vllm import DEFAULT_URL, VllmSource
+    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
+    from specwatch.sources import LiveSource
+
+    urls = list(args.urls or [DEFAULT_URL])
+    if one_target and len(urls) > 1:
+        raise UsageError(one_target)
+    config = advisor_config(args)
+    if advisor_overrides:
+        config = dataclasses.replace(config, **advisor_overrides)
+    connection = connection_settings(args)
+    try:
+        vllm = VllmSource(urls, token=connection.token, verify=connection.verify, timeout_s=args.timeout,
+                          max_bytes=args.max_bytes)
+    except ValueError as exc:  # a URL that is not http(s)
+        raise UsageError(str(exc)) from None
+    source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
+    monitor = Monitor(window_s=window_s, advisor_config=config,
+                      evaluate_every_s=DEFAULT_EVALUATE_EVERY_S if evaluate_every_s is None else evaluate_every_s)
+    return LiveSession(vllm, source, monitor, urls)

@@ -1,0 +1,115 @@
+"""`specwatch record`: record the live sources to a file, headless, until --duration or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from specwatch.commands.options import (
+    CommandError,
+    ExitCode,
+    add_source_arguments,
+    advisor_settings,
+    live_session,
+    print_error,
+    require_positive,
+)
+
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from specwatch.recording import FILE_SUFFIX
+
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help=f"the recording to write (conventionally *{FILE_SUFFIX}); created with mode 0600")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop after this many seconds (default: until Ctrl-C)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between polls (default %(default)s)")
+    p.add_argument("--notes", default="", help="free text stored in the recording's header")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    add_source_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 done or interrupted; WRITE_FAILED when a write failed (the file stays valid up to its last
+    flush); UNREADABLE when the file cannot be created."""
+    from specwatch.recording import RecordingError, RecordingHeader, RecordingWriter, format_time
+
+    require_positive(args, "interval", "duration")
+    session = live_session(args, interval_s=args.interval, window_s=args.interval)
+    header = RecordingHeader(data="real", targets=tuple(session.urls), notes=args.notes, interval_s=args.interval,
+                             advisor=advisor_settings(args))
+    try:
+        writer = RecordingWriter(args.output, header, overwrite=args.force)
+    except RecordingError as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    outcome = _RecordOutcome()
+    try:
+        asyncio.run(_record(session.source, args, writer, outcome))
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        try:
+            writer.close()
+        except RecordingError as exc:
+            outcome.error = str(exc)
+    span = "nothing" if outcome.first is None else \
+        f"{writer.snapshots_written} Snapshots, {format_time(outcome.first)} – {format_time(outcome.last)}"
+    if outcome.error:
+        print_error("record", outcome.error)
+        return ExitCode.WRITE_FAILED
+    why = "interrupted" if outcome.interrupted else "done"
+    print_error("record", f"{why}: {span} in {args.output} ({writer.bytes_written} bytes)")
+    return ExitCode.OK
+
+
+@dataclass
+class _RecordOutcome:
+    first: float | None = None
+    last: float | None = None
+    interrupted: bool = False
+    error: str | None = None
+
+
+async def _record(live: Any, args: argparse.Namespace, writer: Any, outcome: _RecordOutcome) -> None:
+    from specwatch.recording import RecordingError
+    from specwatch.sources import stop_on_signals
+
+    stop = stop_on_signals()  # a stop request ends the loop between polls: the last Snapshot is whole
+    started = time.monotonic()
+    reported: set[str] = set()
+    try:
+        while not stop.is_set():
+            tick = time.monotonic()
+            snapshot = await live.read()
+            try:
+                writer.write(snapshot)
+            except RecordingError as exc:
+                outcome.error = str(exc)
+                return
+            outcome.first = snapshot.time if outcome.first is None else outcome.first
+            outcome.last = snapshot.time
+            for target in snapshot.targets:
+                if not target.ok and target.url not in reported:
+                    reported.add(target.url)  # say it once; the recording keeps every failed read
+                    print_error("record", f"{target.url}: {target.message or target.state} (recording continues)")
+            if args.duration is not None and time.monotonic() - started >= args.duration:
+                break
+            try:
+                await asyncio.wait_for(stop.wait(), max(0.0, args.interval - (time.monotonic() - tick)))
+            except asyncio.TimeoutError:
+                pass
+        if stop.is_set():
+            outcome.interrupted = True
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                asyncio.get_running_loop().remove_signal_handler(signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        await live.aclose()

@@ -1,0 +1,246 @@
+"""`specwatch replay` and `specwatch demo`: a recording (or a bundled scenario) played through the
+same advisor, in the dashboard or, with --headless, as a verdict timeline.
+
+The advisor settings stored in the recording's header apply unless a flag overrides them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TextIO
+
+from specwatch.commands.options import (
+    CommandError,
+    ExitCode,
+    UsageError,
+    add_advisor_arguments,
+    advisor_config,
+    print_error,
+)
+from specwatch.recording import FILE_SUFFIX
+
+if TYPE_CHECKING:
+    from specwatch.monitor import Monitor, VerdictChange
+    from specwatch.recording import RecordingHeader
+    from specwatch.snapshot import Snapshot
+
+DEFAULT_WINDOW_S = 30.0  # the Monitor's default window
+
+
+def _add_timeline_arguments(p: argparse.ArgumentParser) -> None:
+    # the Monitor's default cadence, what a live run uses (5 s of data time)
+    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S
+
+    p.add_argument("--headless", action="store_true", help="print the verdict timeline instead of the TUI")
+    p.add_argument("--json", action="store_true", help="with --headless: one JSON object per verdict change")
+    p.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+                   help="the rate window (default %(default)s)")
+    p.add_argument("--evaluate-every", type=float, default=DEFAULT_EVALUATE_EVERY_S, metavar="SECONDS",
+                   help="seconds of data time between verdicts; keep the live run's value to reproduce "
+                        "its verdicts (default %(default)s)")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="TUI playback speed, 0.5 to 100")
+    add_advisor_arguments(p, overriding="the recording's")
+
+
+# ==================================================================================================
+# replay
+# ==================================================================================================
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="a recording made by `specwatch record` (or the demo generator)")
+    _add_timeline_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.headless:
+        return play_headless(args.file, args, "replay")
+    from specwatch.app import run_app
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingError
+
+    try:
+        source = ReplaySource(args.file, speed=args.speed)
+    except (RecordingError, OSError) as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    except ValueError as exc:  # a --speed out of range
+        raise UsageError(str(exc)) from None
+    return run_app(source, replay_monitor(source.header, args), title="specwatch replay")
+
+
+def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = None) -> Monitor:
+    """The Monitor a replay (headless or TUI) feeds: the header's advisor settings under the flags,
+    and the flags' window."""
+    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
+
+    window = getattr(args, "window", None) or DEFAULT_WINDOW_S
+    every = getattr(args, "evaluate_every", None) or DEFAULT_EVALUATE_EVERY_S
+    if window <= 0 or every <= 0:
+        raise UsageError("--window and --evaluate-every must be greater than 0")
+    return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor), evaluate_every_s=every)
+
+
+def verdict_timeline(snapshots: Iterable[Snapshot], monitor: Monitor) -> Iterable[VerdictChange]:
+    """Every verdict change the Monitor reports while it reads the Snapshots in order."""
+    for snapshot in snapshots:
+        yield from monitor.ingest(snapshot)
+
+
+def _print_change(change: VerdictChange, as_json: bool, out: TextIO) -> None:
+    from specwatch.recording import format_time
+
+    if as_json:
+        out.write(json.dumps(change.to_dict(), allow_nan=False) + "\n")
+        return
+    v = change.verdict
+    speedup = f"{v.expected_speedup:.2f}×" if v.expected_speedup is not None else "-"
+    reason = v.reasons[0] if v.reasons else ""
+    out.write(f"{format_time(change.time)}  {change.url}  {v.speculation:<7} confidence {v.confidence:.2f}  "
+              f"speedup {speedup:>6}  {reason}\n")
+
+
+def play_headless(path: Path | str, args: argparse.Namespace, command: str, out: TextIO | None = None) -> int:
+    """Print the verdict timeline of the recording at `path`; `command` names the command in messages."""
+    from specwatch.recording import RecordingError, open_snapshots
+
+    out = out if out is not None else sys.stdout  # looked up per call: tests and the TUI swap it
+    warnings: list[str] = []
+    try:
+        header, snapshots = open_snapshots(path, warnings)
+    except RecordingError as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    monitor = replay_monitor(header, args)
+    if not args.json:
+        kind = "SYNTHETIC data" if header.synthetic else "real data"
+        out.write(f"# {Path(path).name}: {kind} from {header.host or 'an unnamed host'}"
+                  + (f" — {header.notes}" if header.notes else "") + "\n")
+    count = 0
+    try:
+        for change in verdict_timeline(snapshots, monitor):
+            _print_change(change, args.json, out)
+        count = len(monitor.window)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}", ExitCode.UNREADABLE) from None
+    out.flush()
+    for w in warnings:
+        print_error(command, f"warning: {w}")
+    if count == 0 and monitor.latest is None:
+        print_error(command, f"{path} holds no Snapshots")
+    return ExitCode.OK
+
+
+# ==================================================================================================
+# demo
+# ==================================================================================================
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    data: str  # "real" or "synthetic"
+    notes: str
+    path: Path
+
+
+def _bundled_files() -> list[Path]:
+    root = resources.files("specwatch") / "data"
+    try:
+        entries = list(root.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    # resources of an installed package are files on disk (setuptools ships them as such)
+    return sorted(Path(str(e)) for e in entries if e.name.endswith(FILE_SUFFIX))
+
+
+def list_scenarios() -> list[Scenario]:
+    """The bundled recordings, real ones first, each with its header's label and notes."""
+    from specwatch.recording import RecordingError, open_snapshots
+
+    scenarios = []
+    for path in _bundled_files():
+        try:
+            header, _ = open_snapshots(path)
+        except RecordingError:
+            continue  # a damaged bundled file is a packaging bug; test_replay catches it
+        scenarios.append(Scenario(path.name[: -len(FILE_SUFFIX)], header.data, header.notes, path))
+    return sorted(scenarios, key=lambda s: (s.data != "real", s.name))
+
+
+def scenario_path(name: str) -> Path | None:
+    for s in list_scenarios():
+        if s.name == name:
+            return s.path
+    return None
+
+
+def unknown_scenario(name: str) -> UsageError:
+    names = ", ".join(s.name for s in list_scenarios()) or "none found"
+    return UsageError(f"no scenario {name!r}; bundled: {names}")
+
+
+def add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--list", action="store_true", help="print the bundled scenarios, one per line, name first")
+    p.add_argument("--scenario", metavar="NAME", help="the scenario to play (see --list)")
+    _add_timeline_arguments(p)
+    # the demo tells a story of minutes: at 10× the first flip comes within a minute (shown as ×10)
+    p.set_defaults(speed=10.0)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    scenarios = list_scenarios()
+    if args.list:
+        for s in scenarios:
+            print(f"{s.name}\t{s.data}\t{s.notes}")
+        return ExitCode.OK
+    if args.scenario:
+        scenarios = [s for s in scenarios if s.name == args.scenario]
+        if not scenarios:
+            raise unknown_scenario(args.scenario)
+    if not scenarios:
+        raise CommandError("no bundled scenarios found (is the package installed completely?)", ExitCode.UNREADABLE)
+    if args.headless:
+        return play_headless(scenarios[0].path, args, "demo")
+    return _run_demo_tui(scenarios, args)
+
+
+def _run_demo_tui(scenarios: list[Scenario], args: argparse.Namespace) -> int:
+    """The dashboard over the bundled scenarios, one after another, looping, each labelled real or
+    synthetic. --scenario plays just one."""
+    from specwatch.app import run_app
+    from specwatch.recording import RecordingError
+
+    if not args.scenario:
+        # the synthetic H100 story first: it shows speculation paying, costing, and paying again
+        scenarios = sorted(scenarios, key=lambda s: (s.name != "h100-70b-ngram", s.data != "real", s.name))
+    try:
+        source, monitor = build_demo(scenarios, args)
+    except (RecordingError, OSError) as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return run_app(source, monitor, title="specwatch demo")
+
+
+def build_demo(scenarios: Sequence[Any], args: argparse.Namespace) -> tuple[Any, Any]:
+    """The source and Monitor that play `scenarios` (bundled recordings) one after another.
+
+    One scenario loops on its own; several play in turn, each target tagged with its scenario's name
+    and judged under the advisor settings its recording was made with (under the flags)."""
+    from specwatch.collectors.replay import PlaylistSource, ReplaySource
+
+    sources = [ReplaySource(s.path, speed=args.speed, loop=len(scenarios) == 1) for s in scenarios]
+    monitor = replay_monitor(sources[0].header, args)
+    if len(sources) == 1:
+        return sources[0], monitor
+    names = [s.name for s in scenarios]
+    monitor.target_configs = {
+        PlaylistSource.target_url(url, name): advisor_config(args, src.header.advisor)
+        for src, name in zip(sources, names)
+        for url in {t.url for snap in src.recording.snapshots[:1] for t in snap.targets}
+    }
+    return PlaylistSource(sources, names), monitor

@@ -1,0 +1,121 @@
+"""`specwatch tune`: watch a server (or read a recording) and print the speculation schedule by batch
+size, ready to paste into vLLM. The schedule and its report are `specwatch.tune`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from specwatch.commands.options import (
+    CommandError,
+    ExitCode,
+    UsageError,
+    add_source_arguments,
+    advisor_config,
+    live_session,
+    print_error,
+)
+
+# tune wants as many measured points as it can get: the step time is sampled and refitted at every
+# scrape, and the verdict evaluated at every Snapshot
+_EVERY_SCRAPE = {"sample_interval_s": 0.0, "refit_interval_s": 0.0}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from specwatch import perf
+
+    add_source_arguments(p)
+    p.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="a recording, instead of a live server (the advisor flags override its header's)")
+    p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to watch a live server before answering (default %(default)s)")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                   help="seconds between scrapes of a live server (default %(default)s)")
+    p.add_argument("--k-max", type=int, metavar="K", help="largest k to consider (default: the k in use; "
+                                                          "larger values are extrapolated)")
+    p.add_argument("--max-batch", type=int, default=256, metavar="N",
+                   help="largest batch size to schedule, vLLM's max_num_seqs (default %(default)s)")
+    p.add_argument("--margin", type=float, default=perf.SCHEDULE_MARGIN, metavar="FRACTION",
+                   help="gain a range needs over plain decoding to keep speculation (default %(default)s)")
+    p.add_argument("--vllm-python", metavar="PATH", help="an interpreter with vLLM installed, to validate "
+                                                         "the schedule with vLLM's own validator")
+    p.add_argument("--json", action="store_true", help="print the specwatch.tune/1 object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """OK with a schedule; NOT_ENOUGH_DATA when the data cannot support one; UNREADABLE when the
+    source cannot be read."""
+    from specwatch.tune import format_tune, tune_report, validate_with_vllm
+
+    if args.k_max is not None and args.k_max < 1 or args.max_batch < 1:
+        raise UsageError("--k-max and --max-batch must be at least 1")
+    if args.from_file:
+        monitor, url = _feed_recording(args)
+    else:
+        monitor, url = asyncio.run(_feed_live(args))
+    state = monitor.states.get(url)
+    advisor = monitor.advisor_of(url)
+    inputs = advisor.last_inputs if advisor else None
+    if state is None or inputs is None or not inputs.per_position:
+        reason = state.verdict.reasons[0] if state and state.verdict.reasons else "no verdict"
+        print_error("tune", f"no schedule: the data hold no per-position acceptance ({reason})")
+        return ExitCode.NOT_ENOUGH_DATA
+    report = tune_report(inputs, observed_batch=advisor.observed_batch, k_max=args.k_max,
+                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url)
+    report["validation"] = validate_with_vllm(report["schedule"], report["speculative_config"]
+                                              ["num_speculative_tokens"], args.max_batch, args.vllm_python)
+    print(json.dumps(report, indent=2) if args.json else format_tune(report))
+    return ExitCode.OK
+
+
+def _monitor_window(args: argparse.Namespace) -> float:
+    return max(10.0, args.interval * 3)
+
+
+async def _feed_live(args: argparse.Namespace) -> tuple[Any, str]:
+    session = live_session(args, interval_s=args.interval, window_s=_monitor_window(args),
+                           one_target="tune reads one target", evaluate_every_s=0.0,
+                           advisor_overrides=_EVERY_SCRAPE)
+    url = session.vllm.targets[0].url
+    source, monitor = session.source, session.monitor
+    deadline = time.monotonic() + args.duration
+    try:
+        while True:
+            snapshot = await source.read()
+            monitor.ingest(snapshot)
+            target = snapshot.targets[0]
+            if not target.ok:
+                raise CommandError(target.message or target.state, ExitCode.UNREADABLE)
+            if time.monotonic() >= deadline:
+                return monitor, url
+            await asyncio.sleep(args.interval)
+    finally:
+        await source.aclose()
+
+
+def _feed_recording(args: argparse.Namespace) -> tuple[Any, str]:
+    """The recording read through a Monitor judging with its header's advisor settings under the flags."""
+    import dataclasses
+
+    from specwatch.monitor import Monitor
+    from specwatch.recording import RecordingError, read_recording
+
+    path = args.from_file
+    advisor_config(args)  # a bad flag is a usage error even when the file is unreadable
+    try:
+        recording = read_recording(path)
+    except (OSError, RecordingError) as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    config = dataclasses.replace(advisor_config(args, recording.header.advisor), **_EVERY_SCRAPE)
+    monitor = Monitor(window_s=_monitor_window(args), advisor_config=config, evaluate_every_s=0.0)
+    url = ""
+    for snapshot in recording.snapshots:
+        monitor.ingest(snapshot)
+        if snapshot.targets:
+            url = snapshot.targets[0].url
+    if not url:
+        raise CommandError(f"{path} holds no vLLM readings", ExitCode.UNREADABLE)
+    return monitor, url
