@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds between the two scrapes (default %(default)s)")
     check.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
 
-    from specwatch.predict import add_predict_arguments
+    from specwatch.commands.predict import add_arguments as add_predict_arguments
 
     predict = sub.add_parser("predict", help="the verdict for a configuration, with no live node",
                              description="What speculation would do for this GPU, model, load and acceptance.")
@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_tune(args)
     if args.command == "predict":
-        from specwatch.predict import run_predict
+        from specwatch.commands.predict import run as run_predict
 
         return run_predict(args)
     parser.error(f"unknown command {args.command!r}")

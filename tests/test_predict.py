@@ -33,7 +33,7 @@ def test_ngram_pays_at_batch_1_on_h100_70b():
     assert result["bound"]["signals"][0]["name"] == "tokens_per_step"
     assert 0.0 <= verdict["confidence"] <= 1.0
     reasons = " | ".join(verdict["reasons"])
-    assert "acceptance length 2.50 is above break-even 1.00 for n-gram lookup with k=4" in reasons
+    assert "acceptance length 2.50 is above break-even 1.01 for n-gram lookup with k=4" in reasons
     assert "5 tokens per step" in reasons
 
 
@@ -110,6 +110,7 @@ def test_json_output_and_exit_statuses():
         "speculation",
         "confidence",
         "expected_speedup",
+        "request_speedup",
         "break_even_length",
         "crossover_concurrency",
         "reasons",
