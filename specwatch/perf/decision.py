@@ -45,6 +45,7 @@ __all__ = [
     "Decision",
     "decide",
     "decide_many",
+    "speedup_function",
     "direction_confidence",
     "level_error",
 ]
@@ -351,3 +352,13 @@ def decide_many(inputs: DecisionInputs, batches: Sequence[float]) -> list[float]
     model = _Model(inputs)
     length = min(inputs.length, _positions(inputs, inputs.k))
     return [model.speedup(float(b), 0.0, int(inputs.k), length) for b in batches]
+
+
+def speedup_function(inputs: DecisionInputs):
+    """S(b, k′, L) for this configuration with no one waiting: what a schedule by batch size reads."""
+    model = _Model(inputs)
+
+    def at(batch: float, k: int, length: float) -> float:
+        return model.speedup(float(batch), 0.0, int(k), float(length))
+
+    return at
