@@ -690,7 +690,7 @@ def test_sweep_against_two_fake_servers_writes_complete_files(tmp_path):
         assert tier["baseline"]["acceptance_length"] is None
     assert report["servers"]["baseline"]["model"] == "fake-model"
     assert report["predicted"]["basis"] == "fitted"
-    assert "assumed 0" in report["predicted"]["draft_ratio_basis"]
+    assert "method unknown: priced as a draft head" in report["predicted"]["draft_ratio_basis"]
     files = {p.name for p in out_dir.iterdir()}
     assert {"sweep.json", "sweep.csv", "sweep.txt"} <= files
     assert len((out_dir / "sweep.csv").read_text().splitlines()) == 4
