@@ -223,6 +223,7 @@ def predict(
     draft_kv_bytes_per_token: Any = None,
     draft_context: Any = None,
     draft_ratio: Any = None,
+    draft_scale: Any = None,
     context: Any = None,
     tree_tokens: Any = None,
     max_running: Any = None,
@@ -292,6 +293,7 @@ def predict(
                                                         draft_kv, tp_degree)
     try:
         pricing = perf.draft_pricing(method_name, ratio=ratio_override, draft_model=draft_prior,
+                                     scale=1.0 if draft_scale is None else _positive(draft_scale, "draft scale"),
                                      draft_params=draft_count, target_params=target.params)
         prior = perf.datasheet_prior(
             gpu_spec,

@@ -48,6 +48,7 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--draft-kv-bytes-per-token", "draft_kv_bytes_per_token", "the draft model's KV bytes per context token"),
     ("--draft-context", "draft_context", "tokens of context the draft keeps per sequence (default: all of it)"),
     ("--draft-ratio", "draft_ratio", "draft cost per draft token as a fraction of a target step (override)"),
+    ("--draft-scale", "draft_scale", "measured draft cost over the modelled one (calibrates the draft's roofline)"),
     ("--context", "context", "mean context tokens per sequence (default 0: KV reads ignored)"),
     ("--tree-tokens", "tree_tokens", "positions verified per sequence with tree drafts (≥ k+1)"),
     ("--max-running", "max_running", "the engine's cap on running requests under speculation"),

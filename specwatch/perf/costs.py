@@ -76,30 +76,47 @@ class DraftPricing:
     kv_bytes_per_token: float = 0.0  # the draft's KV bytes per context token, per GPU
     params: float | None = None
     assumed: bool = False  # True when the method was not known
+    scale: float = 1.0  # measured draft cost over the modelled one (a calibration), 1 when not measured
 
     @property
     def words(self) -> str:
         return METHOD_WORDS.get(self.method or "", "the drafter")
 
-    def draft_step_s(self, target: StepTimeModel, batch: float, context_tokens: float,
-                     draft_context_tokens: float | None = None) -> float:
-        """Seconds for ONE draft forward at this batch (k of them per speculative step)."""
-        if self.kind == "lookup":
-            return 0.0
+    def forward_s(self, target: StepTimeModel, tokens: float, context_tokens: float,
+                  draft_context_tokens: float | None = None) -> float:
+        """Seconds for one draft forward over `tokens` tokens (model or head)."""
         if self.kind == "model" and self.model is not None:
             context = context_tokens if draft_context_tokens is None else draft_context_tokens
-            return float(self.model.step_time(batch, context)) - self.model.overhead_s + DRAFT_FORWARD_OVERHEAD_S
-        if self.kind == "head":
-            # one decoder layer and the LM head at b tokens: a fixed share of the target's step
-            # without its KV reads (the head's own KV is one layer's worth)
-            return self.ratio * float(target.step_time(batch, 0.0))
-        return self.ratio * float(target.step_time(batch, context_tokens))
+            return self.scale * (float(self.model.step_time(tokens, context)) - self.model.overhead_s
+                                 + DRAFT_FORWARD_OVERHEAD_S)
+        # a head: one decoder layer and the LM head over these tokens, a fixed share of the target's
+        # step without its KV reads (the head's own KV is one layer's worth)
+        return self.scale * self.ratio * float(target.step_time(tokens, 0.0))
+
+    def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
+                   draft_context_tokens: float | None = None) -> float:
+        """Seconds of drafting per speculative step at this batch.
+
+        A lookup proposer costs nothing on the GPU. A given ratio r costs k·r plain target steps. A
+        draft model or head runs k forwards, and the first one catches up over the positions the
+        last step verified (vLLM V1 pads it to b·(k+1) tokens) before the others draft one token
+        per sequence each (tree drafts: several per level).
+        """
+        if self.kind == "lookup":
+            return 0.0
+        if self.kind == "ratio":
+            return self.scale * k * self.ratio * float(target.step_time(batch, context_tokens))
+        width = max(1.0, (positions - 1.0) / k)
+        first = self.forward_s(target, batch * positions, context_tokens, draft_context_tokens)
+        rest = (k - 1) * self.forward_s(target, batch * width, context_tokens, draft_context_tokens)
+        return first + rest
 
 
 def draft_pricing(
     method: str | None,
     *,
     ratio: float | None = None,
+    scale: float = 1.0,
     draft_model: StepTimePrior | None = None,
     draft_params: float | None = None,
     target_params: float | None = None,
@@ -108,6 +125,17 @@ def draft_pricing(
     roofline; a draft model known only by size gets bytes + overhead as r; an unknown method gets
     UNKNOWN_METHOD_WORDS. Raises ValueError for an unknown method name or a draft model with
     nothing to size it by."""
+    pricing = _draft_pricing(method, ratio, draft_model, draft_params, target_params)
+    if scale != 1.0:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"draft cost scale must be positive, got {scale!r}")
+        from dataclasses import replace
+
+        pricing = replace(pricing, scale=float(scale), basis=f"{pricing.basis}, × {scale:.2f} as measured")
+    return pricing
+
+
+def _draft_pricing(method, ratio, draft_model, draft_params, target_params) -> DraftPricing:
     name = canonical_method(method) if method else None
     if ratio is not None:
         if not math.isfinite(ratio) or ratio < 0:

@@ -154,8 +154,7 @@ class _Model:
             kv_read = plain - float(i.step_model.step_time(b, 0.0))
             attention = verify_attention_s(kv_read, positions)
         draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
-        width = max(1.0, (positions - 1.0) / k)  # tree drafts propose several tokens per level
-        draft = k * i.draft.draft_step_s(i.step_model, b * width, context, draft_context)
+        draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
         return {"plain_s": plain, "verify_s": verify, "attention_s": attention, "draft_s": draft,
                 "speculative_s": verify + attention + draft}
 
