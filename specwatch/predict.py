@@ -150,10 +150,10 @@ def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha:
         return length
     if acceptance_rate is not None:
         rate = parse_quantity(acceptance_rate, "acceptance rate")
-        if rate > 1 and rate <= 100:
-            raise PredictInputError(f"acceptance rate is a fraction 0..1, got {rate:g} (did you mean {rate / 100:g}?)")
         if not 0 <= rate <= 1:
-            raise PredictInputError(f"acceptance rate must be between 0 and 1, got {rate:g}")
+            hint = f" (a percentage? did you mean {rate / 100:g}?)" if 1 < rate <= 100 else ""
+            raise PredictInputError(f"acceptance rate (accepted / draft tokens) must be between 0 and 1, "
+                                    f"got {rate:g}{hint}")
         return perf.length_from_rate(rate, k)
     if alpha is not None:
         value = parse_quantity(alpha, "alpha")
@@ -232,12 +232,14 @@ def predict(
     peak_flops: Any = None,
     memory_bandwidth: Any = None,
     gpu_memory: Any = None,
+    step_model: perf.StepTimeModel | None = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
 
     `context` is the mean context length per sequence (prompt plus generated tokens so far); the
-    batch's KV reads are batch × context tokens. Returns {schema, inputs, verdict, bound, details};
+    batch's KV reads are batch × context tokens. `step_model` replaces the datasheet prior with a
+    measured step time (e.g. the fit a recording gave). Returns {schema, inputs, verdict, bound, details};
     `verdict` has the DESIGN §5 fields. Raises PredictInputError on bad input.
     """
     gpu_spec = _resolve_gpu(gpu, peak_flops, memory_bandwidth)
@@ -321,8 +323,9 @@ def predict(
         extra_error = math.hypot(extra_error, perf.decision.APPROXIMATE_GPU_ERROR)
     if target.experts:
         extra_error = math.hypot(extra_error, MOE_ROUTING_ERROR)
+    fitted = isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
     decision = perf.decide(perf.DecisionInputs(
-        step_model=prior, k=draft_k, draft=pricing, running=batch_size, length=length,
+        step_model=prior if step_model is None else step_model, k=draft_k, fitted_on_speculative_steps=fitted, draft=pricing, running=batch_size, length=length,
         context_per_sequence=context_per_sequence, waiting=waiting_count, tree_tokens=tree, max_running=cap,
         kv_budget_bytes=kv_budget, target_kv_bytes_per_token=prior.kv_bytes_per_token,
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,

@@ -29,6 +29,7 @@ class PredictionInputs:
     draft_ratio: float | None = None
     draft_params: float | None = None
     k: int | None = None
+    step_model: perf.StepTimeModel | None = None  # a measured step time, instead of the datasheet or a fit
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -97,6 +98,14 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_propos
     return fit, note
 
 
+def _fitted_on_speculative_steps(step_model: perf.StepTimeModel, inputs: PredictionInputs, basis: str,
+                                 free: bool) -> bool:
+    """Whether the step model's samples were speculative steps (their verification attention is in it)."""
+    if inputs.step_model is not None:
+        return isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
+    return basis == BASIS_FITTED and free
+
+
 def _hinge_from_points(n: np.ndarray, y: np.ndarray) -> perf.HingeParameters:
     """A plain two-piece hinge (flat, then rising) through the points, by least squares over knees
     on a log grid across their span: the prior that fit_step_time refines, taken from the data
@@ -144,7 +153,12 @@ def predicted_curve(
     context = _context_per_sequence(tiers, max_tokens)
     target_params = None
     step_model: perf.StepTimeModel
-    if inputs.gpu and inputs.model:
+    if inputs.step_model is not None:
+        step_model = inputs.step_model
+        basis = BASIS_FITTED
+        note = "the step time given"
+        fit_details = None
+    elif inputs.gpu and inputs.model:
         from specwatch.hardware import lookup, lookup_model
 
         gpu, arch = lookup(inputs.gpu), lookup_model(inputs.model)
@@ -166,7 +180,7 @@ def predicted_curve(
         return None, str(exc)
     draft_ratio, draft_basis = pricing.ratio, f"{pricing.method or 'unknown'}: {pricing.basis}"
     free = pricing.kind == "lookup" or (pricing.kind == "ratio" and pricing.ratio == 0)
-    if not (inputs.gpu and inputs.model):
+    if inputs.step_model is None and not (inputs.gpu and inputs.model):
         fitted = _fitted_step_model(tiers, k, length, free, context)
         if fitted is None:
             return None, "too few measured points to fit a step time (and no --gpu/--model for the datasheet)"
@@ -179,7 +193,8 @@ def predicted_curve(
     # the shared decision (specwatch.perf.decide), as predict, check and tune take it
     decision_inputs = perf.DecisionInputs(step_model=step_model, k=k, draft=pricing, running=float(low),
                                           length=length, context_per_sequence=context,
-                                          fitted_on_speculative_steps=basis == BASIS_FITTED and free,
+                                          fitted_on_speculative_steps=_fitted_on_speculative_steps(
+                                              step_model, inputs, basis, free),
                                           max_batch=max(float(high), PREDICTED_MAX_BATCH))
     speedups = perf.decide_many(decision_inputs, grid)
     points = [{"concurrency": float(b), "speedup": value} for b, value in zip(grid, speedups)]
