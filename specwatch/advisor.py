@@ -369,7 +369,7 @@ class Advisor:
         reasons.insert(
             0,
             f"acceptance length {length:.2f} is {relation} break-even {be_here:.2f}{at_load} for {method_words} "
-            f"with k={k}" + (f" (at low load {low_be:.2f})" if abs(be_here - low_be) > 0.005 else ""),
+            f"with k={k}" + (f" ({low_be:.2f} at low load)" if abs(be_here - low_be) > 0.005 else ""),
         )
         n_verify = running * (k + 1)
         reasons.append(self._load_words(running, k, n_verify, step_model, gpu, figures))

@@ -391,7 +391,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: 
         relation = "above" if length > be else "below"
         reasons.insert(0, f"acceptance length {_fmt(length)} is {relation} break-even {_fmt(be)} for {words} with "
                           f"k={draft_k} at {running}"
-                          + (f" (at low load {_fmt(low_be)})" if abs(be - low_be) > 0.005 else ""))
+                          + (f" ({_fmt(low_be)} at low load)" if abs(be - low_be) > 0.005 else ""))
         reasons.append(f"expected speedup {expected:.2f}× at {running}"
                        + (f" and {waiting:g} waiting (throughput at the batch each mode holds)" if waiting else ""))
         if decision.request_speedup is not None:
