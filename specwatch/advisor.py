@@ -49,6 +49,8 @@ STALE_ACCEPTANCE_ERROR = 0.3
 # What an assumed draft cost adds: r could be anything from a lookup's 0 to a draft model's 0.3.
 METHOD_ASSUMED_ERROR = 0.2
 MAX_CONFIDENCE = 0.99
+# KV cache usage from which, with requests waiting, the cache is what limits the batch.
+KV_FULL_USAGE = 0.9
 UNCONFIGURED_CONFIDENCE_CAP = 0.6
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
 UNSIZED_DRAFT_RATIO = 0.1
@@ -87,7 +89,7 @@ class AdvisorInputs:
     prior_words: str
     pricing: perf.DraftPricing | None = None
     waiting: float = 0.0
-    kv_capacity_tokens: float | None = None
+    kv_capacity_tokens: float | None = None  # only when the KV cache limits the batch (full, requests waiting)
 
     def decision_inputs(self, *, length: float | None = None, running: float | None = None,
                         extra_level_error: float = 0.0, **overrides: Any) -> perf.DecisionInputs:
@@ -345,7 +347,7 @@ class Advisor:
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
                                          running, context_per_seq, stale_acceptance, prior_words,
                                          pricing=pricing, waiting=figures.waiting or 0.0,
-                                         kv_capacity_tokens=figures.kv_capacity_tokens)
+                                         kv_capacity_tokens=_kv_limit(figures))
         extra = self._extra_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra))
         if pricing.assumed:
@@ -422,8 +424,8 @@ class Advisor:
         pricing = self._pricing(cost, cost.method if cost else None)
         decision = perf.decide(perf.DecisionInputs(
             step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
-            waiting=figures.waiting or 0.0, kv_budget_bytes=figures.kv_capacity_tokens,
-            target_kv_bytes_per_token=1.0 if figures.kv_capacity_tokens else 0.0,
+            waiting=figures.waiting or 0.0, kv_budget_bytes=_kv_limit(figures),
+            target_kv_bytes_per_token=1.0 if _kv_limit(figures) else 0.0,
             extra_level_error=self._extra_error(None, gpu, False, pricing.assumed)))
         needed = decision.break_even_length
         method_words = pricing.words if cost else f"a drafter ({perf.UNKNOWN_METHOD_WORDS})"
@@ -572,6 +574,16 @@ def _throttled(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
         return spec
     factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
     return scale_for_clock(spec, factor * maximum, maximum)
+
+
+def _kv_limit(figures: EngineFigures) -> float | None:
+    """The KV cache's size in tokens when it is what limits the batch (requests waiting and the cache
+    near full): then speculation's lookahead slots cost running sequences. None otherwise, when the
+    limit, if any, is the scheduler's and holds both modes at the same batch."""
+    usage = figures.kv_cache_usage
+    if figures.waiting and usage is not None and usage >= KV_FULL_USAGE and figures.kv_capacity_tokens:
+        return figures.kv_capacity_tokens
+    return None
 
 
 def _method_words(method: str | None) -> str:

@@ -235,11 +235,12 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crosso
     return Crossover(None, "pays_throughout", max_batch)
 
 
-def level_error(step_model: StepTimeModel, tokens_per_step: float, extra: float = 0.0) -> float:
-    """σ of ln S: the prior's measured level error, or the fit's inside its coverage, blended by the
-    fit's confidence at this many tokens per step; `extra` adds in quadrature."""
+def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:
+    """σ of ln S: the prior's measured level error, or the fit's where its data cover the token
+    counts S compares (plain and speculative), blended by the fit's confidence at the less covered
+    of them (it halves per doubling outside the data); `extra` adds in quadrature."""
     if isinstance(step_model, StepTimeFit) and step_model.n_samples > 0:
-        trust = min(1.0, max(0.0, step_model.confidence(tokens_per_step)))
+        trust = min(1.0, max(0.0, min(step_model.confidence(n) for n in tokens_per_step)))
         fitted = max(FIT_ERROR_FLOOR, step_model.relative_rmse or 0.0)
         base = trust * fitted + (1.0 - trust) * PRIOR_LEVEL_ERROR
     else:
@@ -281,7 +282,7 @@ def decide(inputs: DecisionInputs) -> Decision:
     terms = {**parts, "plain_at_plain_batch_s": plain_here, "batch_plain": b_plain, "batch_speculative": b_spec}
 
     expected = crossover = best = request = None
-    sigma = level_error(inputs.step_model, b_spec * _positions(inputs, k), inputs.extra_level_error)
+    sigma = level_error(inputs.step_model, (b_plain, b_spec * _positions(inputs, k)), inputs.extra_level_error)
     if inputs.length is None:
         state, confidence = "unknown", 0.0
         carried = "acceptance (unknown)"
