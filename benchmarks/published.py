@@ -23,15 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import perf
-from specwatch.hardware import GPUS, custom_gpu
+from specwatch.hardware import GPUS
 from specwatch.predict import predict
 
 OUTPUT = Path(__file__).with_name("published.md")
 
-# Parts the table does not carry, given by their peak figures (dense BF16 FP32-accumulate FLOP/s,
-# DRAM bytes/s, memory).
-RTX_3090 = custom_gpu(71e12, 936e9, name="RTX 3090", memory_bytes=24e9)  # model.md: ridge ≈ 76
-A40 = custom_gpu(149.7e12, 696e9, name="A40", memory_bytes=48e9)  # NVIDIA A40 datasheet: BF16 149.7 dense
+RTX_3090, A40 = GPUS["RTX-3090"], GPUS["A40"]
 
 WITHIN = 0.25  # a scored row is "within" when |predicted / published − 1| ≤ 25 %
 GAIN, LOSS = 1.05, 0.95  # published direction: gain ≥ 1.05, loss ≤ 0.95, else a wash
