@@ -9,10 +9,8 @@ command's flags and exit statuses live in `specwatch.commands.predict`. No I/O h
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
-import sys
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from specwatch import perf
-from specwatch.perf import DecisionInputs, DraftPricing, HingeParameters, decide
+from specwatch.perf import DecisionInputs, HingeParameters, decide
 
 # A flat 10 ms step (weights read) with a far-away knee: every step below the knee costs the same.
 FLAT = HingeParameters(base_s=0.010, knee=1e9, slope_s_per_token=0.0, kv_s_per_token=0.0, per_token_s=0.0)
