@@ -349,7 +349,9 @@ class Advisor:
                                          pricing=pricing, waiting=figures.waiting or 0.0,
                                          kv_capacity_tokens=_kv_limit(figures))
         extra = self._extra_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
-        decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra))
+        prompt, output = _per_request(figures)
+        decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra,
+                                                                prompt_tokens=prompt, output_tokens=output))
         if pricing.assumed:
             reasons.append(f"speculation {perf.UNKNOWN_METHOD_WORDS} (pass --method)")
             flags.append("method_assumed")
@@ -385,6 +387,9 @@ class Advisor:
         else:
             reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
         reasons.extend(decision.reasons)
+        if decision.request_speedup is not None and "prefill_tax" in flags:
+            reasons.append(f"end to end, with {prompt:.0f} prompt and {output:.0f} output tokens per request: "
+                           f"{decision.request_speedup:.2f}× (the prefill gains nothing)")
         best = decision.best_k if acc.per_position else None
         if best is not None and best.k != k and best.speedup > s_now * (1 + self.config.hysteresis):
             if best.k == 0:
@@ -408,7 +413,8 @@ class Advisor:
                              crossover=crossover.concurrency, length=length,
                              best=best, change=change,
                              details={"prior": prior_words, "carried_by": decision.carried_by,
-                                      "level_error": decision.level_error})
+                                      "level_error": decision.level_error,
+                                      "request_speedup": decision.request_speedup})
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
         """The draft's pricing for the decision: the same as predict's for the same method."""
@@ -574,6 +580,16 @@ def _throttled(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
         return spec
     factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
     return scale_for_clock(spec, factor * maximum, maximum)
+
+
+def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:
+    """Mean prompt and output tokens of the requests that finished in the window (None, None when
+    none did): what the end-to-end speedup weighs the prefill by."""
+    finished = figures.requests_finished
+    if not finished or finished <= 0 or figures.prompt_tokens_per_s is None or not figures.generation_tokens_per_s:
+        return None, None
+    return (figures.prompt_tokens_per_s * figures.seconds / finished,
+            figures.generation_tokens_per_s * figures.seconds / finished)
 
 
 def _kv_limit(figures: EngineFigures) -> float | None:

@@ -275,3 +275,25 @@ def test_predict_check_watch_sweep_and_tune_give_the_same_expected_speedup():
     assert curve is not None, note
     assert curve["points"][0]["speedup"] == pytest.approx(said, rel=1e-9)
     assert math.isfinite(curve["points"][0]["speedup"])
+
+
+def test_the_advisor_weighs_the_prefill_of_long_prompt_short_output_traffic():
+    import dataclasses
+
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.monitor import Monitor
+    from specwatch.synthetic import SyntheticNode, generate
+
+    step = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                           per_token_s=2e-5)
+    node = SyntheticNode(step=step, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                         context_per_sequence=0.0, noise=0.0)
+    node = dataclasses.replace(node, prompt_tokens_per_request=20000.0, output_tokens_per_request=100.0)
+    monitor = Monitor(window_s=10.0, advisor_config=AdvisorConfig(method="ngram"), evaluate_every_s=0.0)
+    for snapshot in generate(node, [4.0] * 40):
+        monitor.ingest(snapshot)
+    verdict = monitor.states[node.url].verdict
+    assert "prefill_tax" in verdict.flags
+    request = verdict.details["request_speedup"]
+    assert request is not None and 1.0 < request < verdict.expected_speedup
+    assert any(reason.startswith("end to end") for reason in verdict.reasons)
