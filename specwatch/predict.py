@@ -138,7 +138,7 @@ def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha:
     given = [name for name, value in (("--acceptance-length", acceptance_length),
                                       ("--acceptance-rate", acceptance_rate), ("--alpha", alpha)) if value is not None]
     if len(given) > 1:
-        raise PredictInputError(f"give one of {' or '.join(given)}, not both")
+        raise PredictInputError(f"give only one of {' or '.join(given)}, not both")
     if acceptance_length is not None:
         length = parse_quantity(acceptance_length, "acceptance length")
         if length < 1 or length > k + 1:
