@@ -344,6 +344,19 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
   draft (a 512-token KV budget, TP 8) and are scored on the prior alone; its TinyLlama rows rise with
   batch more slowly in the model than published (unscored: their acceptance is not published).
 
+Points found but not scored (a needed input is not published, or the model has no term for them):
+
+- vLLM issue #49548 (comment, H100 NVL, vLLM 0.27.1, gemma-4-31B FP8, 400 tokens of context): with
+  dynamic speculation enabled but a schedule of k = 0, TPOT rose 6.6 % at concurrency 2 and 21.6 % at
+  189 (0.94× and 0.82×). That is a cost of the speculation machinery itself, growing with the batch
+  and paid with no drafts at all; the model prices speculation only through its drafts and
+  verification, and k = 0 means "off" to it.
+- SGLang issue #6949: QwQ-32B with an EAGLE head gained 1.43× at TP 1 (30 vs 21 tokens/s) and lost
+  at TP 4 (59 vs 61). The GPU is not stated. The model's TP terms (two all-reduces per layer) leave
+  the ratio nearly unchanged with TP, so it would not have called the loss.
+- vLLM issue #17984: a Llama-1B draft on Llama-70B reverses at batch 32 (figure only; GPU and k not
+  stated).
+
 Use `predict` for the shape (where the knee is, how context, k and the draft move the crossover) and
 for a first verdict; the live fit of T(N, C) from the node's own steps sets the level.
 """
