@@ -350,8 +350,12 @@ class Advisor:
                                          kv_capacity_tokens=_kv_limit(figures))
         extra = self._extra_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         prompt, output = _per_request(figures)
-        decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra,
-                                                                prompt_tokens=prompt, output_tokens=output))
+        try:
+            decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra,
+                                                                    prompt_tokens=prompt, output_tokens=output))
+        except ValueError as exc:
+            reasons.insert(0, f"no decision from these readings: {exc}")
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         if pricing.assumed:
             reasons.append(f"speculation {perf.UNKNOWN_METHOD_WORDS} (pass --method)")
             flags.append("method_assumed")
@@ -428,11 +432,15 @@ class Advisor:
                       time, gpu, prior_words) -> Verdict:
         k = UNCONFIGURED_K
         pricing = self._pricing(cost, cost.method if cost else None)
-        decision = perf.decide(perf.DecisionInputs(
-            step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
-            waiting=figures.waiting or 0.0, kv_budget_bytes=_kv_limit(figures),
-            target_kv_bytes_per_token=1.0 if _kv_limit(figures) else 0.0,
-            extra_level_error=self._extra_error(None, gpu, False, pricing.assumed)))
+        try:
+            decision = perf.decide(perf.DecisionInputs(
+                step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
+                waiting=figures.waiting or 0.0, kv_budget_bytes=_kv_limit(figures),
+                target_kv_bytes_per_token=1.0 if _kv_limit(figures) else 0.0,
+                extra_level_error=self._extra_error(None, gpu, False, pricing.assumed)))
+        except ValueError as exc:
+            reasons.insert(0, f"no decision from these readings: {exc}")
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         needed = decision.break_even_length
         method_words = pricing.words if cost else f"a drafter ({perf.UNKNOWN_METHOD_WORDS})"
         reasons.insert(0, f"speculation is not configured: at {running:.0f} running, {method_words} with k={k} "

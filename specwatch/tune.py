@@ -61,7 +61,10 @@ def tune_report(
         k_max=k_max, max_batch=max_batch, current_k=inputs.k, observed_batch=observed_batch, margin=margin,
         speedup_at=perf.speedup_function(decision_inputs),
     )
-    now = perf.decide(decision_inputs) if decision_inputs.length is not None else None
+    try:
+        now = perf.decide(decision_inputs) if decision_inputs.length is not None else None
+    except ValueError:
+        now = None  # the schedule above already stands on the same step times
     top_k = max(schedule.k_max, 1)
     config: dict[str, Any] = {}
     method = _VLLM_METHOD.get(inputs.method or "")

@@ -297,3 +297,9 @@ def test_the_advisor_weighs_the_prefill_of_long_prompt_short_output_traffic():
     request = verdict.details["request_speedup"]
     assert request is not None and 1.0 < request < verdict.expected_speedup
     assert any(reason.startswith("end to end") for reason in verdict.reasons)
+
+
+def test_a_step_model_with_no_usable_step_time_is_refused_not_a_traceback():
+    zero = HingeParameters(0.0, 1e9, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="no usable step time"):
+        decide(inputs(step_model=zero))

@@ -195,7 +195,11 @@ class _Model:
     def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
         spec = self.parts(b_spec, k)["speculative_s"]
-        return (b_spec * length / spec) / (b_plain / self.plain(b_plain))
+        plain = self.plain(b_plain)
+        if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
+            raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
+                             f"(plain {plain!r} s, speculative {spec!r} s)")
+        return (b_spec * length / spec) / (b_plain / plain)
 
     def break_even(self, demand: float, waiting: float, k: int) -> float:
         """The L at which S = 1 (S is linear in L)."""

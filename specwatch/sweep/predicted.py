@@ -196,10 +196,13 @@ def predicted_curve(
                                           fitted_on_speculative_steps=_fitted_on_speculative_steps(
                                               step_model, inputs, basis, free),
                                           max_batch=max(float(high), PREDICTED_MAX_BATCH))
-    speedups = perf.decide_many(decision_inputs, grid)
+    try:
+        speedups = perf.decide_many(decision_inputs, grid)
+        # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
+        cross = perf.decide(decision_inputs).crossover
+    except ValueError as exc:
+        return None, str(exc)
     points = [{"concurrency": float(b), "speedup": value} for b, value in zip(grid, speedups)]
-    # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
-    cross = perf.decide(decision_inputs).crossover
     return {
         "basis": basis,
         "note": note,
