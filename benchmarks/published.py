@@ -1,11 +1,14 @@
-"""Published speculative-decoding measurements vs what `specwatch predict` says for them.
+"""Published speculative-decoding measurements vs `specwatch predict`, with a hold-out.
 
 Run `python benchmarks/published.py` to regenerate benchmarks/published.md. Every row calls
-specwatch.predict.predict() with the configuration the source describes; where the source leaves an
-input out (batch, context, k, acceptance), the row says what was assumed. Where acceptance was not
-published, it is calibrated on one row of the same source (the acceptance length that makes the
-model reproduce that row's speedup) and the other rows of that source are then true predictions.
-Calibration rows are marked and left out of the error summary.
+specwatch.predict.predict() with the configuration its source describes; where the source leaves an
+input out (batch, context, model), the row says what was assumed.
+
+Hold-out: each source's lowest-load row (batch ≤ 4) is its *calibration* row, and only those are
+fitted to: when the source publishes acceptance, the one number calibrated is the draft's cost scale
+(how much slower the drafter runs than its roofline); when it does not, the acceptance length. Every
+other row is then a prediction and scored. Rows of a source without a low-load row are scored on the
+published inputs alone (prior only), or left unscored when an input they need was not published.
 
 Sources are the ones in the project's reference notes (model.md §3–4); "(2nd)" marks numbers seen
 only through a write-up.
@@ -20,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import perf
-from specwatch.hardware import GPUS, MODELS, custom_gpu
+from specwatch.hardware import GPUS
 from specwatch.predict import predict
 
 OUTPUT = Path(__file__).with_name("published.md")
 
-# Parts the table does not carry, given through the override (dense BF16 FP32-accumulate FLOP/s,
-# DRAM bytes/s).
-RTX_3090 = custom_gpu(71e12, 936e9, name="RTX 3090", memory_bytes=24e9)  # model.md: ridge ≈ 76
-A40 = custom_gpu(149.7e12, 696e9, name="A40", memory_bytes=48e9)  # NVIDIA A40 datasheet: BF16 149.7 dense
+RTX_3090, A40 = GPUS["RTX-3090"], GPUS["A40"]
+
+WITHIN = 0.25  # a scored row is "within" when |predicted / published − 1| ≤ 25 %
+GAIN, LOSS = 1.05, 0.95  # published direction: gain ≥ 1.05, loss ≤ 0.95, else a wash
 
 
 @dataclass(frozen=True)
@@ -37,26 +40,13 @@ class Row:
     setup: str
     load: str
     published: float  # speedup over no speculation (a 1.4× slowdown is 1/1.4)
-    inputs: dict[str, Any]  # predict() keyword arguments, except acceptance when calibrated
+    inputs: dict[str, Any]  # predict() keyword arguments
     assumptions: str
-    calibration_group: str | None = None  # rows sharing a group share one calibrated acceptance length
-    calibrates: bool = False  # this row sets the group's acceptance length
+    group: str | None = None  # rows sharing a group share one calibration
+    calibrates: bool = False  # the group's low-load row
+    known: bool = True  # GPU, model, k, batch and acceptance (or a low-load row) all published
+    scored: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _self_spec_ratio(gpu, model_name: str, tp: int, batch: float, context: float, budget: float) -> float:
-    """MagicDec's self-speculation: the draft is the target with a StreamingLLM KV budget, so a draft
-    token costs the target's step with `budget` tokens of context instead of `context`."""
-    prior = perf.prior_for_model(gpu, MODELS[model_name], tp=tp)
-    return float(prior.step_time(batch, batch * budget)) / float(prior.step_time(batch, batch * context))
-
-
-def _small_draft_ratio(gpu, target: str, draft: str, tp: int, batch: float, context: float, dtype: str = "bf16",
-                       draft_dtype: str = "bf16") -> float:
-    """A separate draft model with its own full KV cache: the ratio of the two step-time priors."""
-    target_prior = perf.prior_for_model(gpu, MODELS[target], tp=tp, dtype=dtype)
-    draft_prior = perf.prior_for_model(gpu, MODELS[draft], tp=tp, dtype=draft_dtype)
-    return float(draft_prior.step_time(batch, batch * context)) / float(target_prior.step_time(batch, batch * context))
 
 
 def build_rows() -> list[Row]:
@@ -65,30 +55,28 @@ def build_rows() -> list[Row]:
 
     # vLLM blog, 2024-10-17: Llama-3-70B on 4×H100, V0 engine.
     blog = "vLLM blog 2024-10-17"
-    sharegpt = dict(gpu=h100, model="Llama-3-70B", tp=4, k=5, method="draft", draft_params=0.5e9, context=600,
+    sharegpt = dict(gpu=h100, model="Llama-3-70B", tp=4, k=5, method="draft", draft_model="Qwama-0.5B", context=600,
                     acceptance_rate=0.535)
     rows.append(Row(blog, "ShareGPT, Qwama-0.5B draft", "QPS 1 (batch ≈ 4)", 1.5, dict(sharegpt, batch=4),
                     "k=5 from the post's code sample; acceptance rate 0.535 from SqueezeBits (2nd, 70B + same draft "
-                    "on 4×A100); batch 4 and 600 tokens of context assumed"))
+                    "on 4×A100); batch 4 and 600 tokens of context assumed", group="blog-sharegpt", calibrates=True))
     rows.append(Row(blog, "ShareGPT, Qwama-0.5B draft", "high QPS (batch ≈ 128)", 1 / 1.4, dict(sharegpt, batch=128),
-                    "as above; 'high QPS' not quantified in the post, batch 128 assumed",
-                    extra={"solve_batch": True}))
+                    "as above; 'high QPS' not quantified in the post, batch 128 assumed", group="blog-sharegpt",
+                    known=False))
     cnn = dict(gpu=h100, model="Llama-3-70B", tp=4, k=5, method="ngram", context=1000)
     rows.append(Row(blog, "CNN/DailyMail, n-gram", "QPS 1 (batch ≈ 2)", 2.8, dict(cnn, batch=2),
-                    "acceptance not published: calibrated here; k=5, batch 2, 1,000 tokens of context assumed",
-                    calibration_group="blog-cnn", calibrates=True))
+                    "acceptance not published; k=5, batch 2, 1,000 tokens of context assumed",
+                    group="blog-cnn", calibrates=True))
     rows.append(Row(blog, "CNN/DailyMail, n-gram", "high QPS (batch ≈ 128)", 1 / 1.8, dict(cnn, batch=128),
-                    "acceptance from the QPS 1 row; batch 128 assumed", calibration_group="blog-cnn",
-                    extra={"solve_batch": True}))
+                    "batch 128 assumed", group="blog-cnn", known=False))
 
     # EAGLE-3 paper (2503.01840) Table 3: 1×H100, SGLang 0.4.4, Llama-3.1-8B, chain of 3, MT-bench.
     eagle_sglang = dict(gpu=h100, model="Llama-3.1-8B", k=3, method="eagle3", context=500)
     for batch, published in ((2, 1.81), (4, 1.82), (8, 1.62), (16, 1.48), (24, 1.39), (32, 1.32), (48, 1.38),
                              (56, 1.34), (64, 1.38)):
         rows.append(Row("EAGLE-3 Table 3", "H100, SGLang, Llama-3.1-8B, chain 3", f"batch {batch}", published,
-                        dict(eagle_sglang, batch=batch),
-                        "acceptance calibrated on batch 2; 500 tokens of context assumed (MT-bench)",
-                        calibration_group="eagle3-sglang", calibrates=batch == 2))
+                        dict(eagle_sglang, batch=batch), "500 tokens of context assumed (MT-bench)",
+                        group="eagle3-sglang", calibrates=batch == 2))
 
     # EAGLE-3 paper Table 5: RTX 3090, vLLM, chain of 2. The model is assumed to be Llama-3.1-8B.
     eagle_vllm = dict(gpu=RTX_3090, model="Llama-3.1-8B", k=2, context=500)
@@ -98,236 +86,279 @@ def build_rows() -> list[Row]:
         for batch, published in points:
             rows.append(Row("EAGLE-3 Table 5", f"RTX 3090, vLLM, {label}, chain 2", f"batch {batch}", published,
                             dict(eagle_vllm, method=method, batch=batch),
-                            "acceptance calibrated on batch 2; model (Llama-3.1-8B) and context assumed",
-                            calibration_group=group, calibrates=batch == 2,
+                            "model (Llama-3.1-8B) and context assumed", group=group, calibrates=batch == 2,
+                            known=False,
                             extra={"published_crossover": "24–32"} if method == "eagle" else {}))
 
-    # MagicDec (2408.11049): Llama-3.1-8B self-speculation with a StreamingLLM draft, 32K context, 8 GPUs.
+    # MagicDec (2408.11049): Llama-3.1-8B self-speculation with a StreamingLLM draft (the target with a
+    # 512-token KV budget), 32K context, 8 GPUs. α published; no low-load row: prior only.
     for gpu, points in ((a100, ((32, 1.22), (64, 1.38), (128, 1.47))), (h100, ((32, 1.23), (64, 1.43)))):
         for batch, published in points:
             gamma = 3 if batch == 32 else 4  # "optimal γ rises with batch (3→4)"
-            ratio = _self_spec_ratio(gpu, "Llama-3.1-8B", 8, batch, 32000, 512)
             rows.append(Row("MagicDec", f"8×{gpu.name}, Llama-3.1-8B self-spec, 32K", f"batch {batch}", published,
-                            dict(gpu=gpu, model="Llama-3.1-8B", tp=8, k=gamma, method="draft", draft_ratio=ratio,
-                                 context=32000, acceptance_length=perf.expected_length(0.80, gamma), batch=batch),
-                            f"acceptance α = 0.80 (paper: 0.84→0.79 for 4K→100K); γ={gamma}; TP 8 and a 512-token "
-                            f"draft KV budget assumed; r = {ratio:.3f} from the step-time prior"))
+                            dict(gpu=gpu, model="Llama-3.1-8B", tp=8, k=gamma, method="draft",
+                                 draft_model="Llama-3.1-8B", draft_context=512, context=32000, alpha=0.80,
+                                 batch=batch),
+                            f"α = 0.80 (paper: 0.84→0.79 for 4K→100K); γ={gamma}; TP 8 and a 512-token draft KV "
+                            "budget assumed; no low-load row: prior only"))
+    # MagicDec with a TinyLlama draft: acceptance not published and no low-load row to calibrate on.
     for batch, published in ((32, 1.29), (64, 1.57), (128, 1.66)):
-        ratio = _small_draft_ratio(a100, "Llama-2-7B", "TinyLlama-1.1B", 8, batch, 8000)
         rows.append(Row("MagicDec", "8×A100, Llama-2-7B + TinyLlama-1.1B, 8K", f"batch {batch}", published,
-                        dict(gpu=a100, model="Llama-2-7B", tp=8, k=3, method="draft", draft_ratio=ratio, context=8000,
-                             batch=batch),
-                        f"acceptance calibrated on batch 32; γ=3, TP 8 assumed; r = {ratio:.3f} from the priors",
-                        calibration_group="magicdec-tinyllama", calibrates=batch == 32))
+                        dict(gpu=a100, model="Llama-2-7B", tp=8, k=3, method="draft", draft_model="TinyLlama-1.1B",
+                             context=8000, batch=batch),
+                        "acceptance not published and no low-load row: not scored (shape only, L fitted to "
+                        "batch 32)", group="magicdec-tinyllama", calibrates=batch == 32, known=False, scored=False))
 
     # vLLM PR #26504 comment: Qwen2.5-7B fp16 target, AWQ (4-bit) self-draft, A40, ShareGPT, greedy, k=4.
     for batch, published in ((1, 1.67), (32, 735 / 868)):
-        ratio = _small_draft_ratio(A40, "Qwen2.5-7B", "Qwen2.5-7B", 1, batch, 600, draft_dtype="int4")
         rows.append(Row("vLLM PR #26504", "A40, Qwen2.5-7B + AWQ self-draft, k=4", f"batch {batch}", published,
-                        dict(gpu=A40, model="Qwen2.5-7B", k=4, method="draft", draft_ratio=ratio, context=600,
-                             acceptance_rate=0.88, batch=batch),
-                        f"acceptance 0.86–0.91 (0.88 used); 600 tokens of context assumed; r = {ratio:.3f} from the "
-                        "int4 vs bf16 priors"))
+                        dict(gpu=A40, model="Qwen2.5-7B", k=4, method="draft", draft_model="Qwen2.5-7B",
+                             draft_dtype="int4", dtype="fp16", context=600, acceptance_rate=0.88, batch=batch),
+                        "acceptance 0.86–0.91 (0.88 used); 600 tokens of context assumed",
+                        group="pr26504", calibrates=batch == 1))
 
     # SpecDecode-Bench (2601.11580, 2nd): H100, vLLM 0.10.1.1, EAGLE, k=3.
     for model_name, tp, setup, points in (
         ("Llama-3.1-8B", 1, "H100, vLLM, EAGLE Llama-3.1-8B, GSM8K", ((1, 1.73), (128, 1.21))),
         ("Llama-3-70B", 4, "H100, vLLM, EAGLE Llama-3-70B, ShareGPT", ((1, 1.96), (128, 1.72))),
     ):
-        group = f"specbench-{model_name}"
         for batch, published in points:
             rows.append(Row("SpecDecode-Bench (2nd)", setup, f"batch {batch}", published,
                             dict(gpu=h100, model=model_name, tp=tp, k=3, method="eagle", batch=batch, context=600),
-                            f"acceptance calibrated on batch 1; TP {tp} and 600 tokens of context assumed",
-                            calibration_group=group, calibrates=batch == 1))
+                            f"TP {tp} and 600 tokens of context assumed",
+                            group=f"specbench-{model_name}", calibrates=batch == 1))
     return rows
 
 
-def _calibrated_length(row: Row) -> float:
-    """The acceptance length at which the model reproduces the row's published speedup."""
-    unknown = predict(**{key: value for key, value in row.inputs.items()
-                         if key not in ("acceptance_length", "acceptance_rate")})
-    return row.published * unknown["details"]["required_acceptance_length"]
+_ACCEPTANCE = ("acceptance_length", "acceptance_rate", "alpha")
 
 
-MATCH_MAX_BATCH = 4096.0
+def _speedup(inputs: dict[str, Any]) -> float:
+    return predict(**inputs)["verdict"]["expected_speedup"]
 
 
-def _batch_matching(inputs: dict[str, Any], target: float, max_batch: float = MATCH_MAX_BATCH) -> float | None:
-    """The batch at which the model's speedup falls to the published value (bisection on predict;
-    the speedup falls with batch once past the knee). None if it never gets that low."""
+def _calibrate(row: Row) -> tuple[str, float]:
+    """One number fitted to a calibration row: the draft cost scale when acceptance is published and
+    there is a drafter to scale, else the acceptance length."""
+    inputs = dict(row.inputs)
+    has_acceptance = any(key in inputs for key in _ACCEPTANCE)
+    if has_acceptance and inputs.get("method") not in ("ngram", "suffix"):
+        low, high = 0.05, 50.0
 
-    def speedup_at(batch: float) -> float:
-        return predict(**dict(inputs, batch=batch))["verdict"]["expected_speedup"]
+        def at(scale: float) -> float:
+            return _speedup(dict(inputs, draft_scale=scale))
 
-    low, high = 1.0, max_batch
-    if speedup_at(high) > target or speedup_at(low) < target:
-        return None
-    for _ in range(40):
-        middle = math.sqrt(low * high)
-        if speedup_at(middle) > target:
-            low = middle
-        else:
-            high = middle
-    return math.sqrt(low * high)
+        if at(low) >= row.published >= at(high):
+            for _ in range(60):
+                middle = math.sqrt(low * high)
+                if at(middle) > row.published:
+                    low = middle
+                else:
+                    high = middle
+            return "draft_scale", math.sqrt(low * high)
+    unknown = predict(**{key: value for key, value in inputs.items() if key not in _ACCEPTANCE})
+    return "acceptance_length", row.published * unknown["details"]["required_acceptance_length"]
 
 
 @dataclass(frozen=True)
 class Outcome:
     row: Row
-    length: float
-    length_note: str
+    inputs: dict[str, Any]
+    note: str
     predicted: float
     verdict: str
+    confidence: float
+    carried_by: str
     crossover: float | None
     calibration: bool
-    matching_batch: float | None = None
-    floor_speedup: float | None = None  # the model's speedup at MATCH_MAX_BATCH, for rows it cannot match
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted / self.row.published
+
+    @property
+    def within(self) -> bool:
+        return abs(self.ratio - 1.0) <= WITHIN
+
+    @property
+    def direction_right(self) -> bool:
+        published = self.row.published
+        if published <= LOSS:
+            return self.predicted < 1.0
+        if published >= GAIN:
+            return self.predicted > 1.0
+        return abs(self.predicted - 1.0) <= 0.1
 
 
 def evaluate(rows: list[Row]) -> list[Outcome]:
-    calibrated: dict[str, float] = {}
+    calibrated: dict[str, tuple[str, float]] = {}
     for row in rows:
-        if row.calibrates and row.calibration_group:
-            calibrated[row.calibration_group] = _calibrated_length(row)
+        if row.calibrates and row.group:
+            calibrated[row.group] = _calibrate(row)
     outcomes = []
     for row in rows:
         inputs = dict(row.inputs)
         note = ""
-        if row.calibration_group:
-            k = inputs["k"]
-            length = calibrated[row.calibration_group]
-            note = f"L = {length:.2f} (calibrated)"
-            if length > k + 1:
-                # No acceptance reaches the published number with this k under the model: a miss
-                # in itself; use the ceiling so the other rows still say something.
-                note = f"L = {k + 1} (ceiling; calibration wanted {length:.2f})"
-                length = k + 1
-            inputs["acceptance_length"] = length
+        if row.group in calibrated:
+            what, value = calibrated[row.group]
+            if what == "draft_scale":
+                inputs["draft_scale"] = value
+                note = f"draft cost × {value:.2f} (calibrated)"
+            else:
+                k = inputs["k"]
+                for key in _ACCEPTANCE:
+                    inputs.pop(key, None)
+                if value > k + 1:
+                    note = f"L = {k + 1} (ceiling; calibration wanted {value:.2f})"
+                    value = k + 1
+                else:
+                    note = f"L = {value:.2f} (calibrated)"
+                inputs["acceptance_length"] = value
         result = predict(**inputs)
         verdict = result["verdict"]
-        solve = bool(row.extra.get("solve_batch"))
-        matching = _batch_matching(inputs, row.published) if solve else None
-        floor = (
-            predict(**dict(inputs, batch=MATCH_MAX_BATCH))["verdict"]["expected_speedup"]
-            if solve and matching is None
-            else None
-        )
-        outcomes.append(
-            Outcome(
-                row=row,
-                length=result["inputs"]["acceptance_length"],
-                length_note=note or f"L = {result['inputs']['acceptance_length']:.2f}",
-                predicted=verdict["expected_speedup"],
-                verdict=verdict["speculation"],
-                crossover=verdict["crossover_concurrency"],
-                calibration=row.calibrates,
-                matching_batch=matching,
-                floor_speedup=floor,
-            )
-        )
+        if not note:
+            note = f"L = {result['inputs']['acceptance_length']:.2f} (published)"
+        outcomes.append(Outcome(row, inputs, note, verdict["expected_speedup"], verdict["speculation"],
+                                verdict["confidence"], result["details"]["carried_by"],
+                                verdict["crossover_concurrency"], row.calibrates))
     return outcomes
+
+
+def _scored(outcomes: list[Outcome]) -> list[Outcome]:
+    return [o for o in outcomes if not o.calibration and o.row.scored]
 
 
 def _table(outcomes: list[Outcome]) -> list[str]:
     lines = [
-        "| # | source | setup | load | published | predicted | pred/pub | verdict | acceptance | assumptions |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| # | source | setup | load | published | predicted | pred/pub | verdict (confidence) | carried by | "
+        "calibration | assumptions |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for index, outcome in enumerate(outcomes, 1):
-        row = outcome.row
-        ratio = "calibration" if outcome.calibration else f"{outcome.predicted / row.published:.2f}"
+    for index, o in enumerate(outcomes, 1):
+        row = o.row
+        ratio = "calibration" if o.calibration else (f"{o.ratio:.2f}" if row.scored else f"({o.ratio:.2f}, unscored)")
         lines.append(
-            f"| {index} | {row.source} | {row.setup} | {row.load} | {row.published:.2f}× | {outcome.predicted:.2f}× | "
-            f"{ratio} | {outcome.verdict} | {outcome.length_note} | {row.assumptions} |"
+            f"| {index} | {row.source} | {row.setup} | {row.load} | {row.published:.2f}× | {o.predicted:.2f}× | "
+            f"{ratio} | {o.verdict} ({o.confidence:.2f}) | {o.carried_by} | {o.note} | {row.assumptions} |"
         )
     return lines
 
 
-def _summary(outcomes: list[Outcome]) -> list[str]:
-    tested = [outcome for outcome in outcomes if not outcome.calibration]
-    errors = [math.log(outcome.predicted / outcome.row.published) for outcome in tested]
-    within_20 = sum(1 for error in errors if abs(error) <= math.log(1.2))
-    # Direction: does the verdict agree with whether the published run gained (>1.05), lost (<0.95)
-    # or was a wash?
-    def published_state(value: float) -> str:
-        return "on" if value >= 1.05 else "off" if value <= 0.95 else "hold"
+def _spearman(x: list[float], y: list[float]) -> float:
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        for rank, i in enumerate(order):
+            result[i] = float(rank)
+        return result
 
-    agree = sum(1 for outcome in tested if published_state(outcome.row.published) == outcome.verdict)
-    geometric = math.exp(sum(abs(error) for error in errors) / len(errors))
+    rx, ry = ranks(x), ranks(y)
+    n = len(x)
+    mx, my = sum(rx) / n, sum(ry) / n
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    vy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (vx * vy) if vx and vy else 0.0
+
+
+def level_error(outcomes: list[Outcome]) -> float:
+    """RMS of ln(predicted / published) over the scored rows: the prior's measured level error."""
+    errors = [math.log(o.ratio) for o in _scored(outcomes)]
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def _summary(outcomes: list[Outcome]) -> list[str]:
+    scored = _scored(outcomes)
+    slowdowns = [o for o in scored if o.row.published <= LOSS]
+    gains = [o for o in scored if o.row.published > LOSS]
+    known_slowdowns = [o for o in slowdowns if o.row.known]
+    within = sum(o.within for o in scored)
     lines = [
-        f"- Predicted rows (calibration rows excluded): {len(tested)}.",
-        f"- Within ±20 % of the published speedup: {within_20} of {len(tested)}.",
-        f"- Mean absolute error, as a factor: {geometric:.2f}×.",
-        f"- Verdict agrees with the published direction (gain ≥ 1.05, loss ≤ 0.95, else hold): {agree} of {len(tested)}.",
+        f"- Scored rows (calibration and unscored rows excluded): {len(scored)}.",
+        f"- Within ±{WITHIN:.0%} of the published speedup: {within} of {len(scored)} "
+        f"({within / len(scored):.0%}).",
+        f"- Slowdown rows: {len(slowdowns)}; predicted below 1 on {sum(o.direction_right for o in slowdowns)}; "
+        f"within ±{WITHIN:.0%} on {sum(o.within for o in slowdowns)}. Slowdown rows whose configuration is fully "
+        f"published: {len(known_slowdowns)}, direction right on {sum(o.direction_right for o in known_slowdowns)}.",
+        f"- Gain and wash rows: {len(gains)}; direction right on {sum(o.direction_right for o in gains)}; "
+        f"within ±{WITHIN:.0%} on {sum(o.within for o in gains)}.",
+        f"- Level error (RMS of ln(predicted/published) over scored rows): {level_error(outcomes):.3f}; "
+        f"`specwatch.perf.decision.PRIOR_LEVEL_ERROR` = {perf.PRIOR_LEVEL_ERROR}.",
     ]
+    errors = [abs(math.log(o.ratio)) for o in scored]
+    confidences = [o.confidence for o in scored]
+    rho = _spearman(confidences, errors)
+    misses = [o for o in scored if not o.direction_right]
+    hits = [o for o in scored if o.direction_right]
+    mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
+    lines.append(
+        f"- How confidence ranks the misses: Spearman rank correlation between confidence and |ln error| over "
+        f"the scored rows is {rho:+.2f} (negative: the less confident rows are the bigger misses). Rows with the "
+        f"direction wrong: {len(misses)}, mean confidence {mean([o.confidence for o in misses]):.2f}; rows with it "
+        f"right: mean confidence {mean([o.confidence for o in hits]):.2f}."
+    )
     seen: set[str] = set()
-    for outcome in outcomes:
-        if outcome.matching_batch is not None:
-            lines.append(
-                f"- {outcome.row.setup}, {outcome.row.load}: the model reaches the published "
-                f"{outcome.row.published:.2f}× only at batch ≈ {outcome.matching_batch:.0f}."
-            )
-        if outcome.floor_speedup is not None:
-            lines.append(
-                f"- {outcome.row.setup}, {outcome.row.load}: the model never falls to the published "
-                f"{outcome.row.published:.2f}×; at batch {MATCH_MAX_BATCH:.0f} it still says {outcome.floor_speedup:.2f}×."
-            )
-        crossover = outcome.row.extra.get("published_crossover")
-        if crossover and outcome.crossover is not None and outcome.row.setup not in seen:
-            seen.add(outcome.row.setup)
-            lines.append(
-                f"- {outcome.row.setup}: published crossover batch {crossover}, predicted "
-                f"{outcome.crossover:.0f}."
-            )
+    for o in outcomes:
+        crossover = o.row.extra.get("published_crossover")
+        if crossover and o.row.setup not in seen:
+            seen.add(o.row.setup)
+            said = f"{o.crossover:.0f}" if o.crossover is not None else "none"
+            lines.append(f"- {o.row.setup}: published crossover batch {crossover}, predicted {said}.")
+    tiny = [o for o in outcomes if o.row.group == "magicdec-tinyllama"]
+    if tiny:
+        lines.append(
+            "- MagicDec TinyLlama (unscored, shape only): published " + " → ".join(f"{o.row.published:.2f}" for o in tiny)
+            + " from batch 32 to 128; the model says " + " → ".join(f"{o.predicted:.2f}" for o in tiny) + "."
+        )
     return lines
 
 
 ANALYSIS = """\
-## Where the model misses, and why
+## What the terms do, and where the model still misses
 
-The datasheet prior is right in shape and off in level (model.md §0 expects 20–70 %). The rows
-above show where the shape itself is too simple. Note that a calibrated acceptance length is an
-*effective* L: it absorbs whatever the model leaves out at the calibration load (e.g. the EAGLE-3
-SGLang rows calibrate to L ≈ 2.1 for a chain of 3, well below what EAGLE-3 accepts, because real
-draft overhead at batch 2 is larger than r = 0.05).
+Each row names the term that moves ln S the most (`carried by`): *acceptance* when the gain is
+what it is because of L, else the largest cost — *verify compute* (the target's step at b·(k+1)
+tokens against b, which holds the per-token engine cost and the knee), *draft* (the drafter's
+own forwards: a head's share, or a draft model's roofline with its dtype and KV), *verification
+attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequences held).
 
-- **High-QPS slowdowns (vLLM blog).** The model gets the direction wrong at the assumed batch of
-  128 and cannot reproduce the published slowdowns at any batch: its compute-bound floor is
-  L / (k+1 + k·r), which with k = 5 stays above 1/1.4 (draft) and close to 1/1.8 (n-gram). Losses
-  that deep need costs that grow with tokens per step beyond the GEMMs: the V0 engine's proposer
-  and rejection-sampler work per token, and the memory that draft KV and k+1 slots per sequence
-  take, which shrinks the batch the engine can hold and turns load into queueing and preemption.
-  None of that is in T(N, C). The low-QPS draft-model row is over-predicted for a related reason:
-  with a 53.5 % acceptance rate the published 1.5× implies r ≈ 0.3 per draft token, while the model
-  prices a 0.5B draft at bytes + 0.05 ≈ 0.057. V0 ran the draft step by step through the full
-  scheduler; set `--draft-ratio` from a measurement when you have one.
-- **Per-token overheads before the knee (EAGLE-3 Table 3, SGLang).** Measured speedups fall from
-  1.8× at batch 2 to ~1.35× by batch 24, although 24 × 4 = 96 tokens per step is far below the
-  H100 knee. The prior's only per-token term is a 2 µs sampling/bookkeeping cost, so it keeps the
-  speedup nearly flat to ~250 tokens per step (over-predicting by up to a third at batch 16–32) and
-  then falls. Small-M GEMM inefficiency, tree/rejection kernels and scheduler work grow with tokens
-  per step well before the roofline knee; the online hinge fit's `per_token` term is there to learn
-  exactly this from the node, which the datasheet cannot know.
-- **Quantised self-draft on the A40 (vLLM PR #26504).** The worst miss: the model says 1.8× at
-  batch 32 where the measurement lost 15 %. The draft is priced by its int4 bytes, but AWQ kernels
-  dequantise on the fly and become compute-heavy as the batch grows, so the draft's cost rises with
-  load much faster than a bytes ratio; acceptance alone (0.86–0.91, flat) would never have flagged
-  it, which is the PR's point and the reason specwatch measures step times rather than trusting r.
-- **Long context (MagicDec).** The mechanism is right: KV reads keep verification cheap and the
-  predicted speedup *grows* with batch, as published. The level is high by 1.3–1.5× for
-  self-speculation, which rests on assumed inputs (α = 0.80, a 512-token draft KV budget, TP 8) and
-  ignores that verification attention over k+1 query tokens is not free in practice (model.md
-  §5.4's ν ≈ 1–2). With a TinyLlama draft the level is close and the rise with batch a little slow.
-- **Where it works.** On the RTX 3090 (a low-ridge GDDR part) the calibrated model lands within
-  ~10 % at batch 56 and puts the EAGLE-1 crossover inside the published 24–32. SpecDecode-Bench's
-  8B row at batch 128 is within ~6 %; its 70B row is under-predicted (a secondary source; ShareGPT
-  contexts there are likely longer than the 600 tokens assumed, which would keep verification
-  cheaper).
+- **Calibration is one number per source, at its lowest load.** Where acceptance is published,
+  that number is the draft's cost scale (e.g. the V0 engine ran a 0.5B draft several times slower
+  than its roofline); where it is not, an *effective* acceptance length that also absorbs what the
+  model leaves out at that load. Nothing is fitted to a scored row.
+- **Per-token engine cost before the knee (EAGLE-3 Table 3).** The prior now carries half the GEMM
+  math time per token on top of the weight read (small-M GEMMs reach 40–70 % of the tensor peak),
+  so the speedup falls from batch 2 onward rather than staying flat to the knee.
+- **Draft models.** A draft model is priced by its own roofline at the current batch, and its first
+  forward catches up over the b·(k+1) positions just verified (vLLM V1), so its cost grows with load
+  faster than its bytes ratio: this is what turns the A40 AWQ self-draft (vLLM PR #26504) into a loss
+  at batch 32 once its low-load cost is calibrated.
+- **Where it still misses.** The V0-era n-gram high-QPS row of the vLLM blog lost far more (0.56×)
+  than the model's 0.9×: its batch is not published, and queueing, preemption and the V0 proposer's
+  per-step scheduling are beyond a per-step model; the direction is right. SpecDecode-Bench's batch
+  128 rows (a secondary source) gained 1.2–1.7× where the model says a slight loss: with the 600
+  tokens of context assumed the verify step at 512 tokens is past the H100 knee, while ShareGPT and
+  GSM8K contexts and vLLM 0.10's batch shapes may keep it cheaper; those rows carry the lowest
+  confidence of the table (0.60). The RTX 3090 EAGLE-3 wash at batch 56 (1.01×) is predicted as a
+  loss (0.81×), inside the model's level error. MagicDec's self-speculation rows rest on an assumed
+  draft (a 512-token KV budget, TP 8) and are scored on the prior alone; its TinyLlama rows rise with
+  batch more slowly in the model than published (unscored: their acceptance is not published).
 
-The lesson the tool acts on: use `predict` for the shape (where the knee is, how context and k move
-the crossover) and for a first verdict, and trust the live fit of T(N, C) from the node's own steps
-for the level.
+Points found but not scored (a needed input is not published, or the model has no term for them):
+
+- vLLM issue #49548 (comment, H100 NVL, vLLM 0.27.1, gemma-4-31B FP8, 400 tokens of context): with
+  dynamic speculation enabled but a schedule of k = 0, TPOT rose 6.6 % at concurrency 2 and 21.6 % at
+  189 (0.94× and 0.82×). That is a cost of the speculation machinery itself, growing with the batch
+  and paid with no drafts at all; the model prices speculation only through its drafts and
+  verification, and k = 0 means "off" to it.
+- SGLang issue #6949: QwQ-32B with an EAGLE head gained 1.43× at TP 1 (30 vs 21 tokens/s) and lost
+  at TP 4 (59 vs 61). The GPU is not stated. The model's TP terms (two all-reduces per layer) leave
+  the ratio nearly unchanged with TP, so it would not have called the loss.
+- vLLM issue #17984: a Llama-1B draft on Llama-70B reverses at batch 32 (figure only; GPU and k not
+  stated).
+
+Use `predict` for the shape (where the knee is, how context, k and the draft move the crossover) and
+for a first verdict; the live fit of T(N, C) from the node's own steps sets the level.
 """
 
 
@@ -337,10 +368,12 @@ def render(outcomes: list[Outcome]) -> str:
         "",
         "Generated by `python benchmarks/published.py`; do not edit by hand. Each row runs",
         "`specwatch.predict.predict()` on the configuration the source describes. Speedups are",
-        "per-sequence decode speedups over the same engine without speculation (a 1.4× slowdown is",
-        "0.71×). Where a source does not publish acceptance, it is calibrated on one of its rows",
-        "(marked *calibration*: predicted = published by construction) and the source's other rows are",
-        "predictions. Assumed inputs are listed per row.",
+        "decode speedups over the same engine without speculation (a 1.4× slowdown is 0.71×).",
+        "",
+        "Hold-out: each source's lowest-load row (batch ≤ 4) is its calibration row (one number fitted:",
+        "the draft's cost scale when acceptance is published, else the acceptance length) and is left",
+        "out of every count; all other rows are predictions. Slowdown rows are counted apart from gains.",
+        "Confidence is the decision's chance that the direction (gain or loss) is right.",
         "",
         "## Table",
         "",
@@ -358,7 +391,7 @@ def render(outcomes: list[Outcome]) -> str:
 def main() -> int:
     outcomes = evaluate(build_rows())
     OUTPUT.write_text(render(outcomes), encoding="utf-8")
-    print(f"wrote {OUTPUT} ({len(outcomes)} rows)")
+    print(f"wrote {OUTPUT} ({len(outcomes)} rows); level error {level_error(outcomes):.3f}")
     return 0
 
 

@@ -42,7 +42,16 @@ TTFT_RISE = 1.5
 UNCONFIGURED_K = 3
 EASY_LENGTH = 1.5
 HARD_LENGTH = 2.5
-MAX_BATCH = 1024.0
+# Relative spread of one draft's accepted count around L (so L's error over D drafts is this / √D).
+ACCEPTANCE_SPREAD = 0.5
+# Lifetime acceptance stands in for the window's: it may have drifted.
+STALE_ACCEPTANCE_ERROR = 0.3
+# What an assumed draft cost adds: r could be anything from a lookup's 0 to a draft model's 0.3.
+METHOD_ASSUMED_ERROR = 0.2
+MAX_CONFIDENCE = 0.99
+# KV cache usage from which, with requests waiting, the cache is what limits the batch.
+KV_FULL_USAGE = 0.9
+UNCONFIGURED_CONFIDENCE_CAP = 0.6
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
 UNSIZED_DRAFT_RATIO = 0.1
 
@@ -78,6 +87,26 @@ class AdvisorInputs:
     context_per_sequence: float
     stale_acceptance: bool
     prior_words: str
+    pricing: perf.DraftPricing | None = None
+    waiting: float = 0.0
+    kv_capacity_tokens: float | None = None  # only when the KV cache limits the batch (full, requests waiting)
+
+    def decision_inputs(self, *, length: float | None = None, running: float | None = None,
+                        extra_level_error: float = 0.0, **overrides: Any) -> perf.DecisionInputs:
+        """These inputs as the shared decision takes them (tune and the tests call it too)."""
+        fitted = isinstance(self.step_model, perf.StepTimeFit) and self.step_model.n_samples > 0
+        values: dict[str, Any] = dict(
+            step_model=self.step_model, k=self.k,
+            draft=self.pricing or perf.DraftPricing(self.method, "ratio", self.draft_ratio, "advisor"),
+            running=self.running if running is None else running, length=length, rates=self.per_position,
+            context_per_sequence=self.context_per_sequence, waiting=self.waiting,
+            kv_budget_bytes=self.kv_capacity_tokens,
+            target_kv_bytes_per_token=1.0 if self.kv_capacity_tokens else 0.0,  # capacity counted in tokens
+            observed_with_speculation=True, fitted_on_speculative_steps=fitted,
+            extra_level_error=extra_level_error,
+        )
+        values.update(overrides)
+        return perf.DecisionInputs(**values)
 
 
 @dataclass(frozen=True)
@@ -296,7 +325,7 @@ class Advisor:
         gpu = self._gpu_spec(gpus)
         k = tw.k
         cost, method = self._draft_cost()
-        r = cost.ratio if cost else 0.05
+        r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
         prior, prior_words = self._prior(gpu, figures)
         step_model = self._step_model(time, prior)
@@ -330,16 +359,27 @@ class Advisor:
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         length = acc.acceptance_length
         k = k or max(1, len(acc.per_position))
+        pricing = self._pricing(cost, method)
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
-                                         running, context_per_seq, stale_acceptance, prior_words)
-        if cost is None:
-            reasons.append("speculation method unknown (pass --method): assumed a draft head, r ≈ 0.05")
+                                         running, context_per_seq, stale_acceptance, prior_words,
+                                         pricing=pricing, waiting=figures.waiting or 0.0,
+                                         kv_capacity_tokens=_kv_limit(figures))
+        extra = self._extra_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
+        prompt, output = _per_request(figures)
+        try:
+            decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra,
+                                                                    prompt_tokens=prompt, output_tokens=output))
+        except ValueError as exc:
+            reasons.insert(0, f"no decision from these readings: {exc}")
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+        if pricing.assumed:
+            reasons.append(f"speculation {perf.UNKNOWN_METHOD_WORDS} (pass --method)")
             flags.append("method_assumed")
-        low_be = perf.break_even_length(k, r)
-        be_here = perf.break_even_length_at_load(step_model, running, k, r, context_per_seq)
-        s_now = perf.speedup(step_model, running, k, length, r, context_per_seq)
-        crossover = perf.crossover_concurrency(step_model, k, length, r, context_per_seq, MAX_BATCH)
-        method_words = _method_words(method)
+        low_be = decision.low_load_break_even
+        be_here = decision.break_even_length
+        s_now = decision.expected_speedup
+        crossover = decision.crossover
+        method_words = pricing.words if method or pricing.assumed else _method_words(method)
 
         if acc.acceptance_rate is not None and acc.acceptance_rate < MISALIGNED_RATE \
                 and acc.drafts >= MISALIGNED_MIN_DRAFTS:
@@ -353,32 +393,36 @@ class Advisor:
         reasons.insert(
             0,
             f"acceptance length {length:.2f} is {relation} break-even {be_here:.2f}{at_load} for {method_words} "
-            f"with k={k}" + (f" (1 + k·r = {low_be:.2f} at low load)" if abs(be_here - low_be) > 0.005 else ""),
+            f"with k={k}" + (f" ({low_be:.2f} at low load)" if abs(be_here - low_be) > 0.005 else ""),
         )
         n_verify = running * (k + 1)
         reasons.append(self._load_words(running, k, n_verify, step_model, gpu, figures))
-        reasons.append(f"expected speedup {s_now:.2f}× at this load")
+        reasons.append(f"expected speedup {s_now:.2f}× at this load"
+                       + (" (throughput at the batch each mode holds: requests are waiting)"
+                          if figures.waiting else ""))
         if crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
         elif crossover.state == "never_pays":
             reasons.append("it would not pay even with one request running")
         else:
-            reasons.append(f"it keeps paying up to {MAX_BATCH:.0f} running")
-        best = None
-        if acc.per_position:
-            best = perf.best_k(step_model, running, r, context_per_seq, rates=acc.per_position)
-            if best.k != k and best.speedup > s_now * (1 + self.config.hysteresis):
-                if best.k == 0:
-                    reasons.append("no shorter chain pays here either")
-                else:
-                    reasons.append(f"k={best.k} would do better here: {best.speedup:.2f}× "
-                                   f"(L={best.length:.2f} from the per-position rates)")
+            reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
+        reasons.extend(decision.reasons)
+        if decision.request_speedup is not None and "prefill_tax" in flags:
+            reasons.append(f"end to end, with {prompt:.0f} prompt and {output:.0f} output tokens per request: "
+                           f"{decision.request_speedup:.2f}× (the prefill gains nothing)")
+        best = decision.best_k if acc.per_position else None
+        if best is not None and best.k != k and best.speedup > s_now * (1 + self.config.hysteresis):
+            if best.k == 0:
+                reasons.append("no shorter chain pays here either")
+            else:
+                reasons.append(f"k={best.k} would do better here: {best.speedup:.2f}× "
+                               f"(L={best.length:.2f} from the per-position rates)")
         if stale_acceptance:
             reasons.append("no drafts in this window: acceptance is the lifetime figure")
             flags.append("stale_acceptance")
 
         state = self._hysteresis(s_now, reasons)
-        confidence = self._confidence(s_now, step_model, n_verify, acc.drafts, gpu, cost, stale_acceptance)
+        confidence = self._confidence(decision)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")
             reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
@@ -387,32 +431,56 @@ class Advisor:
         return self._verdict(state, confidence, time, reasons, bound, flags, tw, running=running,
                              expected=s_now, be=be_here, low_be=low_be,
                              crossover=crossover.concurrency, length=length,
-                             best=best, change=change, details={"prior": prior_words})
+                             best=best, change=change,
+                             details={"prior": prior_words, "carried_by": decision.carried_by,
+                                      "level_error": decision.level_error,
+                                      "request_speedup": decision.request_speedup})
+
+    def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
+        """The draft's pricing for the decision: the same as predict's for the same method."""
+        if cost is None:
+            return perf.draft_pricing(None)
+        if cost.basis != "given" and cost.method in ("ngram", "suffix", "eagle", "eagle3", "mtp", "medusa"):
+            return perf.draft_pricing(cost.method)
+        return perf.DraftPricing(cost.method, "ratio", cost.ratio, cost.basis)
 
     def _unconfigured(self, tw, figures, step_model, running, context_per_seq, r, cost, reasons, bound, flags,
                       time, gpu, prior_words) -> Verdict:
         k = UNCONFIGURED_K
-        needed = perf.break_even_length_at_load(step_model, running, k, r, context_per_seq)
-        method_words = _method_words(self.config.method) if cost else "a draft head (r ≈ 0.05)"
+        pricing = self._pricing(cost, cost.method if cost else None)
+        try:
+            decision = perf.decide(perf.DecisionInputs(
+                step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
+                waiting=figures.waiting or 0.0, kv_budget_bytes=_kv_limit(figures),
+                target_kv_bytes_per_token=1.0 if _kv_limit(figures) else 0.0,
+                extra_level_error=self._extra_error(None, gpu, False, pricing.assumed)))
+        except ValueError as exc:
+            reasons.insert(0, f"no decision from these readings: {exc}")
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+        needed = decision.break_even_length
+        method_words = pricing.words if cost else f"a drafter ({perf.UNKNOWN_METHOD_WORDS})"
         reasons.insert(0, f"speculation is not configured: at {running:.0f} running, {method_words} with k={k} "
                           f"would pay above an acceptance length of {needed:.2f} (at most {k + 1} is possible)")
         reasons.append(self._load_words(running, k, running * (k + 1), step_model, gpu, figures))
+        reasons.extend(decision.reasons)
         if needed <= EASY_LENGTH:
             state, change = ON, True
             reasons.append(f"typical drafters reach L ≈ {EASY_LENGTH}–{HARD_LENGTH + 1:.1f}: "
                            "speculation would likely pay here")
+            confidence = perf.direction_confidence(EASY_LENGTH / needed, decision.level_error)
         elif needed >= HARD_LENGTH:
             state, change = OFF, False
             reasons.append(f"few drafters reach L ≈ {needed:.1f} at k={k}: keep speculation off at this load")
+            confidence = perf.direction_confidence(HARD_LENGTH / needed, decision.level_error)
         else:
             state, change = UNKNOWN, False
             reasons.append("whether it pays depends on the drafter's acceptance on this traffic: measure it "
                            "(specwatch sweep) before turning it on")
-        confidence = 0.5 * step_model.confidence(running * (k + 1)) if state != UNKNOWN else 0.0
-        if gpu is None:
-            confidence *= 0.6
-        return self._verdict(state, min(confidence, 0.6), time, reasons, bound, flags, tw, running=running,
-                             be=needed, change=change, required=needed, details={"prior": prior_words})
+            confidence = 0.0
+        # acceptance is not measured here: a typical drafter's is a guess, so never above 0.6
+        return self._verdict(state, min(confidence, UNCONFIGURED_CONFIDENCE_CAP), time, reasons, bound, flags, tw,
+                             running=running, be=needed, change=change, required=needed,
+                             details={"prior": prior_words})
 
     def _load_words(self, running, k, n_verify, step_model, gpu, figures) -> str:
         knee = step_model.knee_tokens
@@ -478,18 +546,26 @@ class Advisor:
                        f"updates: holding {self.committed} until it is confirmed")
         return HOLD
 
-    def _confidence(self, s_now, step_model, n_verify, drafts, gpu, cost, stale) -> float:
-        margin = 0.5 + 0.5 * min(1.0, abs(math.log(s_now)) / 0.2)
-        data = min(1.0, 0.3 + drafts / 200.0)
-        model_conf = max(0.2, step_model.confidence(n_verify)) ** 0.5
-        confidence = 0.95 * margin * data * model_conf
+    def _extra_error(self, drafts: float | None, gpu: GpuSpec | None, stale: bool,
+                     method_assumed: bool = False) -> float:
+        """What this node's readings add to the step model's level error (σ of ln S): an unidentified
+        GPU, few drafts behind L (its relative error shrinks as 1/√drafts), lifetime acceptance."""
+        parts = []
         if gpu is None:
-            confidence *= 0.7
-        if cost is None:
-            confidence *= 0.8
+            parts.append(perf.decision.UNKNOWN_GPU_ERROR)
+        elif gpu.approximate:
+            parts.append(perf.decision.APPROXIMATE_GPU_ERROR)
+        if drafts is not None:
+            parts.append(ACCEPTANCE_SPREAD / math.sqrt(max(drafts, 1.0)))
         if stale:
-            confidence *= 0.5
-        return float(min(0.95, max(0.0, confidence)))
+            parts.append(STALE_ACCEPTANCE_ERROR)
+        if method_assumed:
+            parts.append(METHOD_ASSUMED_ERROR)
+        return math.sqrt(sum(p * p for p in parts))
+
+    def _confidence(self, decision: perf.Decision) -> float:
+        """The decision's chance that the direction is right, capped: no reading is certain."""
+        return float(min(MAX_CONFIDENCE, max(0.0, decision.confidence)))
 
     def _verdict(self, state, confidence, time, reasons, bound, flags, tw, *, running=None, expected=None,
                  be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,
@@ -515,6 +591,26 @@ class Advisor:
             details=details or {},
             gpu_spec=self._gpu_in_use,
         )
+
+
+def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:
+    """Mean prompt and output tokens of the requests that finished in the window (None, None when
+    none did): what the end-to-end speedup weighs the prefill by."""
+    finished = figures.requests_finished
+    if not finished or finished <= 0 or figures.prompt_tokens_per_s is None or not figures.generation_tokens_per_s:
+        return None, None
+    return (figures.prompt_tokens_per_s * figures.seconds / finished,
+            figures.generation_tokens_per_s * figures.seconds / finished)
+
+
+def _kv_limit(figures: EngineFigures) -> float | None:
+    """The KV cache's size in tokens when it is what limits the batch (requests waiting and the cache
+    near full): then speculation's lookahead slots cost running sequences. None otherwise, when the
+    limit, if any, is the scheduler's and holds both modes at the same batch."""
+    usage = figures.kv_cache_usage
+    if figures.waiting and usage is not None and usage >= KV_FULL_USAGE and figures.kv_capacity_tokens:
+        return figures.kv_capacity_tokens
+    return None
 
 
 def _method_words(method: str | None) -> str:

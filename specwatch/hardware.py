@@ -274,6 +274,30 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         "says A10G shares the A10's 600 GB/s with lower tensor throughput. Calibrate on the node.",
     ),
     GpuSpec(
+        key="A40",
+        name="A40",
+        bf16_flops=149.7 * TERA,
+        fp8_flops=None,
+        memory_bandwidth=696 * GIGA,
+        memory_bytes=48 * GIGA,
+        max_sm_clock_mhz=1740,
+        interconnect_bandwidth=32 * GIGA,  # PCIe 4.0 x16 (an NVLink bridge pairs two cards)
+        source="NVIDIA A40 datasheet: BF16 tensor 149.7 / 299.4*; 696 GB/s GDDR6; 48 GB",
+    ),
+    GpuSpec(
+        key="RTX-3090",
+        name="GeForce RTX 3090",
+        # GeForce Ampere runs FP16/BF16 tensor math with FP32 accumulate at half rate (71 vs 142).
+        bf16_flops=71 * TERA,
+        fp8_flops=None,
+        memory_bandwidth=936 * GIGA,
+        memory_bytes=24 * GIGA,
+        max_sm_clock_mhz=1695,
+        interconnect_bandwidth=32 * GIGA,
+        source="NVIDIA Ampere GA102 GPU architecture whitepaper: RTX 3090 FP16 tensor with FP32 accumulate "
+        "71 dense / 142 sparse; 936 GB/s GDDR6X; 24 GB",
+    ),
+    GpuSpec(
         key="RTX-4090",
         name="GeForce RTX 4090",
         # GeForce parts run FP16/BF16 tensor math with FP32 accumulate at half rate (165.2 vs 330.3);
@@ -365,6 +389,10 @@ def lookup(name: str) -> GpuSpec | None:
         return GPUS["A10G"]
     if has("a10"):
         return GPUS["A10"]
+    if has("a40"):
+        return GPUS["A40"]
+    if has("3090", "rtx3090"):
+        return GPUS["RTX-3090"]
     if has("4090", "rtx4090"):
         return GPUS["RTX-4090"]
     if has("mi300x"):

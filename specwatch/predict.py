@@ -1,18 +1,17 @@
-"""`specwatch predict`: the verdict for a configuration with no live node (DESIGN §5).
+"""`specwatch predict`'s input resolution: from what the user typed to the shared decision's inputs.
 
-It builds the datasheet step-time prior for the model on the GPU, prices the draft, and evaluates
-the speedup at the given concurrency, the break-even acceptance length, the crossover concurrency
-and the bound state, with reasons in plain words. No I/O beyond printing in `run_predict`.
+It parses and checks the figures (refusing non-finite, negative and impossible ones with one line),
+builds the datasheet step-time prior for the model on the GPU and the draft's pricing, and hands
+them to `specwatch.perf.decide`, the decision every command takes; then it words the result. The
+command's flags and exit statuses live in `specwatch.commands.predict`. No I/O here.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from specwatch import perf
@@ -29,19 +28,6 @@ from specwatch.hardware import (
 __all__ = ["PredictInputError", "predict", "add_predict_arguments", "run_predict", "parse_quantity"]
 
 SCHEMA = "specwatch.predict/1"
-# S within ±5 % of 1 is inside the hysteresis band: keep whatever is configured.
-HYSTERESIS = 0.05
-# Speedups this far from 1 (in log terms) survive the prior's typical level error (20–70 %).
-CLEAR_MARGIN = math.log(1.5)
-APPROXIMATE_PENALTY = 0.75  # approximate GPU figures (A10G)
-MOE_PENALTY = 0.75  # uniform-routing expert bytes are a rough model
-OVERSIZE_PENALTY = 0.5  # the weights do not fit: the configuration cannot run as given
-MAX_BATCH = 1024.0
-
-EXIT_NO_CHANGE = 0
-EXIT_CHANGE = 1
-EXIT_NOT_ENOUGH_DATA = 2
-EXIT_BAD_INPUT = 3
 
 
 
@@ -146,9 +132,13 @@ def _resolve_target(
     return _Target(f"{total / 1e9:g}B params", total, active, kv, None, None, None, None, None)
 
 
-def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any) -> float | None:
-    if acceptance_length is not None and acceptance_rate is not None:
-        raise PredictInputError("give either --acceptance-length or --acceptance-rate, not both")
+def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha: Any = None) -> float | None:
+    """L from exactly one of: the length itself; vLLM's acceptance rate accepted/draft tokens
+    (L = 1 + k·rate); the papers' per-token acceptance probability α (L = (1 − α^(k+1))/(1 − α))."""
+    given = [name for name, value in (("--acceptance-length", acceptance_length),
+                                      ("--acceptance-rate", acceptance_rate), ("--alpha", alpha)) if value is not None]
+    if len(given) > 1:
+        raise PredictInputError(f"give only one of {' or '.join(given)}, not both")
     if acceptance_length is not None:
         length = parse_quantity(acceptance_length, "acceptance length")
         if length < 1 or length > k + 1:
@@ -158,17 +148,55 @@ def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any) -> flo
         return length
     if acceptance_rate is not None:
         rate = parse_quantity(acceptance_rate, "acceptance rate")
-        if rate > 1 and rate <= 100:
-            raise PredictInputError(f"acceptance rate is a fraction 0..1, got {rate:g} (did you mean {rate / 100:g}?)")
         if not 0 <= rate <= 1:
-            raise PredictInputError(f"acceptance rate must be between 0 and 1, got {rate:g}")
+            hint = f" (a percentage? did you mean {rate / 100:g}?)" if 1 < rate <= 100 else ""
+            raise PredictInputError(f"acceptance rate (accepted / draft tokens) must be between 0 and 1, "
+                                    f"got {rate:g}{hint}")
         return perf.length_from_rate(rate, k)
+    if alpha is not None:
+        value = parse_quantity(alpha, "alpha")
+        if not 0 <= value <= 1:
+            raise PredictInputError(f"alpha (per-token acceptance probability) must be between 0 and 1, got {value:g}")
+        return perf.expected_length(value, k)
     return None
+
+
+def _non_negative(value: Any, what: str) -> float:
+    number = parse_quantity(value, what)
+    if number < 0:
+        raise PredictInputError(f"{what} must be ≥ 0, got {value!r}")
+    return number
 
 
 def _fmt(value: float) -> str:
     """Numbers for reasons: 2 decimals below 10, whole numbers above."""
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.0f}"
+
+
+def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtype: str, kv: float | None,
+                 tp: int) -> tuple[perf.StepTimePrior | None, str | None, float | None]:
+    """A draft model's own step-time prior (its size, dtype and KV cache) and a note on what was assumed."""
+    if name is None and params is None:
+        return None, None, None
+    note = None
+    spec = None
+    if name is not None:
+        spec = lookup_model(str(name))
+        if spec is None:
+            raise PredictInputError(f"unknown draft model {name!r}; known models: {', '.join(known_model_names())}")
+        params = params or spec.params
+        kv = spec.kv_bytes_per_token if kv is None else kv
+    if kv is None:
+        kv = 0.0
+        note = "draft KV cache not priced (give --draft-model or --draft-kv-bytes-per-token)"
+    try:
+        prior = perf.datasheet_prior(
+            gpu_spec, params=params, kv_bytes_per_token=kv, tp=tp, dtype=dtype,
+            layers=spec.layers if spec else None, hidden_size=spec.hidden_size if spec else None,
+        )
+    except ValueError as error:
+        raise PredictInputError(f"draft model: {error}") from None
+    return prior, note, params
 
 
 def predict(
@@ -181,58 +209,92 @@ def predict(
     dtype: str = "bf16",
     tp: Any = 1,
     batch: Any = None,
+    waiting: Any = None,
     k: Any = None,
     acceptance_length: Any = None,
     acceptance_rate: Any = None,
+    alpha: Any = None,
     method: str | None = None,
     draft_params: Any = None,
+    draft_model: str | None = None,
+    draft_dtype: str | None = None,
+    draft_kv_bytes_per_token: Any = None,
+    draft_context: Any = None,
     draft_ratio: Any = None,
+    draft_scale: Any = None,
     context: Any = None,
+    tree_tokens: Any = None,
+    max_running: Any = None,
+    prompt_tokens: Any = None,
+    output_tokens: Any = None,
     peak_flops: Any = None,
     memory_bandwidth: Any = None,
+    gpu_memory: Any = None,
+    step_model: perf.StepTimeModel | None = None,
 ) -> dict[str, Any]:
-    """The verdict block for a configuration with no live node.
+    """The verdict block for a configuration with no live node: resolves and checks the inputs,
+    then hands them to the shared decision (`specwatch.perf.decide`).
 
     `context` is the mean context length per sequence (prompt plus generated tokens so far); the
-    batch's KV reads are batch × context tokens. Returns {schema, inputs, verdict, bound, details};
+    batch's KV reads are batch × context tokens. `step_model` replaces the datasheet prior with a
+    measured step time (e.g. the fit a recording gave). Returns {schema, inputs, verdict, bound, details};
     `verdict` has the DESIGN §5 fields. Raises PredictInputError on bad input.
     """
     gpu_spec = _resolve_gpu(gpu, peak_flops, memory_bandwidth)
+    if gpu_memory is not None:
+        gpu_spec = replace(gpu_spec, memory_bytes=_positive(gpu_memory, "GPU memory"))
     target = _resolve_target(model, params, active_params, kv_bytes_per_token)
     if batch is None:
         raise PredictInputError("--batch (running sequences) is required")
     if k is None:
         raise PredictInputError("--k (draft tokens per step) is required")
     batch_size = _positive(batch, "batch")
+    waiting_count = 0.0 if waiting is None else _non_negative(waiting, "waiting")
     draft_k = _positive_int(k, "k")
     tp_degree = _positive_int(tp, "tp")
     dtype_name = (dtype or "bf16").lower()
     if dtype_name not in perf.WEIGHT_FORMATS:
         raise PredictInputError(f"unknown dtype {dtype!r}; known: {', '.join(perf.WEIGHT_FORMATS)}")
-    context_per_sequence = 0.0 if context is None else parse_quantity(context, "context")
-    if context_per_sequence < 0:
-        raise PredictInputError("context must be ≥ 0 tokens")
-    length = _resolve_length(draft_k, acceptance_length, acceptance_rate)
+    draft_dtype_name = (draft_dtype or dtype_name).lower()
+    if draft_dtype_name not in perf.WEIGHT_FORMATS:
+        raise PredictInputError(f"unknown draft dtype {draft_dtype!r}; known: {', '.join(perf.WEIGHT_FORMATS)}")
+    context_per_sequence = 0.0 if context is None else _non_negative(context, "context")
+    length = _resolve_length(draft_k, acceptance_length, acceptance_rate, alpha)
+    tree = None if tree_tokens is None else _positive_int(tree_tokens, "tree tokens")
+    if tree is not None and tree < draft_k + 1:
+        raise PredictInputError(f"--tree-tokens counts the positions verified per sequence: at least k+1 = "
+                                f"{draft_k + 1}, got {tree}")
+    cap = None if max_running is None else _positive_int(max_running, "max running")
+    prompt = None if prompt_tokens is None else _non_negative(prompt_tokens, "prompt tokens")
+    output = None if output_tokens is None else _non_negative(output_tokens, "output tokens")
+    if (prompt is None) != (output is None):
+        raise PredictInputError("give both --prompt-tokens and --output-tokens for the end-to-end speedup")
+    draft_budget = None if draft_context is None else _non_negative(draft_context, "draft context")
 
-    if draft_params is not None and draft_ratio is not None:
-        raise PredictInputError("give either --draft-params or --draft-ratio, not both")
-    method_assumed = method is None
-    if method is None:
-        method = "draft" if draft_params is not None else "eagle"
-    try:
-        method_name = perf.canonical_method(method)
-    except ValueError as error:
-        raise PredictInputError(str(error)) from None
-    if draft_params is not None and method_name != "draft":
+    if draft_ratio is not None and (draft_params is not None or draft_model is not None):
+        raise PredictInputError("give either --draft-params/--draft-model or --draft-ratio, not both")
+    if method is None and (draft_params is not None or draft_model is not None):
+        method = "draft"
+    method_name = None
+    if method is not None:
+        try:
+            method_name = perf.canonical_method(method)
+        except ValueError as error:
+            raise PredictInputError(str(error)) from None
+    if (draft_params is not None or draft_model is not None) and method_name != "draft":
         raise PredictInputError(f"--draft-params only applies to a draft model, not method {method!r}")
-    ratio_override = None if draft_ratio is None else parse_quantity(draft_ratio, "draft ratio")
-    if ratio_override is not None and ratio_override < 0:
-        raise PredictInputError("draft ratio must be ≥ 0")
+    ratio_override = None if draft_ratio is None else _non_negative(draft_ratio, "draft ratio")
     draft_count = None if draft_params is None else _positive(draft_params, "draft params")
-    if method_name == "draft" and draft_count is None and ratio_override is None:
-        raise PredictInputError("a draft model needs --draft-params N or --draft-ratio R")
+    draft_kv = None if draft_kv_bytes_per_token is None else _non_negative(draft_kv_bytes_per_token,
+                                                                               "draft KV bytes per token")
+    if method_name == "draft" and draft_count is None and draft_model is None and ratio_override is None:
+        raise PredictInputError("a draft model needs --draft-params N (or --draft-model NAME) or --draft-ratio R")
+    draft_prior, draft_note, draft_count = _draft_model(gpu_spec, draft_model, draft_count, draft_dtype_name,
+                                                        draft_kv, tp_degree)
     try:
-        cost = perf.draft_cost(method_name, draft_params=draft_count, target_params=target.params, override=ratio_override)
+        pricing = perf.draft_pricing(method_name, ratio=ratio_override, draft_model=draft_prior,
+                                     scale=1.0 if draft_scale is None else _positive(draft_scale, "draft scale"),
+                                     draft_params=draft_count, target_params=target.params)
         prior = perf.datasheet_prior(
             gpu_spec,
             params=target.params,
@@ -248,137 +310,142 @@ def predict(
     except ValueError as error:
         raise PredictInputError(str(error)) from None
 
-    r = cost.ratio
-    tokens_per_step = batch_size * (draft_k + 1)
-    knee = prior.knee_tokens
-    plain_time = float(prior.step_time(batch_size, batch_size * context_per_sequence))
-    verify_time = float(prior.step_time(tokens_per_step, batch_size * context_per_sequence))
-    rho = verify_time / plain_time
-    low_load_break_even = perf.break_even_length(draft_k, r)
-    break_even_here = perf.break_even_length(draft_k, r, rho)
-    kv_time = batch_size * context_per_sequence * prior.kv_bytes_per_token / prior.bandwidth
-    kv_share = kv_time / plain_time
-    bound = perf.combine_bound([perf.tokens_per_step_signal(tokens_per_step, knee)])
-    method_words = perf.METHOD_WORDS[method_name]
-    running = f"{batch_size:g} running"
+    weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params / tp_degree
+    draft_weight_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count / tp_degree
+                          if draft_prior is not None and draft_count else 0.0)
+    kv_budget = None
+    if gpu_spec.memory_bytes is not None:
+        kv_budget = gpu_spec.memory_bytes * perf.KV_MEMORY_UTILISATION - weight_bytes - draft_weight_bytes
+    extra_error = 0.0
+    if gpu_spec.approximate:
+        extra_error = math.hypot(extra_error, perf.decision.APPROXIMATE_GPU_ERROR)
+    if target.experts:
+        extra_error = math.hypot(extra_error, MOE_ROUTING_ERROR)
+    fitted = isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
+    decision = perf.decide(perf.DecisionInputs(
+        step_model=prior if step_model is None else step_model, k=draft_k, fitted_on_speculative_steps=fitted, draft=pricing, running=batch_size, length=length,
+        context_per_sequence=context_per_sequence, waiting=waiting_count, tree_tokens=tree, max_running=cap,
+        kv_budget_bytes=kv_budget, target_kv_bytes_per_token=prior.kv_bytes_per_token,
+        draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
+        extra_level_error=extra_error,
+    ))
+    return _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
+                   draft_k, length, context_per_sequence, context, tree, cap, prompt, output, weight_bytes,
+                   draft_note, method_name)
 
+
+# Uniform routing is a model of the expert reads, not a measurement: what it adds to the level error.
+MOE_ROUTING_ERROR = 0.2
+
+
+def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: perf.StepTimePrior,
+            pricing: perf.DraftPricing, dtype_name: str, tp_degree: int, batch_size: float, waiting: float,
+            draft_k: int, length: float | None, context_per_sequence: float, context: Any, tree: int | None,
+            cap: int | None, prompt: float | None, output: float | None, weight_bytes: float,
+            draft_note: str | None, method_name: str | None) -> dict[str, Any]:
+    terms = decision.terms
+    positions = tree or draft_k + 1
+    tokens_per_step = terms["batch_speculative"] * positions
+    knee = prior.knee_tokens
+    rho = terms["speculative_s"] / max(terms["plain_s"], 1e-12)
+    be = decision.break_even_length
+    low_be = decision.low_load_break_even
+    kv_time = batch_size * context_per_sequence * prior.kv_bytes_per_token / prior.bandwidth
+    kv_share = kv_time / terms["plain_at_plain_batch_s"]
+    bound = perf.combine_bound([perf.tokens_per_step_signal(tokens_per_step, knee)])
+    words = pricing.words
+    running = f"{batch_size:g} running"
     reasons: list[str] = []
+    side = "past" if tokens_per_step > knee else "below"
+    reasons.append(
+        f"{running} × {positions} tokens = {tokens_per_step:.0f} tokens per step, {side} the {gpu_spec.name} knee of "
+        f"about {knee:.0f}: a speculative step costs {rho:.2f}× a plain one"
+        + (f", so break-even rises to {_fmt(be)}" if side == "past" else "")
+    )
     details: dict[str, Any] = {
-        "low_load_break_even_length": low_load_break_even,
-        "verify_ratio": rho,
+        "low_load_break_even_length": low_be,
+        "verify_ratio": terms["verify_s"] / max(terms["plain_s"], 1e-12),
         "tokens_per_step": tokens_per_step,
         "knee_tokens": knee,
         "ridge": gpu_spec.ridge_for(perf.WEIGHT_FORMATS[dtype_name][1]),
-        "step_time_plain_s": plain_time,
-        "step_time_verify_s": verify_time,
+        "step_time_plain_s": terms["plain_at_plain_batch_s"],
+        "step_time_verify_s": terms["verify_s"],
+        "step_time_speculative_s": terms["speculative_s"],
         "kv_share_of_plain_step": kv_share,
-        "draft_ratio": r,
-        "draft_ratio_basis": cost.basis,
+        "draft_ratio": pricing.ratio,
+        "draft_ratio_basis": pricing.basis,
         "step_time_model": prior.hinge().to_dict(),
+        "decision": decision.to_dict(),
+        "carried_by": decision.carried_by,
     }
-
-    # Load position: tokens per step against the knee, and what verification costs here.
-    gpu_words = gpu_spec.name
-    if tokens_per_step > knee:
-        reasons.append(
-            f"{running} × {draft_k + 1} tokens = {tokens_per_step:.0f} tokens per step, past the {gpu_words} knee of "
-            f"about {knee:.0f}: verifying costs {rho:.2f}× a plain step, so break-even rises to {_fmt(break_even_here)}"
-        )
-    else:
-        reasons.append(
-            f"{running} × {draft_k + 1} tokens = {tokens_per_step:.0f} tokens per step, below the {gpu_words} knee of "
-            f"about {knee:.0f}: verifying costs {rho:.2f}× a plain step"
-        )
-
-    expected: float | None = None
-    crossover_value: float | None = None
-    confidence: float
     if length is None:
-        state = "unknown"
-        confidence = 0.0
-        reasons.insert(
-            0,
-            f"no acceptance given: an acceptance length above {_fmt(break_even_here)} would pay at {running} "
-            f"for {method_words} with k={draft_k} (at most {draft_k + 1} is possible)",
-        )
-        details["required_acceptance_length"] = break_even_here
+        reasons.insert(0, f"no acceptance given: an acceptance length above {_fmt(be)} would pay at {running} "
+                          f"for {words} with k={draft_k} (at most {draft_k + 1} is possible)")
+        details["required_acceptance_length"] = be
         details["crossover_state"] = None
         details["best_k"] = None
     else:
-        expected = perf.speedup(prior, batch_size, draft_k, length, r, context_per_sequence)
-        relation = "above" if length > break_even_here else "below"
-        reasons.insert(
-            0,
-            f"acceptance length {_fmt(length)} is {relation} break-even {_fmt(break_even_here)} for {method_words} with "
-            f"k={draft_k} at {running}" + (f" (1 + k·r = {_fmt(low_load_break_even)} at low load)" if abs(break_even_here - low_load_break_even) > 0.005 else ""),
-        )
-        reasons.append(f"expected speedup {expected:.2f}× at {running}")
-        crossover = perf.crossover_concurrency(prior, draft_k, length, r, context_per_sequence, MAX_BATCH)
-        crossover_value = crossover.concurrency
+        expected = decision.expected_speedup
+        relation = "above" if length > be else "below"
+        reasons.insert(0, f"acceptance length {_fmt(length)} is {relation} break-even {_fmt(be)} for {words} with "
+                          f"k={draft_k} at {running}"
+                          + (f" ({_fmt(low_be)} at low load)" if abs(be - low_be) > 0.005 else ""))
+        reasons.append(f"expected speedup {expected:.2f}× at {running}"
+                       + (f" and {waiting:g} waiting (throughput at the batch each mode holds)" if waiting else ""))
+        if decision.request_speedup is not None:
+            reasons.append(f"end to end, with {prompt:g} prompt and {output:g} output tokens per request: "
+                           f"{decision.request_speedup:.2f}× (speculation does nothing for the prefill"
+                           + (", and the draft model prefills too)" if pricing.kind == "model" else ")"))
+        crossover = decision.crossover
         details["crossover_state"] = crossover.state
         if crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running sequences")
         elif crossover.state == "never_pays":
             reasons.append("it does not pay even with a single running sequence")
         else:
-            why = (
-                f" (KV reads at {context_per_sequence:.0f} tokens of context keep the step memory-bound)"
-                if context_per_sequence > 0
-                else ""
-            )
-            reasons.append(f"it keeps paying up to {MAX_BATCH:.0f} running sequences{why}")
-        choice = perf.best_k(prior, batch_size, r, context_per_sequence, length=length, k=draft_k)
+            why = (f" (KV reads at {context_per_sequence:.0f} tokens of context keep the step memory-bound)"
+                   if context_per_sequence > 0 else "")
+            reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running sequences{why}")
+        choice = decision.best_k
         details["best_k"] = {"k": choice.k, "length": choice.length, "speedup": choice.speedup, "basis": "i.i.d. α"}
         if choice.k != draft_k and choice.speedup > expected * 1.02:
             if choice.k == 0:
                 reasons.append("no shorter chain pays here either: turn speculation off at this load")
             else:
-                reasons.append(
-                    f"k={choice.k} would do better here: {choice.speedup:.2f}× (L ≈ {choice.length:.2f} from the i.i.d. α)"
-                )
-        if expected >= 1 + HYSTERESIS:
-            state = "on"
-        elif expected <= 1 - HYSTERESIS:
-            state = "off"
-        else:
-            state = "hold"
-            reasons.append(f"within ±{HYSTERESIS:.0%} of break-even: keep the current setting")
-        margin = min(1.0, abs(math.log(expected)) / CLEAR_MARGIN)
-        confidence = perf.DATASHEET_CONFIDENCE + (0.9 - perf.DATASHEET_CONFIDENCE) * margin
-
+                reasons.append(f"k={choice.k} would do better here: {choice.speedup:.2f}× "
+                               f"(L ≈ {choice.length:.2f} from the i.i.d. α)")
+        if decision.state == "hold":
+            reasons.append(f"within ±{perf.BAND:.0%} of break-even: keep the current setting")
+        reasons.append(f"the term that carries the answer: {decision.carried_by}")
+    reasons.extend(decision.reasons)
     if kv_share >= 0.2:
-        reasons.append(
-            f"KV reads are {kv_share:.0%} of a plain step at {context_per_sequence:.0f} tokens of context per sequence; "
-            "verification reads them once, which keeps it cheap"
-        )
+        reasons.append(f"KV reads are {kv_share:.0%} of a plain step at {context_per_sequence:.0f} tokens of context "
+                       "per sequence; verification reads them once, which keeps it cheap")
     if context is None and target.kv_bytes_per_token:
         reasons.append("no --context given: KV reads are left out, which understates how long contexts help speculation")
     if target.kv_bytes_per_token is None and context_per_sequence > 0:
         reasons.append("KV bytes per token unknown (give --kv-bytes-per-token or --model): context is not priced")
-    if method_assumed:
-        reasons.append(f"no --method given: assumed a draft head with r ≈ {r:.2f}")
-    elif method_name in ("draft",) or ratio_override is not None:
-        reasons.append(f"draft cost r = {r:.3f} per draft token ({cost.basis})")
+    if method_name is None:
+        reasons.append(f"no --method given: {perf.UNKNOWN_METHOD_WORDS}")
+    elif pricing.kind in ("model", "ratio") and method_name not in ("ngram", "suffix"):
+        reasons.append(f"draft cost: {pricing.basis}")
+    if draft_note:
+        reasons.append(draft_note)
     if gpu_spec.approximate:
         reasons.append(f"{gpu_spec.name} figures are approximate (no datasheet): calibrate on the node")
-        confidence *= APPROXIMATE_PENALTY
     if target.experts:
-        reasons.append("MoE: expert bytes modelled with uniform routing; measured speedups at small batch are often lower")
-        confidence *= MOE_PENALTY
-    weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params / tp_degree
+        reasons.append(f"MoE: a step of N tokens reads E·(1 − (1 − {target.experts_per_token}/{target.experts})^N) "
+                       "experts per layer (uniform routing), so verifying k+1 tokens per sequence reads more weights")
     if gpu_spec.memory_bytes is not None and weight_bytes > gpu_spec.memory_bytes:
-        reasons.append(
-            f"{weight_bytes / 1e9:.0f} GB of weights per GPU do not fit in {gpu_spec.memory_bytes / 1e9:.0f} GB: "
-            "raise --tp or quantise"
-        )
-        confidence *= OVERSIZE_PENALTY
-
+        reasons.append(f"{weight_bytes / 1e9:.0f} GB of weights per GPU do not fit in "
+                       f"{gpu_spec.memory_bytes / 1e9:.0f} GB: raise --tp or quantise")
     verdict = {
-        "speculation": state,
-        "confidence": round(confidence, 3),
-        "expected_speedup": expected,
-        "break_even_length": break_even_here,
-        "crossover_concurrency": crossover_value,
+        "speculation": decision.state,
+        "confidence": round(decision.confidence, 3),
+        "expected_speedup": decision.expected_speedup,
+        "request_speedup": decision.request_speedup,
+        "break_even_length": be,
+        "crossover_concurrency": decision.crossover.concurrency if decision.crossover else None,
         "reasons": reasons,
     }
     inputs = {
@@ -391,93 +458,16 @@ def predict(
         "dtype": dtype_name,
         "tp": tp_degree,
         "batch": batch_size,
+        "waiting": waiting,
         "k": draft_k,
         "acceptance_length": length,
-        "method": method_name,
-        "draft_ratio": r,
+        "method": method_name or pricing.method,
+        "method_assumed": method_name is None,
+        "draft_ratio": pricing.ratio,
         "context_per_sequence": context_per_sequence,
+        "tree_tokens": tree,
+        "max_running": cap,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
     }
     return {"schema": SCHEMA, "inputs": inputs, "verdict": verdict, "bound": bound.to_dict(), "details": details}
-
-
-def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the DESIGN §5 `predict` options. Every option is optional to argparse and validated in
-    run_predict, so bad input exits with status 3 and a clear message rather than argparse's 2."""
-    parser.add_argument("--gpu", help="NVML name or short form (H100 = SXM part, A100 = 80 GB SXM, L40S, ...)")
-    parser.add_argument("--model", help=f"known architecture: {', '.join(known_model_names())}")
-    parser.add_argument("--params", help="total parameters, e.g. 70e9 or 70B (instead of --model)")
-    parser.add_argument("--active-params", help="parameters used per token (MoE); default: --params")
-    parser.add_argument("--kv-bytes-per-token", help="BF16 KV-cache bytes per context token, whole model")
-    parser.add_argument("--dtype", default="bf16", help=f"weights: {', '.join(perf.WEIGHT_FORMATS)} (default bf16)")
-    parser.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
-    parser.add_argument("--batch", help="running sequences (concurrency)")
-    parser.add_argument("--k", help="draft tokens per step")
-    parser.add_argument("--acceptance-length", help="mean acceptance length L = 1 + accepted/drafts (1..k+1)")
-    parser.add_argument("--acceptance-rate", help="draft acceptance rate accepted/draft tokens (0..1)")
-    parser.add_argument("--method", help="ngram, suffix, mtp, eagle, eagle3, medusa or draft (default: eagle)")
-    parser.add_argument("--draft-params", help="draft model parameters (method draft)")
-    parser.add_argument("--draft-ratio", help="draft cost per draft token as a fraction of a target step (override)")
-    parser.add_argument("--context", help="mean context tokens per sequence (default 0: KV reads ignored)")
-    parser.add_argument("--peak-flops", help="custom GPU: dense BF16 FLOP/s (with --memory-bandwidth)")
-    parser.add_argument("--memory-bandwidth", help="custom GPU: DRAM bytes/s (with --peak-flops)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def _summary(result: dict[str, Any]) -> str:
-    verdict = result["verdict"]
-    inputs = result["inputs"]
-    lines = [f"speculation: {verdict['speculation']} (confidence {verdict['confidence']:.2f})"]
-    numbers = []
-    if verdict["expected_speedup"] is not None:
-        numbers.append(f"expected speedup {verdict['expected_speedup']:.2f}× at batch {inputs['batch']:g}")
-    numbers.append(f"break-even L {verdict['break_even_length']:.2f}")
-    if verdict["crossover_concurrency"] is not None:
-        numbers.append(f"crossover ≈ {verdict['crossover_concurrency']:.0f} running")
-    lines.append(" · ".join(numbers))
-    lines.append(f"bound: {result['bound']['state']}")
-    lines.extend(f"- {reason}" for reason in verdict["reasons"])
-    return "\n".join(lines)
-
-
-def run_predict(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run `specwatch predict`: print JSON (--json) or a short summary; return the exit status
-    (0 no change, 1 speculation costs at this load, 2 not enough data, 3 bad input)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-
-    def option(name: str) -> Any:
-        return getattr(args, name, None)
-
-    try:
-        result = predict(
-            option("gpu"),
-            model=option("model"),
-            params=option("params"),
-            active_params=option("active_params"),
-            kv_bytes_per_token=option("kv_bytes_per_token"),
-            dtype=option("dtype") or "bf16",
-            tp=option("tp") if option("tp") is not None else 1,
-            batch=option("batch"),
-            k=option("k"),
-            acceptance_length=option("acceptance_length"),
-            acceptance_rate=option("acceptance_rate"),
-            method=option("method"),
-            draft_params=option("draft_params"),
-            draft_ratio=option("draft_ratio"),
-            context=option("context"),
-            peak_flops=option("peak_flops"),
-            memory_bandwidth=option("memory_bandwidth"),
-        )
-    except (ValueError, TypeError, ArithmeticError) as error:
-        print(f"specwatch predict: {error}", file=err)
-        return EXIT_BAD_INPUT
-    if option("json"):
-        print(json.dumps(result, indent=2), file=out)
-    else:
-        print(_summary(result), file=out)
-    state = result["verdict"]["speculation"]
-    if state == "unknown":
-        return EXIT_NOT_ENOUGH_DATA
-    if state == "off":
-        return EXIT_CHANGE
-    return EXIT_NO_CHANGE

@@ -50,11 +50,19 @@ def tune_report(
     margin: float = perf.SCHEDULE_MARGIN,
     source: str = "",
 ) -> dict[str, Any]:
-    """The schedule and its evidence, as the specwatch.tune/1 object (pure)."""
+    """The schedule and its evidence, as the specwatch.tune/1 object (pure). Every speedup in it is
+    the shared decision's (`specwatch.perf.decide`), the one check and watch show."""
+    decision_inputs = inputs.decision_inputs(length=perf.length_at_k(inputs.per_position, inputs.k).length
+                                             if inputs.per_position else None)
     schedule = perf.speculation_schedule(
         inputs.step_model, inputs.per_position, inputs.draft_ratio, inputs.context_per_sequence,
         k_max=k_max, max_batch=max_batch, current_k=inputs.k, observed_batch=observed_batch, margin=margin,
+        speedup_at=perf.speedup_function(decision_inputs),
     )
+    try:
+        now = perf.decide(decision_inputs) if decision_inputs.length is not None else None
+    except ValueError:
+        now = None  # the schedule above already stands on the same step times
     top_k = max(schedule.k_max, 1)
     config: dict[str, Any] = {}
     method = _VLLM_METHOD.get(inputs.method or "")
@@ -69,7 +77,7 @@ def tune_report(
     if not method:
         notes.append("method unknown (pass --method): add it, and your draft model if any, to the config")
     if not inputs.draft_ratio_known:
-        notes.append(f"draft cost assumed r = {inputs.draft_ratio:.2f} (pass --method or --draft-ratio)")
+        notes.append(f"{perf.UNKNOWN_METHOD_WORDS} (pass --method or --draft-ratio)")
     if inputs.stale_acceptance:
         notes.append("no drafts in the last window: the per-position rates are lifetime figures")
     if any(r.extrapolated for r in schedule.ranges):
@@ -96,6 +104,7 @@ def tune_report(
             "knee_tokens": round(inputs.step_model.knee_tokens, 1),
         },
         "never_pays": schedule.never_pays,
+        "expected_speedup": now.expected_speedup if now else None,  # at the running batch, as check says
         "notes": notes,
         "validation": None,
     }

@@ -80,12 +80,7 @@ def _cases():
     }
     for mistake, commands in has.items():
         for command in commands:
-            marks = ()
-            if command == "predict" and mistake in ("unknown --gpu", "unknown --model"):
-                # predict.py validates its own inputs and still exits 3 for them; its rewrite moves
-                # to ExitCode.USAGE, and this case then passes (strict: it must be unmarked then)
-                marks = pytest.mark.xfail(strict=True, reason="predict's own input checks still exit 3")
-            yield pytest.param(command, mistake, id=f"{command}-{mistake}", marks=marks)
+            yield pytest.param(command, mistake, id=f"{command}-{mistake}")
 
 
 @pytest.mark.parametrize("command, mistake", list(_cases()))
@@ -94,8 +89,8 @@ def test_the_same_bad_flag_exits_the_same_way_from_every_command(command, mistak
     flags, message = BAD_FLAGS[mistake]
     if command == "sweep" and mistake == "unknown --gpu":
         flags = [*flags, "--model", "Llama-3.1-8B"]  # sweep's datasheet curve takes the two together
-    if command == "sweep" and mistake == "unknown --model":
-        flags = [*flags, "--gpu", "H100"]
+    if command in ("sweep", "predict") and mistake == "unknown --model":
+        flags = [*flags, "--gpu", "H100"]  # predict needs a GPU before it reads the model
     status = run_main([*_command_argv(command, tmp_path), *flags])
     err = capsys.readouterr().err
     assert status == ExitCode.USAGE, err

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from specwatch.predict import PredictInputError, add_predict_arguments, parse_quantity, predict, run_predict
+from specwatch.commands.predict import add_arguments as add_predict_arguments
+from specwatch.commands.predict import run as run_predict
+from specwatch.predict import PredictInputError, parse_quantity, predict
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -33,7 +35,7 @@ def test_ngram_pays_at_batch_1_on_h100_70b():
     assert result["bound"]["signals"][0]["name"] == "tokens_per_step"
     assert 0.0 <= verdict["confidence"] <= 1.0
     reasons = " | ".join(verdict["reasons"])
-    assert "acceptance length 2.50 is above break-even 1.00 for n-gram lookup with k=4" in reasons
+    assert "acceptance length 2.50 is above break-even 1.01 for n-gram lookup with k=4" in reasons
     assert "5 tokens per step" in reasons
 
 
@@ -110,6 +112,7 @@ def test_json_output_and_exit_statuses():
         "speculation",
         "confidence",
         "expected_speedup",
+        "request_speedup",
         "break_even_length",
         "crossover_concurrency",
         "reasons",
@@ -157,9 +160,9 @@ def test_json_output_and_exit_statuses():
         (["--gpu", "X", "--peak-flops", "1e14", "--model", "Llama-3.1-8B", "--batch", "1", "--k", "3"], "both"),
     ],
 )
-def test_bad_input_exits_3_with_a_message(argv, message):
+def test_bad_input_exits_with_the_usage_status_and_a_message(argv, message):
     status, out, err = _run(argv)
-    assert status == 3
+    assert status == 64
     assert out == ""
     assert message in err
     assert "Traceback" not in err

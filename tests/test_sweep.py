@@ -195,14 +195,13 @@ def test_from_bench_with_gpu_and_model_draws_the_datasheet_curve(tmp_path):
     predicted = report["predicted"]
     assert predicted["basis"] == "datasheet" and "Llama-3.1-8B" in predicted["note"]
     assert predicted["draft_ratio"] == pytest.approx(0.05)
-    # the prediction is the model's own speedup at each point
-    from specwatch import perf
-    from specwatch.hardware import lookup, lookup_model
+    # the prediction at each point is what `predict` says for the same configuration
+    from specwatch.predict import predict
 
-    prior = perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-8B"))
     point = next(p for p in predicted["points"] if p["concurrency"] == 4.0)
-    assert point["speedup"] == pytest.approx(
-        perf.speedup(prior, 4.0, 4, 2.64, 0.05, predicted["context_per_sequence"]))
+    said = predict("H100", model="Llama-3.1-8B", batch=4, k=4, acceptance_length=2.64, method="eagle",
+                   context=predicted["context_per_sequence"])
+    assert point["speedup"] == pytest.approx(said["verdict"]["expected_speedup"], rel=1e-9)
     # the text output holds the plot, no wider than 80 columns, with the predicted curve's legend
     assert "predicted (datasheet)" in stdout
     assert max(len(line) for line in stdout.splitlines()) <= 80
@@ -693,7 +692,7 @@ def test_sweep_against_two_fake_servers_writes_complete_files(tmp_path):
         assert tier["baseline"]["acceptance_length"] is None
     assert report["servers"]["baseline"]["model"] == "fake-model"
     assert report["predicted"]["basis"] == "fitted"
-    assert "assumed 0" in report["predicted"]["draft_ratio_basis"]
+    assert "method unknown: priced as a draft head" in report["predicted"]["draft_ratio_basis"]
     files = {p.name for p in out_dir.iterdir()}
     assert {"sweep.json", "sweep.csv", "sweep.txt"} <= files
     assert len((out_dir / "sweep.csv").read_text().splitlines()) == 4

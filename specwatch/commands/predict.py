@@ -1,5 +1,103 @@
-"""`specwatch predict`: the verdict for a configuration, with no live node."""
+"""`specwatch predict`: the verdict for a configuration with no live node (DESIGN §5).
 
-from specwatch.predict import add_predict_arguments as add_arguments, run_predict as run
+Flags and exit statuses only: `specwatch.predict` resolves the inputs, `specwatch.perf.decide`
+decides. Exit statuses: 0 no change (on or hold), 1 speculation costs at this load (off),
+2 not enough data (no acceptance given), 64 bad input (one line on stderr), as every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from specwatch import perf
+from specwatch.commands.options import ExitCode, print_error
+from specwatch.hardware import known_model_names
+from specwatch.predict import predict
 
 __all__ = ["add_arguments", "run"]
+
+# flag name → predict() keyword; every flag is optional to argparse and checked by predict(), so
+# bad input exits with the usage status and one line, as argparse's own errors do.
+_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--gpu", "gpu", "NVML name or short form (H100 = SXM part, A100 = 80 GB SXM, L40S, ...)"),
+    ("--peak-flops", "peak_flops", "a GPU by its peak figures: dense BF16 FLOP/s (with --memory-bandwidth)"),
+    ("--memory-bandwidth", "memory_bandwidth", "a GPU by its peak figures: DRAM bytes/s (with --peak-flops)"),
+    ("--gpu-memory", "gpu_memory", "GPU memory in bytes (e.g. 48GiB): KV capacity for a custom GPU"),
+    ("--model", "model", f"known architecture: {', '.join(known_model_names())}"),
+    ("--params", "params", "total parameters, e.g. 70e9 or 70B (instead of --model)"),
+    ("--active-params", "active_params", "parameters used per token (MoE); default: --params"),
+    ("--kv-bytes-per-token", "kv_bytes_per_token", "BF16 KV-cache bytes per context token, whole model"),
+    ("--tp", "tp", "tensor-parallel degree (default 1)"),
+    ("--batch", "batch", "running sequences (concurrency)"),
+    ("--waiting", "waiting", "requests waiting (the node is full): judged on throughput at the batch each mode holds"),
+    ("--k", "k", "draft tokens per step"),
+    ("--acceptance-length", "acceptance_length", "mean acceptance length L = 1 + accepted/drafts (1..k+1)"),
+    ("--acceptance-rate", "acceptance_rate", "vLLM's draft acceptance rate, accepted/draft tokens (0..1): "
+                                             "L = 1 + k·rate"),
+    ("--alpha", "alpha", "the papers' per-token acceptance probability α (0..1): L = (1 − α^(k+1))/(1 − α)"),
+    ("--method", "method", "ngram, suffix, mtp, eagle, eagle3, medusa or draft (default: priced as a draft head)"),
+    ("--draft-model", "draft_model", "draft model architecture (method draft): its size and KV cache"),
+    ("--draft-params", "draft_params", "draft model parameters (method draft)"),
+    ("--draft-kv-bytes-per-token", "draft_kv_bytes_per_token", "the draft model's KV bytes per context token"),
+    ("--draft-context", "draft_context", "tokens of context the draft keeps per sequence (default: all of it)"),
+    ("--draft-ratio", "draft_ratio", "draft cost per draft token as a fraction of a target step (override)"),
+    ("--draft-scale", "draft_scale", "measured draft cost over the modelled one (calibrates the draft's roofline)"),
+    ("--context", "context", "mean context tokens per sequence (default 0: KV reads ignored)"),
+    ("--tree-tokens", "tree_tokens", "positions verified per sequence with tree drafts (≥ k+1)"),
+    ("--max-running", "max_running", "the engine's cap on running requests under speculation"),
+    ("--prompt-tokens", "prompt_tokens", "prompt tokens per request (with --output-tokens: end-to-end speedup)"),
+    ("--output-tokens", "output_tokens", "output tokens per request"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, dest, words in _FLAGS:
+        parser.add_argument(flag, dest=dest, help=words)
+    parser.add_argument("--dtype", default="bf16", help=f"weights: {', '.join(perf.WEIGHT_FORMATS)} (default bf16)")
+    parser.add_argument("--draft-dtype", help="the draft model's weights (default: --dtype)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _summary(result: dict[str, Any]) -> str:
+    verdict = result["verdict"]
+    inputs = result["inputs"]
+    lines = [f"speculation: {verdict['speculation']} (confidence {verdict['confidence']:.2f})"]
+    numbers = []
+    if verdict["expected_speedup"] is not None:
+        numbers.append(f"expected speedup {verdict['expected_speedup']:.2f}× at batch {inputs['batch']:g}")
+    if verdict.get("request_speedup") is not None:
+        numbers.append(f"end to end {verdict['request_speedup']:.2f}×")
+    numbers.append(f"break-even L {verdict['break_even_length']:.2f}")
+    if verdict["crossover_concurrency"] is not None:
+        numbers.append(f"crossover ≈ {verdict['crossover_concurrency']:.0f} running")
+    lines.append(" · ".join(numbers))
+    lines.append(f"bound: {result['bound']['state']}")
+    lines.extend(f"- {reason}" for reason in verdict["reasons"])
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run `specwatch predict`: print JSON (--json) or a short summary; return the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    keywords = {dest: getattr(args, dest, None) for _, dest, _ in _FLAGS}
+    keywords["tp"] = keywords["tp"] if keywords["tp"] is not None else 1
+    try:
+        result = predict(keywords.pop("gpu"), dtype=getattr(args, "dtype", None) or "bf16",
+                         draft_dtype=getattr(args, "draft_dtype", None), **keywords)
+    except (ValueError, TypeError, ArithmeticError) as error:
+        print_error("predict", str(error), file=err)
+        return ExitCode.USAGE
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2), file=out)
+    else:
+        print(_summary(result), file=out)
+    state = result["verdict"]["speculation"]
+    if state == "unknown":
+        return ExitCode.NOT_ENOUGH_DATA
+    if state == "off":
+        return ExitCode.CHANGE
+    return ExitCode.OK

@@ -7,7 +7,9 @@ One module per part, in reading order (DESIGN §3, reference/model.md §1–5):
 - `bound`: memory- or compute-bound, from independent signals;
 - `steptime`: the step time T(N, C), a datasheet prior and an online fit;
 - `speedup`: S(b), the crossover concurrency and the best k′ at a load;
-- `schedule`: the k by batch size that vLLM takes.
+- `schedule`: the k by batch size that vLLM takes;
+- `costs`: the terms of a speculative step beyond the GEMM roofline (draft, attention, KV, prefill);
+- `decision`: the one decision every command takes (speedup, break-even, crossover, confidence).
 
 Named `perf` because "model" already means the served LLM.
 """
@@ -20,3 +22,5 @@ from specwatch.perf.bound import *  # noqa: F401,F403
 from specwatch.perf.steptime import *  # noqa: F401,F403
 from specwatch.perf.speedup import *  # noqa: F401,F403
 from specwatch.perf.schedule import *  # noqa: F401,F403
+from specwatch.perf.costs import *  # noqa: F401,F403
+from specwatch.perf.decision import *  # noqa: F401,F403

@@ -7,7 +7,7 @@ Pure: no I/O, no clock, no mutable globals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specwatch.perf.acceptance import acceptance_length, length_at_k
@@ -83,14 +83,20 @@ def speculation_schedule(
     current_k: int | None = None,
     observed_batch: tuple[float, float] | None = None,
     margin: float = SCHEDULE_MARGIN,
+    speedup_at: Callable[[float, int, float], float] | None = None,
 ) -> SpeculationSchedule:
     """For b = 1..max_batch, the k′ in 0..k_max with the highest S(b, k′), merged into ranges.
 
     L(k′) comes from the per-position rates (exact for k′ ≤ the measured k, extrapolated beyond).
     A batch size whose best gain does not clear `margin` gets k = 0. Ranges outside the observed
     batch sizes, or using a k′ beyond the measured chain, are marked extrapolated: there the step
-    time is the prior's, not a measurement.
+    time is the prior's, not a measurement. `speedup_at(b, k, L)` replaces the plain S(b) with the
+    shared decision's (draft roofline, attention, capacity), as `tune` passes it.
     """
+    if speedup_at is None:
+        def speedup_at(b: float, k: int, length: float) -> float:
+            return speedup(model, b, k, length, draft_ratio, context_per_sequence)
+
     measured_k = len(rates)
     if measured_k == 0:
         raise ValueError("per-position rates must be non-empty")
@@ -102,15 +108,14 @@ def speculation_schedule(
     for b in range(1, max_batch + 1):
         best_k, best_s = 0, 1.0
         for k in range(1, top + 1):
-            s = speedup(model, b, k, lengths[k].length, draft_ratio, context_per_sequence)
+            s = speedup_at(b, k, lengths[k].length)
             if s > best_s:
                 best_k, best_s = k, s
         if best_s < 1.0 + margin:
             best_k, best_s = 0, 1.0
         vs_current = None
         if current_k:
-            current = speedup(model, b, current_k, length_at_k(rates, current_k).length, draft_ratio,
-                              context_per_sequence)
+            current = speedup_at(b, current_k, length_at_k(rates, current_k).length)
             vs_current = best_s / current
         choices.append((best_k, best_s, vs_current))
 

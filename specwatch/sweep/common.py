@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specwatch.perf.decision import MAX_BATCH
+
 
 __all__ = [
     "SCHEMA",
@@ -38,7 +40,7 @@ PLOT_NAME = "sweep.txt"
 MAX_BENCH_FILE_BYTES = 256 * 1024 * 1024
 # Points on the predicted curve between the lowest and the highest tier.
 PREDICTED_GRID_POINTS = 33
-PREDICTED_MAX_BATCH = 1024.0
+PREDICTED_MAX_BATCH = MAX_BATCH  # one batch cap for every command (specwatch.perf.decision)
 # The speedup panel's ceiling: a TPOT near zero (chunks that arrive together) would otherwise squash
 # every other point onto the break-even line.
 SPEEDUP_PLOT_CLIP = 4.0

@@ -29,6 +29,7 @@ class PredictionInputs:
     draft_ratio: float | None = None
     draft_params: float | None = None
     k: int | None = None
+    step_model: perf.StepTimeModel | None = None  # a measured step time, instead of the datasheet or a fit
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -56,17 +57,14 @@ def _context_per_sequence(tiers: Sequence[dict], max_tokens: float | None) -> fl
     return (prompt or 0.0) + 0.5 * (output or 0.0)
 
 
-def _draft_cost(inputs: PredictionInputs, method: str | None, target_params: float | None) -> tuple[float, str]:
-    """r and where it comes from; an unknown method is priced as a lookup proposer, and says so."""
+def _draft_pricing(inputs: PredictionInputs, method: str | None, target_params: float | None) -> perf.DraftPricing:
+    """The draft's pricing, as every command prices it (an unknown method: perf.UNKNOWN_METHOD_WORDS)."""
     if inputs.draft_ratio is not None:
-        return float(inputs.draft_ratio), "given (--draft-ratio)"
-    if method is None:
-        return perf.LOOKUP_DRAFT_RATIO, "assumed 0: the method is unknown (give --method or --draft-ratio)"
-    cost = perf.draft_cost(method, draft_params=inputs.draft_params, target_params=target_params)
-    return cost.ratio, f"{cost.method}: {cost.basis}"
+        return perf.draft_pricing(method, ratio=float(inputs.draft_ratio))
+    return perf.draft_pricing(method, draft_params=inputs.draft_params, target_params=target_params)
 
 
-def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, draft_ratio: float,
+def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_proposer: bool,
                        context: float) -> tuple[perf.StepTimeFit, str] | None:
     """A hinge T(N, C) fitted to the measured points.
 
@@ -86,7 +84,7 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, draft_ratio
         spec = t.get("speculative") or {}
         spec_tpot = spec.get("tpot_mean_s") or spec.get("tpot_p50_s")
         spec_length = spec.get("acceptance_length") or length
-        if draft_ratio == 0 and spec_tpot:
+        if free_proposer and spec_tpot:
             sb = spec.get("running_mean") or t["concurrency"]
             samples.append(perf.StepSample(float(sb) * (k + 1), float(spec_tpot) * spec_length, float(sb) * context))
     if len(samples) < 2:
@@ -94,10 +92,18 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, draft_ratio
     n = np.array([s.tokens_per_step for s in samples])
     y = np.array([s.step_time_s for s in samples])
     fit = perf.fit_step_time(samples, _hinge_from_points(n, y))
-    used = "baseline and speculative steps" if draft_ratio == 0 else "baseline steps"
+    used = "baseline and speculative steps" if free_proposer else "baseline steps"
     note = (f"fitted to {fit.n_samples} measured step times ({used}), N = {fit.tokens_min:.0f}..{fit.tokens_max:.0f} "
             f"tokens per step; beyond that it is an extrapolation")
     return fit, note
+
+
+def _fitted_on_speculative_steps(step_model: perf.StepTimeModel, inputs: PredictionInputs, basis: str,
+                                 free: bool) -> bool:
+    """Whether the step model's samples were speculative steps (their verification attention is in it)."""
+    if inputs.step_model is not None:
+        return isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
+    return basis == BASIS_FITTED and free
 
 
 def _hinge_from_points(n: np.ndarray, y: np.ndarray) -> perf.HingeParameters:
@@ -147,7 +153,12 @@ def predicted_curve(
     context = _context_per_sequence(tiers, max_tokens)
     target_params = None
     step_model: perf.StepTimeModel
-    if inputs.gpu and inputs.model:
+    if inputs.step_model is not None:
+        step_model = inputs.step_model
+        basis = BASIS_FITTED
+        note = "the step time given"
+        fit_details = None
+    elif inputs.gpu and inputs.model:
         from specwatch.hardware import lookup, lookup_model
 
         gpu, arch = lookup(inputs.gpu), lookup_model(inputs.model)
@@ -164,11 +175,13 @@ def predicted_curve(
         note = f"datasheet step time for {arch.name} on {gpu.key} (tp {inputs.tp}, {inputs.dtype})"
         fit_details: dict | None = None
     try:
-        draft_ratio, draft_basis = _draft_cost(inputs, method, target_params)
+        pricing = _draft_pricing(inputs, method, target_params)
     except ValueError as exc:
         return None, str(exc)
-    if not (inputs.gpu and inputs.model):
-        fitted = _fitted_step_model(tiers, k, length, draft_ratio, context)
+    draft_ratio, draft_basis = pricing.ratio, f"{pricing.method or 'unknown'}: {pricing.basis}"
+    free = pricing.kind == "lookup" or (pricing.kind == "ratio" and pricing.ratio == 0)
+    if inputs.step_model is None and not (inputs.gpu and inputs.model):
+        fitted = _fitted_step_model(tiers, k, length, free, context)
         if fitted is None:
             return None, "too few measured points to fit a step time (and no --gpu/--model for the datasheet)"
         step_model, note = fitted
@@ -177,11 +190,19 @@ def predicted_curve(
     low, high = concurrencies[0], concurrencies[-1]
     grid = sorted({round(float(b), 6) for b in np.geomspace(low, high, PREDICTED_GRID_POINTS)}
                   | {float(c) for c in concurrencies}) if high > low else [float(low)]
-    points = [{"concurrency": float(b), "speedup": perf.speedup(step_model, float(b), k, length, draft_ratio, context)}
-              for b in grid]
-    # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
-    cross = perf.crossover_concurrency(step_model, k, length, draft_ratio, context,
-                                       max_batch=max(float(high), PREDICTED_MAX_BATCH))
+    # the shared decision (specwatch.perf.decide), as predict, check and tune take it
+    decision_inputs = perf.DecisionInputs(step_model=step_model, k=k, draft=pricing, running=float(low),
+                                          length=length, context_per_sequence=context,
+                                          fitted_on_speculative_steps=_fitted_on_speculative_steps(
+                                              step_model, inputs, basis, free),
+                                          max_batch=max(float(high), PREDICTED_MAX_BATCH))
+    try:
+        speedups = perf.decide_many(decision_inputs, grid)
+        # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
+        cross = perf.decide(decision_inputs).crossover
+    except ValueError as exc:
+        return None, str(exc)
+    points = [{"concurrency": float(b), "speedup": value} for b, value in zip(grid, speedups)]
     return {
         "basis": basis,
         "note": note,

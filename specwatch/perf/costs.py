@@ -1,0 +1,226 @@
+"""The costs of a speculative step beyond the target's GEMM roofline, one term each, with its prior.
+
+Conventions: k is the number of draft tokens per step; L counts the bonus token, so 1 ≤ L ≤ k+1;
+a step verifies v = k+1 positions per sequence (more with tree drafts). Pure: no I/O, no clock.
+
+The terms (each used by `specwatch.perf.decision`):
+
+- per-token engine cost that grows with tokens per step: the share of GEMM math that does not hide
+  under the weight read at small M, plus sampling/rejection and bookkeeping. It lives in the target
+  step-time model's `per_token` term (prior: `SMALL_GEMM_FRACTION`; the online hinge fit measures
+  it live);
+- verification attention over v query positions: `verify_attention_s`;
+- the draft's own step at the current batch: `DraftPricing` (lookup: free; EAGLE/MTP/Medusa: a head;
+  a draft model: its own roofline with its dtype and KV cache);
+- the KV capacity speculation takes (v slots per sequence plus the draft's cache) and a cap on
+  running requests under speculation: `capacity`;
+- the prefill tax: `request_speedup`.
+
+Mixture-of-experts weight reads that grow with tokens per step are in the step-time prior itself
+(`StepTimePrior.weight_bytes`: E·(1 − (1 − top_k/E)^N) experts read per layer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specwatch.perf.draft import HEAD_DRAFT_RATIO, LOOKUP_DRAFT_RATIO, METHOD_WORDS, canonical_method
+from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTimeModel, StepTimePrior  # noqa: F401
+
+
+__all__ = [
+    "VERIFY_ATTENTION_PER_POSITION",
+    "DRAFT_FORWARD_OVERHEAD_S",
+    "KV_MEMORY_UTILISATION",
+    "UNKNOWN_METHOD_WORDS",
+    "DraftPricing",
+    "draft_pricing",
+    "verify_attention_s",
+    "Capacity",
+    "capacity",
+    "prefill_time_s",
+    "request_speedup",
+]
+
+
+# Attention for v query positions per sequence reads each sequence's KV once, but decode kernels
+# (paged/FlashAttention split-KV) do extra work per query row: each extra position costs about a
+# tenth of the single-query KV read (reference/model.md §5.4: ν ≈ 1–2 for the whole verify step at
+# long context).
+VERIFY_ATTENTION_PER_POSITION = 0.1
+# A separate draft model's forward pays a fixed cost that does not shrink with its size: kernel
+# launches, sampling, the proposer's bookkeeping, about what the target's step pays (measured
+# small-draft costs in vLLM sit well above their bytes ratio).
+DRAFT_FORWARD_OVERHEAD_S = STEP_OVERHEAD_S
+# vLLM's gpu_memory_utilization default: the share of GPU memory that weights + KV may take.
+KV_MEMORY_UTILISATION = 0.9
+# The one assumption made, everywhere, when the speculation method is not known.
+UNKNOWN_METHOD_WORDS = f"method unknown: priced as a draft head (r = {HEAD_DRAFT_RATIO:.2f})"
+
+
+@dataclass(frozen=True)
+class DraftPricing:
+    """How one draft token is priced at a load.
+
+    kind: "lookup" (no model forward), "head" (EAGLE/MTP/Medusa: r of the target's weight-and-math
+    step per draft token), "model" (a draft model's own roofline) or "ratio" (r given: r of a plain
+    target step at the same load).
+    """
+
+    method: str | None  # canonical method; None when not known
+    kind: str
+    ratio: float  # r for "head"/"ratio"/"lookup"; the low-load r for "model" (informative)
+    basis: str
+    model: StepTimePrior | None = None  # the draft model's step-time prior ("model")
+    kv_bytes_per_token: float = 0.0  # the draft's KV bytes per context token, per GPU
+    params: float | None = None
+    assumed: bool = False  # True when the method was not known
+    scale: float = 1.0  # measured draft cost over the modelled one (a calibration), 1 when not measured
+
+    @property
+    def words(self) -> str:
+        return METHOD_WORDS.get(self.method or "", "the drafter")
+
+    def forward_s(self, target: StepTimeModel, tokens: float, context_tokens: float,
+                  draft_context_tokens: float | None = None) -> float:
+        """Seconds for one draft forward over `tokens` tokens (model or head)."""
+        if self.kind == "model" and self.model is not None:
+            context = context_tokens if draft_context_tokens is None else draft_context_tokens
+            return self.scale * (float(self.model.step_time(tokens, context)) - self.model.overhead_s
+                                 + DRAFT_FORWARD_OVERHEAD_S)
+        # a head: one decoder layer and the LM head over these tokens, a fixed share of the target's
+        # step without its KV reads (the head's own KV is one layer's worth)
+        return self.scale * self.ratio * float(target.step_time(tokens, 0.0))
+
+    def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
+                   draft_context_tokens: float | None = None) -> float:
+        """Seconds of drafting per speculative step at this batch.
+
+        A lookup proposer costs nothing on the GPU. A given ratio r costs k·r plain target steps. A
+        draft model or head runs k forwards, and the first one catches up over the positions the
+        last step verified (vLLM V1 pads it to b·(k+1) tokens) before the others draft one token
+        per sequence each (tree drafts: several per level).
+        """
+        if self.kind == "lookup":
+            return 0.0
+        if self.kind == "ratio":
+            return self.scale * k * self.ratio * float(target.step_time(batch, context_tokens))
+        width = max(1.0, (positions - 1.0) / k)
+        first = self.forward_s(target, batch * positions, context_tokens, draft_context_tokens)
+        rest = (k - 1) * self.forward_s(target, batch * width, context_tokens, draft_context_tokens)
+        return first + rest
+
+
+def draft_pricing(
+    method: str | None,
+    *,
+    ratio: float | None = None,
+    scale: float = 1.0,
+    draft_model: StepTimePrior | None = None,
+    draft_params: float | None = None,
+    target_params: float | None = None,
+) -> DraftPricing:
+    """The pricing for a method: an explicit ratio wins; a draft model with a prior gets its own
+    roofline; a draft model known only by size gets bytes + overhead as r; an unknown method gets
+    UNKNOWN_METHOD_WORDS. Raises ValueError for an unknown method name or a draft model with
+    nothing to size it by."""
+    pricing = _draft_pricing(method, ratio, draft_model, draft_params, target_params)
+    if scale != 1.0:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"draft cost scale must be positive, got {scale!r}")
+        from dataclasses import replace
+
+        pricing = replace(pricing, scale=float(scale), basis=f"{pricing.basis}, × {scale:.2f} as measured")
+    return pricing
+
+
+def _draft_pricing(method, ratio, draft_model, draft_params, target_params) -> DraftPricing:
+    name = canonical_method(method) if method else None
+    if ratio is not None:
+        if not math.isfinite(ratio) or ratio < 0:
+            raise ValueError(f"draft cost ratio must be ≥ 0, got {ratio!r}")
+        return DraftPricing(name or "draft", "ratio", float(ratio), "given")
+    if name is None:
+        return DraftPricing(None, "head", HEAD_DRAFT_RATIO, UNKNOWN_METHOD_WORDS, assumed=True)
+    if name in ("ngram", "suffix"):
+        return DraftPricing(name, "lookup", LOOKUP_DRAFT_RATIO, "lookup proposer: no model forward")
+    if name in ("eagle", "eagle3", "mtp", "medusa"):
+        return DraftPricing(name, "head", HEAD_DRAFT_RATIO, "draft head ≈ one decoder layer and the LM head")
+    if draft_model is not None:
+        return DraftPricing(name, "model", 0.0, "draft model's own roofline (weights, dtype, its KV cache)",
+                            model=draft_model, kv_bytes_per_token=draft_model.kv_bytes_per_token,
+                            params=draft_params)
+    if draft_params is None or target_params is None:
+        raise ValueError("a draft model's cost needs its parameter count (or an explicit draft ratio)")
+    if not (draft_params > 0 and target_params > 0):
+        raise ValueError("draft and target parameter counts must be positive")
+    from specwatch.perf.draft import DRAFT_MODEL_FIXED_OVERHEAD
+
+    r = draft_params / target_params + DRAFT_MODEL_FIXED_OVERHEAD
+    return DraftPricing(name, "ratio", r, f"draft/target params {draft_params / target_params:.3f} + fixed overhead "
+                                          f"{DRAFT_MODEL_FIXED_OVERHEAD:.2f}", params=draft_params)
+
+
+def verify_attention_s(kv_read_s: float, positions: float) -> float:
+    """Extra attention time for verifying `positions` query positions per sequence over the same
+    KV (`kv_read_s`: the single-query KV read time of the batch)."""
+    return max(0.0, positions - 1.0) * VERIFY_ATTENTION_PER_POSITION * max(0.0, kv_read_s)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many sequences the node's KV cache holds, without and with speculation."""
+
+    plain: float | None  # sequences at this context; None when memory is not known
+    speculative: float | None  # with v lookahead slots per sequence, the draft's cache and the cap
+    fits: bool  # the requested batch fits with speculation off
+    note: str
+
+
+def capacity(
+    *,
+    kv_budget_bytes: float | None,
+    target_kv_per_token: float,
+    context_per_sequence: float,
+    positions: float,
+    draft_kv_per_token: float = 0.0,
+    draft_context_per_sequence: float | None = None,
+    max_running: float | None = None,
+    batch: float | None = None,
+) -> Capacity:
+    """Sequences the KV budget holds with speculation off and on (per GPU figures).
+
+    Speculation reserves v slots of lookahead per sequence in the target cache and, for a draft
+    model, the draft's own cache for the whole context; an engine may also cap running requests
+    under speculation (`max_running`).
+    """
+    if kv_budget_bytes is None or target_kv_per_token <= 0:
+        spec = max_running
+        return Capacity(None, spec, True, "KV capacity unknown" if spec is None else
+                        f"running capped at {max_running:.0f} under speculation")
+    if kv_budget_bytes <= 0:
+        return Capacity(0.0, 0.0, False, "the weights leave no memory for the KV cache")
+    per_plain = target_kv_per_token * max(context_per_sequence, 1.0)
+    draft_context = context_per_sequence if draft_context_per_sequence is None else draft_context_per_sequence
+    per_spec = target_kv_per_token * (max(context_per_sequence, 1.0) + positions) + draft_kv_per_token * draft_context
+    plain = kv_budget_bytes / per_plain
+    spec = kv_budget_bytes / per_spec
+    if max_running is not None:
+        spec = min(spec, max_running)
+    fits = batch is None or batch <= plain
+    return Capacity(plain, spec, fits, f"KV holds {plain:.0f} sequences plain, {spec:.0f} with speculation")
+
+
+def prefill_time_s(model: StepTimeModel, prompt_tokens: float) -> float:
+    """One prompt's prefill on its own: a step of `prompt_tokens` tokens (compute-bound when long)."""
+    return float(model.step_time(max(prompt_tokens, 1.0), 0.0))
+
+
+def request_speedup(decode_speedup: float, plain_token_s: float, prompt_tokens: float, output_tokens: float,
+                    prefill_s: float, draft_prefill_s: float) -> float:
+    """End-to-end request speedup: speculation does nothing for the prefill (and a draft model pays
+    its own), and divides the decode by the decode speedup."""
+    plain = prefill_s + output_tokens * plain_token_s
+    speculative = prefill_s + draft_prefill_s + output_tokens * plain_token_s / decode_speedup
+    return plain / speculative

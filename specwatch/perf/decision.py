@@ -1,0 +1,374 @@
+"""The decision: one pure function from the inputs to whether speculation pays at this load.
+
+The Advisor (check, watch), `predict`, sweep's predicted curve and `tune` all call `decide`, so
+they give the same expected speedup for the same inputs. None of them keeps its own band,
+confidence, defaults or batch cap; the Advisor adds only its hysteresis over time.
+
+The speculative step (reference/model.md §5.4, with the terms of `specwatch.perf.costs`):
+
+    T_plain(b) = T(b, C)                                      C = b·s̄ context tokens in the batch
+    T_spec(b)  = T(b·v, C) + attention(v) + k·T_draft(b)      v = k+1 (tree drafts: more)
+    S(b)       = L·T_plain(b) / T_spec(b)
+
+and, when the node saturates (requests waiting, or the KV cache cannot hold the batch with the
+lookahead slots and the draft's cache), the throughput ratio at the batch each mode can hold:
+
+    S = [b_spec·L / T_spec(b_spec)] / [b_plain / T_plain(b_plain)]
+
+Conventions: k draft tokens per step; L counts the bonus token, 1 ≤ L ≤ k+1. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specwatch.perf.acceptance import check_k, length_at_k, length_at_k_iid
+from specwatch.perf.costs import (
+    Capacity,
+    DraftPricing,
+    capacity,
+    prefill_time_s,
+    request_speedup,
+    verify_attention_s,
+)
+from specwatch.perf.speedup import Crossover, KChoice
+from specwatch.perf.steptime import StepTimeFit, StepTimeModel
+
+
+__all__ = [
+    "MAX_BATCH",
+    "BAND",
+    "PRIOR_LEVEL_ERROR",
+    "FIT_ERROR_FLOOR",
+    "DecisionInputs",
+    "Decision",
+    "decide",
+    "decide_many",
+    "speedup_function",
+    "direction_confidence",
+    "level_error",
+]
+
+
+# The largest concurrency the crossover is searched to (and sweep's predicted curve): vLLM's
+# max_num_seqs rarely exceeds it.
+MAX_BATCH = 1024.0
+# S within 1 ± BAND is a wash: "hold", keep whatever is configured.
+BAND = 0.05
+# The datasheet prior's level error: the root-mean-square of ln(predicted / published) over the
+# scored (non-calibration) rows of benchmarks/published.md (0.212 there). A prior-only answer carries it.
+PRIOR_LEVEL_ERROR = 0.21
+# A fitted step time is never trusted beyond this relative error, however tight its residuals.
+FIT_ERROR_FLOOR = 0.05
+# What an approximate GPU (no datasheet) or an unidentified one adds to the level error.
+APPROXIMATE_GPU_ERROR = 0.2
+UNKNOWN_GPU_ERROR = 0.3
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    step_model: StepTimeModel  # the target's T(N, C): a datasheet prior or a live fit
+    k: int
+    draft: DraftPricing
+    running: float  # sequences decoding now (the batch b)
+    length: float | None = None  # L; None: say what L would pay
+    rates: tuple[float, ...] = ()  # per-position acceptance (exact L for shorter chains)
+    context_per_sequence: float = 0.0
+    waiting: float = 0.0
+    tree_tokens: float | None = None  # positions verified per sequence, when more than k+1
+    max_running: float | None = None  # the engine's cap on running requests under speculation
+    kv_budget_bytes: float | None = None  # per GPU: memory the KV cache may take
+    target_kv_bytes_per_token: float = 0.0  # per GPU
+    draft_context_per_sequence: float | None = None  # a draft's KV budget (default: the full context)
+    observed_with_speculation: bool = False  # the running count was taken with speculation on
+    fitted_on_speculative_steps: bool = False  # the fit already holds the verification attention
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    k_max: int | None = None  # best k searched over 1..k_max (default k)
+    extra_level_error: float = 0.0  # what the caller knows adds to the error (GPU, acceptance, ...)
+    max_batch: float = MAX_BATCH
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: str  # on | off | hold | unknown: the raw band, before any hysteresis
+    expected_speedup: float | None
+    break_even_length: float  # the L that pays at this load
+    low_load_break_even: float  # the same at one running sequence
+    crossover: Crossover | None
+    best_k: KChoice | None
+    confidence: float  # the chance that the direction (gain / loss) is right
+    level_error: float  # σ of ln S the confidence rests on
+    terms: dict[str, float]  # seconds per step (and the capacity in sequences)
+    carried_by: str  # the term that moves ln S the most
+    capacity: Capacity
+    request_speedup: float | None
+    assumptions: tuple[str, ...]
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "expected_speedup": self.expected_speedup,
+            "break_even_length": self.break_even_length,
+            "low_load_break_even_length": self.low_load_break_even,
+            "crossover_concurrency": self.crossover.concurrency if self.crossover else None,
+            "crossover_state": self.crossover.state if self.crossover else None,
+            "best_k": None if self.best_k is None else {"k": self.best_k.k, "length": self.best_k.length,
+                                                        "speedup": self.best_k.speedup},
+            "confidence": self.confidence,
+            "level_error": self.level_error,
+            "terms": dict(self.terms),
+            "carried_by": self.carried_by,
+            "capacity": {"plain": self.capacity.plain, "speculative": self.capacity.speculative,
+                         "fits": self.capacity.fits},
+            "request_speedup": self.request_speedup,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _positions(inputs: DecisionInputs, k: int) -> float:
+    if inputs.tree_tokens is not None and k == inputs.k:
+        return max(float(inputs.tree_tokens), k + 1.0)
+    return k + 1.0
+
+
+class _Model:
+    """The step times of one configuration, at any batch and k."""
+
+    def __init__(self, inputs: DecisionInputs) -> None:
+        self.i = inputs
+        self._capacities: dict[int, Capacity] = {}  # capacity depends on k only
+
+    def plain(self, b: float) -> float:
+        return float(self.i.step_model.step_time(b, b * self.i.context_per_sequence))
+
+    def parts(self, b: float, k: int) -> dict[str, float]:
+        i = self.i
+        context = b * i.context_per_sequence
+        positions = _positions(i, k)
+        plain = float(i.step_model.step_time(b, context))
+        verify = float(i.step_model.step_time(b * positions, context))
+        attention = 0.0
+        if not i.fitted_on_speculative_steps:
+            kv_read = plain - float(i.step_model.step_time(b, 0.0))
+            attention = verify_attention_s(kv_read, positions)
+        draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
+        draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
+        return {"plain_s": plain, "verify_s": verify, "attention_s": attention, "draft_s": draft,
+                "speculative_s": verify + attention + draft}
+
+    def capacity(self, k: int) -> Capacity:
+        known = self._capacities.get(k)
+        if known is None:
+            known = self._capacities[k] = self._capacity(k)
+        return known
+
+    def _capacity(self, k: int) -> Capacity:
+        i = self.i
+        return capacity(
+            kv_budget_bytes=i.kv_budget_bytes,
+            target_kv_per_token=i.target_kv_bytes_per_token,
+            context_per_sequence=i.context_per_sequence,
+            positions=_positions(i, k),
+            draft_kv_per_token=i.draft.kv_bytes_per_token if i.draft.kind == "model" else 0.0,
+            draft_context_per_sequence=i.draft_context_per_sequence,
+            max_running=i.max_running,
+            batch=i.running,
+        )
+
+    def batches(self, demand: float, waiting: float, k: int) -> tuple[float, float, Capacity]:
+        """The batch each mode runs at for this demand: (plain, speculative)."""
+        cap = self.capacity(k)
+        plain_cap, spec_cap = cap.plain, cap.speculative
+        if waiting > 0:
+            # the node is full: what it holds now is its limit in the mode it runs
+            held = self.i.running
+            if self.i.observed_with_speculation:
+                ratio = (cap.plain / cap.speculative) if cap.plain and cap.speculative else 1.0
+                spec_cap = held if spec_cap is None else min(spec_cap, held)
+                plain_cap = held * ratio if plain_cap is None else min(plain_cap, held * ratio)
+            else:
+                ratio = (cap.speculative / cap.plain) if cap.plain and cap.speculative else 1.0
+                plain_cap = held if plain_cap is None else min(plain_cap, held)
+                spec_cap = held * ratio if spec_cap is None else min(spec_cap, held * ratio)
+        b_plain = demand if plain_cap is None else max(1.0, min(demand, plain_cap))
+        b_spec = demand if spec_cap is None else max(1.0, min(demand, spec_cap))
+        return b_plain, b_spec, cap
+
+    def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
+        b_plain, b_spec, _ = self.batches(demand, waiting, k)
+        spec = self.parts(b_spec, k)["speculative_s"]
+        plain = self.plain(b_plain)
+        if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
+            raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
+                             f"(plain {plain!r} s, speculative {spec!r} s)")
+        return (b_spec * length / spec) / (b_plain / plain)
+
+    def break_even(self, demand: float, waiting: float, k: int) -> float:
+        """The L at which S = 1 (S is linear in L)."""
+        return 1.0 / self.speedup(demand, waiting, k, 1.0)
+
+
+def _lengths(inputs: DecisionInputs, k_new: int) -> tuple[float, bool] | None:
+    if inputs.rates:
+        estimate = length_at_k(inputs.rates, k_new)
+        return estimate.length, estimate.extrapolated
+    if inputs.length is not None:
+        estimate = length_at_k_iid(inputs.length, inputs.k, k_new)
+        return estimate.length, estimate.extrapolated
+    return None
+
+
+def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crossover:
+    def excess(b: float) -> float:
+        return model.speedup(b, 0.0, k, length) - 1.0
+
+    if excess(1.0) < 0:
+        return Crossover(None, "never_pays", max_batch)
+    points = 48  # a factor of 1.16 between grid points up to 1024, then bisection to 1e-10
+    previous = 1.0
+    for step in range(1, points + 1):
+        b = max_batch ** (step / points)
+        if excess(b) < 0:
+            low, high = previous, b
+            for _ in range(34):
+                middle = 0.5 * (low + high)
+                if excess(middle) >= 0:
+                    low = middle
+                else:
+                    high = middle
+            return Crossover(0.5 * (low + high), "crosses", max_batch)
+        previous = b
+    return Crossover(None, "pays_throughout", max_batch)
+
+
+def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:
+    """σ of ln S: the prior's measured level error, or the fit's where its data cover the token
+    counts S compares (plain and speculative), blended by the fit's confidence at the less covered
+    of them (it halves per doubling outside the data); `extra` adds in quadrature."""
+    if isinstance(step_model, StepTimeFit) and step_model.n_samples > 0:
+        trust = min(1.0, max(0.0, min(step_model.confidence(n) for n in tokens_per_step)))
+        fitted = max(FIT_ERROR_FLOOR, step_model.relative_rmse or 0.0)
+        base = trust * fitted + (1.0 - trust) * PRIOR_LEVEL_ERROR
+    else:
+        base = PRIOR_LEVEL_ERROR
+    return math.sqrt(base * base + extra * extra)
+
+
+def direction_confidence(expected: float, sigma: float) -> float:
+    """P(the true speedup lies on the same side of 1 as `expected`) when ln S is off by N(0, σ²)."""
+    if not (expected > 0 and math.isfinite(expected)) or sigma <= 0:
+        return 0.0
+    z = abs(math.log(expected)) / sigma
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def decide(inputs: DecisionInputs) -> Decision:
+    """The decision for one configuration at one load (see the module docstring)."""
+    check_k(inputs.k)
+    if not (math.isfinite(inputs.running) and inputs.running > 0):
+        raise ValueError(f"running must be a positive number, got {inputs.running!r}")
+    if inputs.length is not None and not (math.isfinite(inputs.length) and 1.0 <= inputs.length):
+        raise ValueError(f"acceptance length must be ≥ 1, got {inputs.length!r}")
+    k = int(inputs.k)
+    model = _Model(inputs)
+    waiting = max(0.0, inputs.waiting or 0.0)
+    demand = inputs.running + waiting
+    b_plain, b_spec, cap = model.batches(demand, waiting, k)
+    parts = model.parts(b_spec, k)
+    plain_here = model.plain(b_plain)
+    break_even = model.break_even(demand, waiting, k)
+    low_load = model.break_even(1.0, 0.0, k)
+    assumptions: list[str] = []
+    reasons: list[str] = []
+    if inputs.draft.assumed:
+        assumptions.append(inputs.draft.basis)
+    if not cap.fits:
+        reasons.append(f"{inputs.running:.0f} sequences × {inputs.context_per_sequence:.0f} tokens of context do not "
+                       f"fit the GPUs' KV memory (about {cap.plain:.0f} do): the batch is capped there")
+    terms = {**parts, "plain_at_plain_batch_s": plain_here, "batch_plain": b_plain, "batch_speculative": b_spec}
+
+    expected = crossover = best = request = None
+    sigma = level_error(inputs.step_model, (b_plain, b_spec * _positions(inputs, k)), inputs.extra_level_error)
+    if inputs.length is None:
+        state, confidence = "unknown", 0.0
+        carried = "acceptance (unknown)"
+    else:
+        length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens else min(inputs.length, k + 1.0)
+        expected = length / break_even
+        crossover = _crossover(model, k, length, inputs.max_batch)
+        state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
+        confidence = direction_confidence(expected, sigma)
+        # the terms in ln S: acceptance gains, each cost loses its share of ln(T_spec / T_plain)
+        loss = math.log(parts["speculative_s"] / model.plain(b_spec))
+        extra = parts["speculative_s"] - model.plain(b_spec)
+        shares = {"verify compute": parts["verify_s"] - model.plain(b_spec), "verification attention":
+                  parts["attention_s"], "draft": parts["draft_s"]}
+        contributions = {"acceptance": math.log(length)}
+        for name, seconds in shares.items():
+            contributions[name] = -loss * (seconds / extra) if extra > 0 else 0.0
+        contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / model.plain(b_spec))) \
+            if b_spec != b_plain else 0.0
+        if expected < 1:
+            carried = min(contributions, key=lambda name: contributions[name])
+        else:
+            carried = max(contributions, key=lambda name: abs(contributions[name]))
+        terms.update({f"ln_{name.replace(' ', '_')}": value for name, value in contributions.items()})
+        top = inputs.k_max or k
+        choice = KChoice(0, 1.0, 1.0, False)
+        for candidate in range(1, top + 1):
+            estimate = _lengths(inputs, candidate) if candidate != k else (length, False)
+            if estimate is None:
+                continue
+            value = model.speedup(demand, waiting, candidate, estimate[0])
+            if value > choice.speedup:
+                choice = KChoice(candidate, estimate[0], value, estimate[1])
+        best = choice
+        if inputs.prompt_tokens and inputs.output_tokens:
+            prefill = prefill_time_s(inputs.step_model, inputs.prompt_tokens)
+            if inputs.draft.kind == "model" and inputs.draft.model is not None:
+                draft_prefill = prefill_time_s(inputs.draft.model, inputs.prompt_tokens)
+            elif inputs.draft.kind == "lookup":
+                draft_prefill = 0.0
+            else:
+                draft_prefill = inputs.draft.ratio * prefill
+            request = request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens,
+                                      prefill, draft_prefill)
+    return Decision(
+        state=state,
+        expected_speedup=expected,
+        break_even_length=break_even,
+        low_load_break_even=low_load,
+        crossover=crossover,
+        best_k=best,
+        confidence=confidence,
+        level_error=sigma,
+        terms=terms,
+        carried_by=carried,
+        capacity=cap,
+        request_speedup=request,
+        assumptions=tuple(assumptions),
+        reasons=tuple(reasons),
+    )
+
+
+def decide_many(inputs: DecisionInputs, batches: Sequence[float]) -> list[float]:
+    """The expected speedup at each batch (no one waiting): sweep's predicted curve."""
+    if inputs.length is None:
+        raise ValueError("a speedup curve needs an acceptance length")
+    model = _Model(inputs)
+    length = min(inputs.length, _positions(inputs, inputs.k))
+    return [model.speedup(float(b), 0.0, int(inputs.k), length) for b in batches]
+
+
+def speedup_function(inputs: DecisionInputs):
+    """S(b, k′, L) for this configuration with no one waiting: what a schedule by batch size reads."""
+    model = _Model(inputs)
+
+    def at(batch: float, k: int, length: float) -> float:
+        return model.speedup(float(batch), 0.0, int(k), float(length))
+
+    return at

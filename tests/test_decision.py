@@ -1,0 +1,305 @@
+"""The shared decision (specwatch.perf.decide) and its cost terms, against cases worked out by hand
+from the physics (not from the code), and the agreement of every command that takes it."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+
+import pytest
+
+from specwatch import perf
+from specwatch.perf import DecisionInputs, HingeParameters, decide
+
+# A flat 10 ms step (weights read) with a far-away knee: every step below the knee costs the same.
+FLAT = HingeParameters(base_s=0.010, knee=1e9, slope_s_per_token=0.0, kv_s_per_token=0.0, per_token_s=0.0)
+LOOKUP = perf.draft_pricing("ngram")
+
+
+def inputs(**values) -> DecisionInputs:
+    base = dict(step_model=FLAT, k=4, draft=LOOKUP, running=8.0, length=2.5)
+    base.update(values)
+    return DecisionInputs(**base)
+
+
+def test_a_free_proposer_below_the_knee_gains_exactly_its_acceptance_length():
+    # every step costs 10 ms whether it carries 8 or 40 tokens, and commits L tokens per sequence
+    assert decide(inputs()).expected_speedup == pytest.approx(2.5)
+
+
+def test_a_given_draft_ratio_costs_k_times_r_plain_steps():
+    # T_spec = 10 ms + 4 × 0.1 × 10 ms = 14 ms, so S = 2.1 × 10 / 14 = 1.5 and break-even is 1.4
+    d = decide(inputs(draft=perf.draft_pricing("draft", ratio=0.1), length=2.1))
+    assert d.expected_speedup == pytest.approx(1.5)
+    assert d.break_even_length == pytest.approx(1.4)
+    assert d.state == "on" and d.carried_by == "acceptance"
+
+
+def test_per_token_engine_cost_makes_verification_cost_before_the_knee():
+    # 20 µs per token: plain step at b=8 is 10 + 0.16 = 10.16 ms, verify over 40 tokens 10 + 0.8 ms
+    step = HingeParameters(0.010, 1e9, 0.0, 0.0, 20e-6)
+    d = decide(inputs(step_model=step))
+    assert d.expected_speedup == pytest.approx(2.5 * 10.16 / 10.8)
+
+
+def test_verification_attention_costs_a_tenth_of_the_kv_read_per_extra_position():
+    # b=10 sequences × 1,000 tokens × 0.1 µs = 1 ms of KV read on 10 ms of weights: plain 11 ms.
+    # Verifying k+1 = 4 positions reads the KV once, plus 3 × 0.1 × 1 ms: 11.3 ms.
+    step = HingeParameters(0.010, 1e9, 0.0, 1e-7, 0.0)
+    d = decide(inputs(step_model=step, k=3, running=10.0, length=2.0, context_per_sequence=1000.0))
+    assert d.terms["attention_s"] == pytest.approx(0.3e-3)
+    assert d.expected_speedup == pytest.approx(2.0 * 11.0 / 11.3)
+    # a step model fitted on speculative steps already holds it
+    fitted = decide(inputs(step_model=step, k=3, running=10.0, length=2.0, context_per_sequence=1000.0,
+                           fitted_on_speculative_steps=True))
+    assert fitted.expected_speedup == pytest.approx(2.0)
+
+
+def test_a_draft_model_pays_its_own_roofline_per_forward():
+    # A 1 GB draft at 1 TB/s reads its weights in 1 ms and pays a 1 ms forward overhead; its math is
+    # negligible at these token counts. k=3 forwards: 6 ms on a flat 10 ms target, S = L × 10 / 16.
+    draft = perf.StepTimePrior(shared_weight_bytes=1e9, expert_weight_bytes=0.0, experts=None,
+                               experts_per_token=None, flops_per_token=1.0, kv_bytes_per_token=0.0,
+                               bandwidth=1e12, flops=1e18, per_token_s=0.0)
+    pricing = perf.draft_pricing("draft", draft_model=draft)
+    d = decide(inputs(k=3, draft=pricing, length=2.4))
+    assert d.terms["draft_s"] == pytest.approx(6e-3, rel=1e-3)
+    assert d.expected_speedup == pytest.approx(2.4 * 10 / 16, rel=1e-3)
+    assert d.carried_by == "acceptance"
+    # twice as slow as its roofline (a measured scale): 12 ms of drafting, S = 2.4 × 10 / 22
+    slow = decide(inputs(k=3, draft=perf.draft_pricing("draft", draft_model=draft, scale=2.0), length=2.4))
+    assert slow.expected_speedup == pytest.approx(2.4 * 10 / 22, rel=1e-3)
+
+
+def test_a_full_node_loses_the_kv_slots_speculation_takes():
+    # The KV cache holds 100,000 tokens (counted in tokens): 100 sequences of 1,000 without
+    # speculation, 100,000 / 1,005 ≈ 99.5 with k+1 = 5 lookahead slots each. With requests waiting
+    # the node runs full in both modes, and with flat steps the throughput ratio is 0.995·L.
+    d = decide(inputs(running=100.0, waiting=20.0, context_per_sequence=1000.0, kv_budget_bytes=100_000.0,
+                      target_kv_bytes_per_token=1.0))
+    assert d.capacity.plain == pytest.approx(100.0)
+    assert d.capacity.speculative == pytest.approx(100_000 / 1005)
+    assert d.expected_speedup == pytest.approx(2.5 * 1000 / 1005)
+
+
+def test_a_cap_on_running_requests_under_speculation():
+    # 64 requests, at most 32 running under speculation: plain runs 64 per 10 ms step, speculation
+    # 32 × L per step. With L = 3: 96 / 64 = 1.5.
+    d = decide(inputs(running=64.0, length=3.0, max_running=32.0))
+    assert d.expected_speedup == pytest.approx(1.5)
+    assert d.carried_by == "acceptance"
+    # with L = 1.5 the cap turns a gain into a loss, and the capacity term says so
+    loss = decide(inputs(running=64.0, length=1.5, max_running=32.0))
+    assert loss.expected_speedup == pytest.approx(0.75) and loss.carried_by == "KV capacity"
+
+
+def test_tree_drafts_verify_more_positions_than_k_plus_one():
+    # 20 µs per token, b = 4, k = 3: a chain verifies 16 tokens, a 10-token tree 40
+    step = HingeParameters(0.010, 1e9, 0.0, 0.0, 20e-6)
+    chain = decide(inputs(step_model=step, k=3, running=4.0, length=2.5))
+    tree = decide(inputs(step_model=step, k=3, running=4.0, length=2.5, tree_tokens=10))
+    plain = 0.010 + 4 * 20e-6
+    assert chain.expected_speedup == pytest.approx(2.5 * plain / (0.010 + 16 * 20e-6))
+    assert tree.expected_speedup == pytest.approx(2.5 * plain / (0.010 + 40 * 20e-6))
+
+
+def test_moe_reads_more_experts_as_tokens_per_step_grow():
+    # top-2 of 8 experts: one token reads 2; four tokens read 8·(1 − (6/8)^4) ≈ 5.47 on average
+    prior = perf.StepTimePrior(shared_weight_bytes=0.0, expert_weight_bytes=8e9, experts=8, experts_per_token=2,
+                               flops_per_token=1.0, kv_bytes_per_token=0.0, bandwidth=1e12, flops=1e18)
+    assert prior.weight_bytes(1) == pytest.approx(2e9)
+    assert prior.weight_bytes(4) == pytest.approx(8e9 * (1 - 0.75**4))
+
+
+def test_the_prefill_tax_judges_the_whole_request():
+    # 1 s of prefill, 100 output tokens at 10 ms: 2 s plain; a 2× decode speedup makes it 1.5 s
+    assert perf.request_speedup(2.0, 0.010, 4000, 100, 1.0, 0.0) == pytest.approx(2.0 / 1.5)
+    # a draft model prefilling too (0.2 s) eats into it: 2 / 1.7
+    assert perf.request_speedup(2.0, 0.010, 4000, 100, 1.0, 0.2) == pytest.approx(2.0 / 1.7)
+    from specwatch.predict import predict
+
+    long_prompt = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="eagle3",
+                          prompt_tokens=8000, output_tokens=200)
+    verdict = long_prompt["verdict"]
+    assert 1.0 < verdict["request_speedup"] < verdict["expected_speedup"]
+    assert any("end to end" in reason for reason in verdict["reasons"])
+
+
+def test_unknown_method_is_one_stated_assumption():
+    assumed = perf.draft_pricing(None)
+    assert assumed.assumed and assumed.kind == "head" and assumed.ratio == perf.HEAD_DRAFT_RATIO
+    assert decide(inputs(draft=assumed)).assumptions == (perf.UNKNOWN_METHOD_WORDS,)
+
+
+def test_confidence_is_the_chance_the_direction_is_right():
+    # ln 1.5 / 0.21 ≈ 1.93 standard deviations: Φ(1.93) ≈ 0.973
+    assert perf.direction_confidence(1.5, 0.21) == pytest.approx(0.973, abs=0.002)
+    assert perf.direction_confidence(1.0, 0.21) == pytest.approx(0.5)
+    far = decide(inputs(length=4.0))
+    near = decide(inputs(length=1.1))
+    assert far.confidence > near.confidence
+
+
+# --------------------------------------------------------------------------------------------------
+# predict: acceptance forms, refusals, MoE agreement
+# --------------------------------------------------------------------------------------------------
+
+
+def _run_predict(argv: list[str]) -> tuple[int, str, str]:
+    from specwatch.commands.predict import add_arguments, run
+
+    parser = argparse.ArgumentParser(prog="specwatch predict")
+    add_arguments(parser)
+    out, err = io.StringIO(), io.StringIO()
+    return run(parser.parse_args(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+BASE = ["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "4", "--k", "3", "--method", "eagle3"]
+
+
+def test_acceptance_rate_and_alpha_mean_what_they_say():
+    from specwatch.predict import predict
+
+    # vLLM's rate accepted/draft tokens: L = 1 + k·rate = 1 + 4 × 0.5
+    assert predict("H100", model="Llama-3.1-8B", batch=1, k=4, acceptance_rate=0.5,
+                   method="ngram")["inputs"]["acceptance_length"] == pytest.approx(3.0)
+    # the papers' α: L = 1 + 0.8 + 0.64 + 0.512 for k = 3
+    assert predict("H100", model="Llama-3.1-8B", batch=1, k=3, alpha=0.8,
+                   method="ngram")["inputs"]["acceptance_length"] == pytest.approx(2.952)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--acceptance-rate", "1.2"], "between 0 and 1"),
+    (["--alpha", "1.5"], "alpha"),
+    (["--acceptance-length", "6"], "between 1 and k+1 = 4"),
+    (["--acceptance-length", "2", "--alpha", "0.5"], "not both"),
+    (["--acceptance-length", "nan"], "'nan'"),
+    (["--acceptance-rate", "-0.1"], "between 0 and 1"),
+    (["--context", "-5"], "context must be ≥ 0"),
+    (["--waiting", "-1"], "waiting must be ≥ 0"),
+    (["--tree-tokens", "3"], "at least k+1 = 4"),
+    (["--max-running", "0"], "max running"),
+    (["--prompt-tokens", "1000"], "--output-tokens"),
+    (["--draft-scale", "0"], "draft scale must be positive"),
+    (["--peak-flops", "inf", "--memory-bandwidth", "1e12"], "'inf'"),
+])
+def test_predict_refuses_impossible_figures_with_one_line(extra, message):
+    status, out, err = _run_predict(BASE + extra)
+    assert status == 64 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_says_when_the_batch_does_not_fit_in_memory():
+    # 70B on 4 × 80 GB: 0.9 × 80 − 35.3 GB of weights leaves ≈ 36.7 GB per GPU for KV, 81,920 B per
+    # context token per GPU: ≈ 448 K tokens, 14 sequences of 32 K. 256 of them do not fit.
+    status, out, _ = _run_predict(["--gpu", "H100", "--model", "Llama-3.1-70B", "--tp", "4", "--batch", "256",
+                                   "--k", "3", "--context", "32000", "--acceptance-length", "2.5",
+                                   "--method", "eagle"])
+    assert "do not fit the GPUs' KV memory (about 14 do)" in out
+
+
+def test_a_gpu_given_by_its_peak_figures_and_memory():
+    status, out, err = _run_predict(["--peak-flops", "149.7e12", "--memory-bandwidth", "696e9", "--gpu-memory",
+                                     "48e9", "--model", "Qwen2.5-7B", "--batch", "1", "--k", "4",
+                                     "--acceptance-rate", "0.88", "--draft-model", "Qwen2.5-7B", "--draft-dtype",
+                                     "int4", "--dtype", "fp16", "--json"])
+    assert status == 0, err
+    assert '"gpu": "custom"' in out
+
+
+def test_a_moe_models_crossover_agrees_with_its_verdict():
+    from specwatch.predict import predict
+
+    speedups = []
+    for batch in (1, 4, 16, 64, 256, 1024):
+        result = predict("H100", model="Mixtral-8x7B", tp=2, batch=batch, k=3, acceptance_length=2.4,
+                         method="eagle", context=500)
+        verdict = result["verdict"]
+        crossover = verdict["crossover_concurrency"]
+        speedups.append(verdict["expected_speedup"])
+        if verdict["speculation"] == "on":
+            assert crossover is None or crossover > batch
+        elif verdict["speculation"] == "off":
+            assert crossover is not None and crossover < batch
+    # more tokens per step read more experts: at one sequence verifying 4 tokens reads
+    # 8·(1 − (6/8)^4) ≈ 5.5 experts per layer against 2 for one token, so verification is dear; by 16
+    # sequences every step reads all 8 and the speedup is L-bound; at high load compute takes it
+    assert speedups[0] < speedups[2] and speedups[-1] < speedups[2]
+
+
+# --------------------------------------------------------------------------------------------------
+# One configuration, every command: the same expected speedup
+# --------------------------------------------------------------------------------------------------
+
+
+def test_predict_check_watch_sweep_and_tune_give_the_same_expected_speedup():
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.hardware import lookup
+    from specwatch.monitor import Monitor
+    from specwatch.predict import predict
+    from specwatch.sweep.predicted import PredictionInputs, predicted_curve
+    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.tune import tune_report
+
+    # check and watch: the Advisor, driven through the Monitor by synthetic Snapshots
+    step = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                           per_token_s=2e-5)
+    node = SyntheticNode(step=step, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                         context_per_sequence=0.0, noise=0.0)
+    monitor = Monitor(window_s=10.0, advisor_config=AdvisorConfig(method="ngram"), evaluate_every_s=0.0)
+    for snapshot in generate(node, [16.0] * 40):
+        monitor.ingest(snapshot)
+    verdict = monitor.states[node.url].verdict
+    advisor = monitor.advisor_of(node.url)
+    said = verdict.expected_speedup
+    assert said is not None and verdict.speculation in ("on", "off", "hold")
+    running, length, fitted = verdict.running, verdict.acceptance_length, advisor.last_inputs.step_model
+
+    # tune, from the same Advisor's inputs
+    report = tune_report(advisor.last_inputs, observed_batch=advisor.observed_batch, max_batch=64)
+    assert report["expected_speedup"] == pytest.approx(said, rel=1e-9)
+    in_range = next(r for r in report["ranges"] if r["start"] <= 16 <= r["end"])
+    if in_range["k"] == 4:
+        assert in_range["speedup_vs_off"][0] <= said * (1 + 1e-9)
+
+    # predict, given the same step time, load and acceptance
+    predicted = predict(lookup("A100"), model="Llama-3.1-70B", batch=running, k=4, acceptance_length=length,
+                        method="ngram", step_model=fitted)
+    assert predicted["verdict"]["expected_speedup"] == pytest.approx(said, rel=1e-9)
+
+    # sweep's predicted curve at the same concurrency
+    tiers = [{"concurrency": running, "speculative": {"k": 4, "acceptance_length": length},
+              "baseline": {"prompt_tokens_mean": 0.0}}]
+    curve, note = predicted_curve(tiers, PredictionInputs(method="ngram", k=4, step_model=fitted), max_tokens=0.0)
+    assert curve is not None, note
+    assert curve["points"][0]["speedup"] == pytest.approx(said, rel=1e-9)
+    assert math.isfinite(curve["points"][0]["speedup"])
+
+
+def test_the_advisor_weighs_the_prefill_of_long_prompt_short_output_traffic():
+    import dataclasses
+
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.monitor import Monitor
+    from specwatch.synthetic import SyntheticNode, generate
+
+    step = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                           per_token_s=2e-5)
+    node = SyntheticNode(step=step, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                         context_per_sequence=0.0, noise=0.0)
+    node = dataclasses.replace(node, prompt_tokens_per_request=20000.0, output_tokens_per_request=100.0)
+    monitor = Monitor(window_s=10.0, advisor_config=AdvisorConfig(method="ngram"), evaluate_every_s=0.0)
+    for snapshot in generate(node, [4.0] * 40):
+        monitor.ingest(snapshot)
+    verdict = monitor.states[node.url].verdict
+    assert "prefill_tax" in verdict.flags
+    request = verdict.details["request_speedup"]
+    assert request is not None and 1.0 < request < verdict.expected_speedup
+    assert any(reason.startswith("end to end") for reason in verdict.reasons)
+
+
+def test_a_step_model_with_no_usable_step_time_is_refused_not_a_traceback():
+    zero = HingeParameters(0.0, 1e9, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="no usable step time"):
+        decide(inputs(step_model=zero))
