@@ -41,6 +41,9 @@ Format version 2 (`.swrec`), written by this specwatch:
   one member never changes how the earlier ones decode.
 - Files are created with mode 0600: they carry host names and target URLs.
 
+A target may hold a "speculation" object (SpeculationConfig.to_dict: method, k, draft model, ...,
+and where each came from); recordings made before it existed lack it and read as they always did.
+
 Format version 1 is format 2 without the compact forms: entries (whole) or "same" per entry, and
 every engine and histogram written whole. Format 2 readers read such lines too.
 
@@ -76,6 +79,7 @@ from specwatch.snapshot import (
     TargetSample,
     _dec,
     _enc,
+    speculation_from_dict,
 )
 
 FORMAT_VERSION = 2
@@ -708,6 +712,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             process_start_time=d.get("process_start_time"),
             scrape_seconds=d.get("scrape_seconds"),
             payload_bytes=d.get("payload_bytes"),
+            speculation=speculation_from_dict(d.get("speculation")),
         )
 
     def _engine(self, url: str, d: dict[str, Any]) -> EngineSample:
