@@ -39,7 +39,7 @@ from textual.widgets import Footer, TabbedContent, TabPane
 
 from specwatch.hardware import GpuSpec, lookup
 from specwatch.monitor import Monitor, TargetState, VerdictChange
-from specwatch.snapshot import Snapshot
+from specwatch.snapshot import Snapshot, SpeculationConfig
 from specwatch.sources import SnapshotSource
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
@@ -426,6 +426,7 @@ class SpecwatchApp(App[int]):
             history=self._histories.get(url) if url else None,
             events=tuple(self.events),
             method=getattr(self.monitor.advisor_config, "method", None),
+            speculation=self._speculation(snapshot, url),
             sweep=self.sweep,
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
@@ -433,6 +434,14 @@ class SpecwatchApp(App[int]):
         )
         self._view_dirty = False
         return self._view
+
+    def _speculation(self, snapshot: Snapshot | None, url: str | None) -> SpeculationConfig | None:
+        """The config the target's verdict was judged with; the target's own before the first verdict."""
+        advisor = self.monitor.advisor_of(url) if url else None
+        if advisor is not None and advisor.speculation is not None:
+            return advisor.speculation
+        target = snapshot.target(url) if snapshot is not None and url else None
+        return target.speculation if target is not None else None
 
     def panels(self) -> Iterable[Panel]:
         return self.screen_stack[0].query(Panel) if self.screen_stack else ()

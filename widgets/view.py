@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from specwatch.hardware import GpuSpec
 from specwatch.monitor import TargetState, VerdictChange
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, TargetSample
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
 from specwatch.window import EngineFigures
 
 # The trend series, in the order the trends panel draws them: (key, label, unit words).
@@ -138,6 +138,8 @@ class DashboardView:
     history: History | None = None
     events: tuple[VerdictChange, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
+    # the speculation config the verdict was judged with (the server's /server_info, else the flags)
+    speculation: SpeculationConfig | None = None
     sweep: SweepMarker | None = None
     gpu_spec: GpuSpec | None = None  # the GPU the advisor reasons about (told, or read from NVML)
     window_s: float | None = None
