@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -304,3 +305,30 @@ def test_the_exporter_publishes_the_config_the_verdict_used():
 ])
 def test_the_panel_says_where_each_setting_came_from(config, words):
     assert provenance_line(config).plain == words
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+_methods = st.sampled_from(["ngram", "eagle3", "draft_model", "mtp", "dflash", "prompt_lookup"])
+_configs = st.builds(
+    lambda source, method, k, model, params: SpeculationConfig.known(
+        source, method=method, k=k, draft_model=model, draft_params=params),
+    st.sampled_from([FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS]),
+    st.none() | _methods,
+    st.none() | st.integers(0, 16),
+    st.none() | st.text(min_size=1, max_size=20).filter(str.strip).map(str.strip),
+    st.none() | st.floats(1e6, 1e12),
+)
+
+
+@given(_configs, _configs)
+def test_merging_keeps_every_server_fact_and_round_trips(observed, declared):
+    merged = resolve_speculation(observed, declared)
+    for name, source in observed.sources:
+        if source == FROM_SERVER_INFO:
+            assert getattr(merged, name) == getattr(observed, name) and merged.source_of(name) == FROM_SERVER_INFO
+    for name, source in declared.sources:
+        if observed.source_of(name) != FROM_SERVER_INFO:
+            assert getattr(merged, name) == getattr(declared, name)
+    if merged is not None:
+        assert SpeculationConfig.from_dict(json.loads(json.dumps(merged.to_dict()))) == merged
