@@ -1,5 +1,12 @@
 """The vLLM source: an async scrape of /metrics (and /version, /server_info once) per target.
 
+The speculation setup rides in every TargetSample (`TargetSample.speculation`): the server's own
+/server_info (only with VLLM_SERVER_DEV_MODE=1) read once, and again after the server restarts or
+comes back; the operator's declaration (`declared`: --method, --draft-model, --draft-params) fills in
+what the server does not expose; k comes from the metrics' per-position series when /server_info is
+not there. Where the two disagree, /server_info wins (it is what the server runs) and the sample
+carries the disagreement in words (see snapshot.resolve_speculation).
+
 Every failure becomes a TargetSample with a named state and a message an operator can act on;
 nothing here raises to the caller. The bearer token is read from an environment variable or a file,
 never from argv, and never appears in a state message.
@@ -8,6 +15,7 @@ never from argv, and never appears in a state message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -21,7 +29,15 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from specwatch.exposition import ExpositionError, parse_payload
-from specwatch.snapshot import TARGET_OK, TargetSample
+from specwatch.snapshot import (
+    FROM_METRICS,
+    FROM_SERVER_INFO,
+    TARGET_OK,
+    EngineSample,
+    SpeculationConfig,
+    TargetSample,
+    resolve_speculation,
+)
 
 DEFAULT_URL = "http://localhost:8000"
 DEFAULT_TIMEOUT_S = 5.0
@@ -68,11 +84,14 @@ def normalise_url(url: str) -> tuple[str, str]:
 
 @dataclass
 class TargetInfo:
-    """What is learnt once per target and kept: the version and, with dev mode, the spec config."""
+    """What is learnt once per server start and kept: the version and, with dev mode, the spec config."""
 
     version: str | None = None
-    speculative_config: dict | None = None
+    speculative_config: dict | None = None  # /server_info's speculative_config, as the server wrote it
+    speculation: SpeculationConfig | None = None  # the same, read
     probed: bool = False
+    # process_start_time of the server the info was read from: a new one means a restart
+    process_start_time: float | None = None
 
 
 @dataclass
@@ -187,8 +206,24 @@ async def scrape_target(
     target: VllmTarget,
     max_bytes: int = DEFAULT_MAX_BYTES,
     probe_info: bool = True,
+    declared: SpeculationConfig | None = None,
 ) -> TargetSample:
     """One scrape of one target. Never raises for anything the network or the payload does."""
+    sample = await _scrape_target(client, target, max_bytes, probe_info, declared)
+    if not sample.ok:
+        # what the server runs is re-read when it answers again: it may come back configured otherwise
+        target.info.probed = False
+        return dataclasses.replace(sample, speculation=declared)
+    return sample
+
+
+async def _scrape_target(
+    client: httpx.AsyncClient,
+    target: VllmTarget,
+    max_bytes: int,
+    probe_info: bool,
+    declared: SpeculationConfig | None,
+) -> TargetSample:
     started = time.perf_counter()
     deadline_s = _deadline_s(client)
     try:
@@ -230,8 +265,12 @@ async def scrape_target(
             f"vLLM at {target.url}: /metrics lacks {', '.join(missing)} (is this a vLLM server?)",
             version=target.info.version, payload_bytes=len(body),
         )
+    if target.info.process_start_time != parsed.process_start_time:
+        target.info.probed = False  # a restarted server: its version and config may have changed
     if probe_info and not target.info.probed:
         await probe_target_info(client, target)
+        target.info.process_start_time = parsed.process_start_time
+    observed = with_metrics_k(target.info.speculation, parsed.engines)
     return TargetSample(
         url=target.url,
         state=TARGET_OK,
@@ -240,7 +279,19 @@ async def scrape_target(
         process_start_time=parsed.process_start_time,
         scrape_seconds=elapsed,
         payload_bytes=len(body),
+        speculation=resolve_speculation(observed, declared),
     )
+
+
+def with_metrics_k(config: SpeculationConfig | None, engines: Sequence[EngineSample]) -> SpeculationConfig | None:
+    """The config with k from the per-position series (one per drafted position, created at start-up)
+    where /server_info did not give it."""
+    k = max((len(e.accepted_per_position) for e in engines), default=0)
+    if k == 0 or (config is not None and config.k is not None):
+        return config
+    if config is None:
+        return SpeculationConfig.known(FROM_METRICS, k=k)
+    return dataclasses.replace(config, k=k, sources=config.sources + (("k", FROM_METRICS),))
 
 
 def _deadline_s(client: httpx.AsyncClient) -> float:
@@ -271,12 +322,17 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
     except (httpx.HTTPError, OSError, ValueError, AttributeError):
         target.info.probed = False  # try again on a later poll
         return
+    target.info.speculative_config = target.info.speculation = None
     try:
-        r = await client.get(target.url + "/server_info", params={"config_format": "json"})
-        if r.status_code == 200:
+        # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
+        r = await _get_bounded(client, target.url + "/server_info?config_format=json", DEFAULT_MAX_BYTES)
+        if r.status_code == 200:  # 404 without dev mode: the flags and the metrics are all there is
             target.info.speculative_config = _speculative_config_from_server_info(r.json())
-    except (httpx.HTTPError, OSError, ValueError):
-        pass
+            target.info.speculation = speculation_from_server_info(target.info.speculative_config)
+    except ValueError:
+        pass  # a 200 that is not JSON: not vLLM's /server_info, and asking again will not change it
+    except (httpx.HTTPError, OSError, PayloadTooLarge):
+        target.info.probed = False  # try again on a later poll
 
 
 def _speculative_config_from_server_info(info: object) -> dict | None:
@@ -292,6 +348,43 @@ def _speculative_config_from_server_info(info: object) -> dict | None:
     return spec if isinstance(spec, dict) else None
 
 
+# Methods that draft by lookup, not with a model: vLLM fills their "model" with the method's own name
+# (and draft_model_config with the target's), so neither names a draft model.
+_LOOKUP_METHODS = ("ngram", "suffix")
+
+
+def speculation_from_server_info(spec: object) -> SpeculationConfig | None:
+    """/server_info's speculative_config (vLLM's SpeculativeConfig as JSON) → a SpeculationConfig.
+
+    vLLM 0.32 writes method ("ngram", "eagle3", "draft_model", "deepseek_mtp", ...), model (the draft
+    model's path; the method's own name for n-gram), num_speculative_tokens, prompt_lookup_min/max and
+    speculative_token_tree (for tree drafting). Values of the wrong type are left out, not guessed."""
+    if not isinstance(spec, dict):
+        return None
+
+    def text(key: str) -> str | None:
+        value = spec.get(key)
+        return value.strip() if isinstance(value, str) and value.strip() else None
+
+    def whole(key: str) -> int | None:
+        value = spec.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    config = SpeculationConfig.known(
+        FROM_SERVER_INFO,
+        method=text("method"),
+        k=whole("num_speculative_tokens"),
+        prompt_lookup_min=whole("prompt_lookup_min"),
+        prompt_lookup_max=whole("prompt_lookup_max"),
+        token_tree=text("speculative_token_tree"),
+    )
+    model = text("model")
+    if model is not None and config.method not in _LOOKUP_METHODS and model != text("method"):
+        config = dataclasses.replace(config, draft_model=model,
+                                     sources=config.sources + (("draft_model", FROM_SERVER_INFO),))
+    return None if config.empty else config
+
+
 class VllmSource:
     """Scrapes several vLLM targets concurrently, with one shared client."""
 
@@ -302,9 +395,12 @@ class VllmSource:
         verify: bool | str = True,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        declared: SpeculationConfig | None = None,
     ) -> None:
         self.targets = [VllmTarget.from_url(u) for u in urls]
         self.max_bytes = max_bytes
+        # what the operator declared about the speculation setup (SpeculationConfig.from_flags)
+        self.declared = declared
         self._client_args = (token, tls_verify(verify), timeout_s)  # a bad CA file fails here
         self._client: httpx.AsyncClient | None = None
 
@@ -324,7 +420,7 @@ class VllmSource:
         if self._client is None:
             self._client = make_client(*self._client_args)
         results = await asyncio.gather(
-            *(scrape_target(self._client, t, self.max_bytes) for t in self.targets)
+            *(scrape_target(self._client, t, self.max_bytes, declared=self.declared) for t in self.targets)
         )
         return tuple(results)
 

@@ -5,7 +5,8 @@ Snapshots, so replaying a recording gives the verdicts the live run gave.
 
 How a verdict is reached (reference/model.md §5):
 1. acceptance L over the window (per-position data give L for shorter chains exactly);
-2. the draft cost r from the method (told, or read from /server_info) and the break-even 1 + k·r;
+2. the draft cost r from the method and the draft model's size (the target's SpeculationConfig:
+   /server_info, else the operator's flags) and the break-even 1 + k·r;
 3. a step-time model T(N, C): the datasheet prior when the GPU (and model) are known, else a roofline
    shape anchored on the node's own step times, refitted from live windows as a hinge;
 4. the speedup S(b) at the running batch and context, the crossover b×, and the best k′;
@@ -22,7 +23,7 @@ from typing import Any, Sequence
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup
-from specwatch.snapshot import GpuSample
+from specwatch.snapshot import GpuSample, SpeculationConfig, resolve_speculation
 from specwatch.window import EngineFigures, TargetWindow
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
@@ -58,6 +59,8 @@ UNSIZED_DRAFT_RATIO = 0.1
 
 @dataclass(frozen=True)
 class AdvisorConfig:
+    # The operator's word on the method and the draft model's size. The target's own /server_info
+    # (in TargetSample.speculation) wins over them; they win over what a sample was declared with.
     method: str | None = None  # ngram, eagle, draft_model, ... (None: unknown)
     draft_ratio: float | None = None  # r, when the operator knows it
     draft_params: float | None = None
@@ -186,7 +189,11 @@ class Advisor:
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
         self._gpu_by_name: dict[str, Any] = {}
-        self._draft_cost_cache: tuple[AdvisorConfig, tuple[perf.DraftCost | None, str | None]] | None = None
+        self._draft_cost_cache: tuple[AdvisorConfig, SpeculationConfig | None,
+                                      tuple[perf.DraftCost | None, str | None]] | None = None
+        # The speculation config the latest verdict was judged with: the target's, with this config's
+        # method and draft size where the target does not say (what the front ends show).
+        self.speculation: SpeculationConfig | None = None
         self._datasheet_prior: tuple[Any, Any, tuple[int, str], tuple[perf.HingeParameters, str]] | None = None
         # The running batch sizes the step-time samples came from: where the fit is measured.
         self.observed_batch: tuple[float, float] | None = None
@@ -214,26 +221,31 @@ class Advisor:
                     return throttled_spec(spec, g)
         return None
 
-    def _draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
-        """r and the canonical method; (None, None) when the method is not known."""
-        cached = self._draft_cost_cache  # a pure function of the (frozen) config
-        if cached is not None and cached[0] is self.config:
-            return cached[1]
-        result = self._compute_draft_cost()
-        self._draft_cost_cache = (self.config, result)
+    def _draft_cost(self, observed: SpeculationConfig | None = None) -> tuple[perf.DraftCost | None, str | None]:
+        """r and the canonical method; (None, None) when the method is not known. `observed` is the
+        target's SpeculationConfig; the one judged with becomes `self.speculation`."""
+        cached = self._draft_cost_cache  # a pure function of the (frozen) config and the sample's
+        if cached is not None and cached[0] is self.config and cached[1] == observed:
+            return cached[2]
+        declared = SpeculationConfig.from_flags(self.config.method, draft_params=self.config.draft_params)
+        self.speculation = resolve_speculation(observed, declared)
+        result = self._compute_draft_cost(self.speculation)
+        self._draft_cost_cache = (self.config, observed, result)
         return result
 
-    def _compute_draft_cost(self) -> tuple[perf.DraftCost | None, str | None]:
+    def _compute_draft_cost(self, speculation: SpeculationConfig | None) -> tuple[perf.DraftCost | None, str | None]:
         c = self.config
-        if c.method is None and c.draft_ratio is None:
+        method = speculation.method if speculation else None
+        draft_params = speculation.draft_params if speculation else None
+        if method is None and c.draft_ratio is None:
             return None, None
         try:
-            name = perf.canonical_method(c.method) if c.method else "draft"
+            name = perf.canonical_method(method) if method else "draft"
         except ValueError:
-            return None, c.method
+            return None, method
         target_params = c.model.params if c.model else None
         try:
-            return perf.draft_cost(name, draft_params=c.draft_params, target_params=target_params,
+            return perf.draft_cost(name, draft_params=draft_params, target_params=target_params,
                                    override=c.draft_ratio), name
         except ValueError:
             # a draft model of unknown size: its fixed per-forward overhead plus a small model's bytes
@@ -324,13 +336,13 @@ class Advisor:
         time = tw.time
         gpu = self._gpu_spec(gpus)
         k = tw.k
-        cost, method = self._draft_cost()
+        cost, method = self._draft_cost(target.speculation)
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
         prior, prior_words = self._prior(gpu, figures)
         step_model = self._step_model(time, prior)
         bound = self._bound(figures, gpus, gpu, step_model)
-        reasons: list[str] = []
+        reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
         self._prefill_checks(figures, method, reasons, flags)
 

@@ -54,7 +54,7 @@ from specwatch.recording_thread import (
     RecordingStopped,
     RecordingThread,
 )
-from specwatch.snapshot import Snapshot
+from specwatch.snapshot import Snapshot, SpeculationConfig
 from specwatch.sources import SnapshotSource
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
@@ -418,7 +418,10 @@ class SpecwatchApp(App[int]):
         engine_keys = snapshot_engine_keys(snapshot, url)
         if self.engine is not None and self.engine not in engine_keys:
             self.engine = None
-        method = getattr(self.monitor.advisor_config, "method", None)
+        speculation = self._speculation(snapshot, url)
+        # the method the verdict was judged with: the server's /server_info, else the operator's flag
+        method = (speculation.method if speculation is not None and speculation.method
+                  else getattr(self.monitor.advisor_config, "method", None))
         self._view = DashboardView(
             source=self.source_info(),
             time=snapshot.time if snapshot is not None else None,
@@ -434,6 +437,7 @@ class SpecwatchApp(App[int]):
             events=tuple(self.events),
             method=method,
             method_words=perf.METHOD_WORDS.get(method, method) if method else None,
+            speculation=speculation,
             sweep=self.sweep,
             assumed_knee_tokens=GENERIC_KNEE_TOKENS,
             unconfigured_k=UNCONFIGURED_K,
@@ -442,6 +446,14 @@ class SpecwatchApp(App[int]):
         )
         self._view_dirty = False
         return self._view
+
+    def _speculation(self, snapshot: Snapshot | None, url: str | None) -> SpeculationConfig | None:
+        """The config the target's verdict was judged with; the target's own before the first verdict."""
+        advisor = self.monitor.advisor_of(url) if url else None
+        if advisor is not None and advisor.speculation is not None:
+            return advisor.speculation
+        target = snapshot.target(url) if snapshot is not None and url else None
+        return target.speculation if target is not None else None
 
     def panels(self) -> Iterable[Panel]:
         return self.screen_stack[0].query(Panel) if self.screen_stack else ()

@@ -36,7 +36,7 @@ from specwatch import __version__
 from specwatch import export_schema as schema
 from specwatch.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
 from specwatch.monitor import Monitor, TargetState
-from specwatch.snapshot import Snapshot
+from specwatch.snapshot import Snapshot, SpeculationConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
@@ -124,6 +124,8 @@ class ExportFrame:
     poll_seconds: float | None = None
     # source name (public) → agent wall clock of its last good reading
     last_success: dict[str, float] = field(default_factory=dict)
+    # target URL → the speculation config its verdict was judged with
+    speculation: dict[str, SpeculationConfig | None] = field(default_factory=dict)
 
 
 def _finite(value: float | None) -> bool:
@@ -174,10 +176,19 @@ class SpecwatchCollector(Collector):
         length, rate = gauge(schema.ACCEPTANCE_LENGTH), gauge(schema.ACCEPTANCE_RATE)
         break_even, crossover, running = gauge(schema.BREAK_EVEN), gauge(schema.CROSSOVER), gauge(schema.RUNNING)
         bound, signal, flag = gauge(schema.BOUND), gauge(schema.BOUND_SIGNAL), gauge(schema.FLAGS)
+        spec_info = InfoMetricFamily(schema.SPECULATION.name, schema.SPECULATION.help,
+                                     labels=list(schema.SPECULATION.labels))
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
             key = [node, target]
+            if v.configured:
+                config = frame.speculation.get(url)
+                spec_info.add_metric(key, {
+                    "method": (config.method if config else None) or "unknown",
+                    "draft_model": (config.draft_model if config else None) or "none",
+                    "source": (config.source_of("method") if config else None) or "unknown",
+                })
             for s in VERDICT_STATES:
                 verdict.add_metric(key + [s], 1.0 if v.speculation == s else 0.0)
             configured.add_metric(key, 1.0 if v.configured else 0.0)
@@ -201,7 +212,7 @@ class SpecwatchCollector(Collector):
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
         yield from (verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
-                    running, bound, signal, flag)
+                    running, bound, signal, flag, spec_info)
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:
@@ -260,9 +271,14 @@ class ExportAgent:
         for status in snapshot.sources:
             if status.state == "ok":
                 last_success[public_source_name(status.name)] = now
+        speculation = {}
+        for target in snapshot.targets:
+            advisor = self.monitor.advisor_of(target.url)
+            judged = advisor.speculation if advisor is not None else None
+            speculation[target.url] = judged if judged is not None else target.speculation
         frame = ExportFrame(node=self._frame.node, mode=self._frame.mode, snapshot=snapshot,
                             states=self.monitor.states, received_at=now, poll_seconds=poll_seconds,
-                            last_success=last_success)
+                            last_success=last_success, speculation=speculation)
         self._frame = frame  # one assignment: the scrape thread sees the old frame or the new one
         self.polls += 1
         return frame

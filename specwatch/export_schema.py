@@ -94,6 +94,11 @@ RUNNING = MetricName("specwatch_running_requests", "Requests running on the targ
 BOUND = MetricName("specwatch_bound", "Roofline bound state: 1 for the current state.", _TARGET + (STATE,))
 BOUND_SIGNAL = MetricName("specwatch_bound_signal", "Value behind one bound signal, labelled with what it says.",
                           _TARGET + (SIGNAL, STATE))
+SPECULATION = MetricName(
+    "specwatch_speculation",
+    "The speculation setup the verdict is judged with: the method, the draft model (none for lookup methods), "
+    "and where the method came from (server_info: the server's /server_info; flags: the operator's --method; "
+    "unknown).", _TARGET, info=True)
 FLAGS = MetricName("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
                    _TARGET + (FLAG,))
 
@@ -114,7 +119,7 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
-               BOUND_SIGNAL, FLAGS, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+               BOUND_SIGNAL, FLAGS, SPECULATION, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 
 # Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
 SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'

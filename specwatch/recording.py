@@ -41,6 +41,9 @@ Format version 2 (`.swrec`), written by this specwatch:
   one member never changes how the earlier ones decode.
 - Files are created with mode 0600: they carry host names and target URLs.
 
+A target may hold a "speculation" object (SpeculationConfig.to_dict: method, k, draft model, ...,
+and where each came from); recordings made before it existed lack it and read as they always did.
+
 Format version 1 is format 2 without the compact forms: entries (whole) or "same" per entry, and
 every engine and histogram written whole. Format 2 readers read such lines too.
 
@@ -74,6 +77,7 @@ from specwatch.snapshot import (
     SnapshotFormatError,
     SourceStatus,
     TargetSample,
+    speculation_from_dict,
 )
 
 FORMAT_VERSION = 2
@@ -687,11 +691,14 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         super().__init__()
         self._engines: dict[tuple[str, str, Any], EngineSample] = {}
         self._layouts: dict[tuple[Any, str], tuple[float, ...]] = {}
+        # url → (the "speculation" entry as written, its reading): it is the same on almost every line
+        self._speculation: dict[str, tuple[Any, Any]] = {}
 
     def reset(self) -> None:
         super().reset()
         self._engines = {}
         self._layouts = {}
+        self._speculation = {}
 
     def decode(self, obj: Any) -> Snapshot:
         if not isinstance(obj, dict) or obj.get("kind") != SNAPSHOT_KIND:
@@ -725,7 +732,16 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             process_start_time=d.get("process_start_time"),
             scrape_seconds=d.get("scrape_seconds"),
             payload_bytes=d.get("payload_bytes"),
+            speculation=self._speculation_of(url, d.get("speculation")),
         )
+
+    def _speculation_of(self, url: str, written: Any) -> Any:
+        before = self._speculation.get(url)
+        if before is not None and before[0] == written:
+            return before[1]
+        config = speculation_from_dict(written)
+        self._speculation[url] = (written, config)
+        return config
 
     def _engine(self, url: str, d: dict[str, Any]) -> EngineSample:
         engine, model_name = str(d["engine"]), d.get("model_name")

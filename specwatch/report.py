@@ -5,11 +5,10 @@ Pure: it formats what the window computed (the exit status is the command's: spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from specwatch.perf import BoundEstimate
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
 from specwatch.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
@@ -17,14 +16,6 @@ CHECK_SCHEMA = "specwatch.check/1"
 # Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
 CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
                     "power_w", "memory_used_bytes")
-
-
-@dataclass(frozen=True, slots=True)
-class SpeculationConfig:
-    """What the operator told us, or /server_info did, about the speculation setup."""
-
-    method: str | None = None
-    draft_model: str | None = None
 
 
 def _r(value: float | None, digits: int = 6) -> float | None:
@@ -71,13 +62,19 @@ def _acceptance_block(figures: EngineFigures | None) -> dict[str, Any] | None:
     return figures.acceptance.to_dict()
 
 
-def speculation_block(tw: TargetWindow | None, config: SpeculationConfig) -> dict[str, Any]:
+def speculation_block(tw: TargetWindow | None, config: SpeculationConfig | None = None) -> dict[str, Any]:
+    """The speculation block: k from the metrics, the method and draft model from the target's
+    SpeculationConfig (its /server_info, or what the operator declared), with `config` (what the
+    verdict was judged with, or the operator's flags) filling in what the target's does not say."""
     configured = bool(tw and tw.speculation_configured)
+    known = resolve_speculation(tw.latest.speculation if tw else None, config) if configured else None
     return {
         "configured": configured,
-        "k": tw.k if tw and configured else None,
-        "method": config.method if configured else None,
-        "draft_model": config.draft_model if configured else None,
+        "k": (tw.k or (known.k if known else None)) if tw and configured else None,
+        "method": known.method if known else None,
+        "draft_model": known.draft_model if known else None,
+        "source": known.source if known else None,  # where the method came from
+        "sources": dict(known.sources) if known else None,  # and each of the other fields
         "window": _acceptance_block(tw.total) if tw and configured else None,
         "lifetime": _acceptance_block(tw.lifetime) if tw and configured else None,
     }
@@ -102,9 +99,10 @@ def check_report(
     url: str,
     verdict: dict[str, Any],
     bound: BoundEstimate,
-    config: SpeculationConfig = SpeculationConfig(),
+    config: SpeculationConfig | None = None,
 ) -> dict[str, Any]:
-    """The specwatch.check/1 object for one target."""
+    """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
+    judged with (Advisor.speculation), when the target's own does not say everything."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
     target = latest.target(url) if latest else None
@@ -146,7 +144,7 @@ def format_summary(report: dict[str, Any]) -> str:
     if spec["configured"]:
         w = spec["window"]
         life = spec["lifetime"]
-        method = spec["method"] or "method unknown"
+        method = f"{spec['method']} (from {spec['source']})" if spec["method"] else "method unknown"
         if w and w["acceptance_length"] is not None:
             per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])
             lines.append(

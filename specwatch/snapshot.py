@@ -5,7 +5,10 @@ names (old and new spellings alike), so a recording made today can be re-interpr
 specwatch. Interpretation (aliases, rates, quantiles) lives in `specwatch.window`.
 
 Snapshots are immutable and round-trip through plain dicts (`to_dict`/`from_dict`), which is what
-recordings and `check --json` are built from. SNAPSHOT_VERSION changes whenever the dict layout does.
+recordings and `check --json` are built from. SNAPSHOT_VERSION changes whenever the dict layout changes
+in a way an older reader would misread. Keys added since layout 1 are optional and written only when
+they hold something (a target's "speculation"), so dicts without them still read, and older readers
+skip them.
 """
 
 from __future__ import annotations
@@ -103,6 +106,153 @@ TARGET_STATES = (
 )
 
 
+# Where a speculation setting came from. The server's own /server_info is the fact; the operator's
+# flags fill in what the server does not expose; the metrics give k (the per-position series).
+FROM_SERVER_INFO = "server_info"
+FROM_FLAGS = "flags"
+FROM_METRICS = "metrics"
+SPECULATION_SOURCES = (FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS)
+SPECULATION_FIELDS = ("method", "k", "draft_model", "draft_params", "prompt_lookup_min", "prompt_lookup_max",
+                      "token_tree")
+# How a disagreement names the operator's side of each field.
+_DECLARED_AS = {"method": "--method", "draft_model": "--draft-model", "draft_params": "--draft-params"}
+
+
+def canonical_method_name(method: str) -> str:
+    """The method as the performance model spells it (eagle3, ngram, draft, mtp, ...), or as given
+    when the model does not know it (a newer vLLM's method is still worth showing)."""
+    from specwatch.perf import canonical_method  # the model pulls numpy: only when a method is named
+
+    try:
+        return canonical_method(method)
+    except ValueError:
+        return method.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationConfig:
+    """How a target speculates: method, k, draft model and its size, and where each came from.
+
+    `sources` pairs each known field with its origin (SPECULATION_SOURCES). `disagreements` are the
+    operator's declarations that the server contradicted, in words for the verdict's reasons.
+    """
+
+    method: str | None = None  # canonical where known (canonical_method_name)
+    k: int | None = None  # num_speculative_tokens
+    draft_model: str | None = None  # the draft model's name or path; None for lookup methods
+    draft_params: float | None = None  # the draft model's parameter count
+    prompt_lookup_min: int | None = None  # n-gram window, when the server gives it
+    prompt_lookup_max: int | None = None
+    token_tree: str | None = None  # vLLM's speculative_token_tree (tree drafting), as written
+    sources: tuple[tuple[str, str], ...] = ()
+    disagreements: tuple[str, ...] = ()
+
+    def source_of(self, name: str) -> str | None:
+        for field_name, source in self.sources:
+            if field_name == name:
+                return source
+        return None
+
+    @property
+    def source(self) -> str | None:
+        """Where the method came from (or, without one, the first field known)."""
+        return self.source_of("method") or (self.sources[0][1] if self.sources else None)
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, name) is None for name in SPECULATION_FIELDS)
+
+    @classmethod
+    def known(cls, source: str, disagreements: tuple[str, ...] = (), **values: Any) -> SpeculationConfig:
+        """The fields given (None values left out), all from one source."""
+        present = {k: v for k, v in values.items() if v is not None}
+        unknown = set(present) - set(SPECULATION_FIELDS)
+        if unknown:
+            raise TypeError(f"not a speculation field: {', '.join(sorted(unknown))}")
+        if "method" in present:
+            present["method"] = canonical_method_name(str(present["method"]))
+        return cls(**present, sources=tuple((k, source) for k in SPECULATION_FIELDS if k in present),
+                   disagreements=disagreements)
+
+    @classmethod
+    def from_flags(cls, method: str | None = None, draft_model: str | None = None,
+                   draft_params: float | None = None) -> SpeculationConfig | None:
+        """What the operator declared (--method, --draft-model, --draft-params); None when nothing."""
+        config = cls.known(FROM_FLAGS, method=method or None, draft_model=draft_model or None,
+                           draft_params=draft_params)
+        return None if config.empty else config
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {name: getattr(self, name) for name in SPECULATION_FIELDS
+                             if getattr(self, name) is not None}
+        d["sources"] = dict(self.sources)
+        if self.disagreements:
+            d["disagreements"] = list(self.disagreements)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeculationConfig:
+        if not isinstance(d, dict):
+            raise TypeError(f"a speculation config must be an object, not {type(d).__name__}")
+
+        def integer(name: str) -> int | None:
+            value = d.get(name)
+            return None if value is None else int(value)
+
+        sources = d.get("sources", {})
+        if not isinstance(sources, dict):
+            raise TypeError("a speculation config's sources must be an object")
+        return cls(
+            method=None if d.get("method") is None else str(d["method"]),
+            k=integer("k"),
+            draft_model=None if d.get("draft_model") is None else str(d["draft_model"]),
+            draft_params=None if d.get("draft_params") is None else float(d["draft_params"]),
+            prompt_lookup_min=integer("prompt_lookup_min"),
+            prompt_lookup_max=integer("prompt_lookup_max"),
+            token_tree=None if d.get("token_tree") is None else str(d["token_tree"]),
+            sources=tuple((str(k), str(v)) for k, v in sources.items() if k in SPECULATION_FIELDS),
+            disagreements=tuple(str(x) for x in d.get("disagreements", ())),
+        )
+
+
+def resolve_speculation(observed: SpeculationConfig | None,
+                        declared: SpeculationConfig | None) -> SpeculationConfig | None:
+    """One config from what was observed (a sample's, or /server_info's) and what the operator
+    declared. Field by field: the server's /server_info wins, since it is what the server runs;
+    else the declaration; else the rest of what was observed (older flags, the metrics' k). Each
+    declaration the server contradicts becomes a disagreement, said in the verdict's reasons."""
+    if declared is None or declared.empty:
+        return observed
+    if observed is None or observed.empty:
+        return declared
+    values: dict[str, Any] = {}
+    sources: list[tuple[str, str]] = []
+    disagreements = list(observed.disagreements)
+    for name in SPECULATION_FIELDS:
+        seen, seen_from = getattr(observed, name), observed.source_of(name)
+        told, told_from = getattr(declared, name), declared.source_of(name)
+        if seen is not None and seen_from == FROM_SERVER_INFO:
+            values[name], source = seen, seen_from
+            if told is not None and told != seen:
+                disagreements.append(
+                    f"{_DECLARED_AS.get(name, name)} {_words(told)} was given, but the server's /server_info "
+                    f"says {_words(seen)}: judged with {_words(seen)}")
+        elif told is not None:
+            values[name], source = told, told_from
+        elif seen is not None:
+            values[name], source = seen, seen_from
+        else:
+            continue
+        sources.append((name, source or FROM_FLAGS))
+    for note in declared.disagreements:
+        disagreements.append(note)
+    return SpeculationConfig(**values, sources=tuple(sources), disagreements=tuple(dict.fromkeys(disagreements)))
+
+
+def _words(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class TargetSample:
     """One vLLM server (one /metrics URL) in one poll: its state, and its engines when readable."""
@@ -117,13 +267,15 @@ class TargetSample:
     process_start_time: float | None = None
     scrape_seconds: float | None = None
     payload_bytes: int | None = None
+    # The speculation setup: the server's /server_info merged with the operator's declaration.
+    speculation: SpeculationConfig | None = None
 
     @property
     def ok(self) -> bool:
         return self.state == TARGET_OK
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "url": self.url,
             "state": self.state,
             "message": self.message,
@@ -133,6 +285,9 @@ class TargetSample:
             "scrape_seconds": self.scrape_seconds,
             "payload_bytes": self.payload_bytes,
         }
+        if self.speculation is not None:
+            d["speculation"] = self.speculation.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TargetSample:
@@ -145,7 +300,13 @@ class TargetSample:
             process_start_time=d.get("process_start_time"),
             scrape_seconds=d.get("scrape_seconds"),
             payload_bytes=d.get("payload_bytes"),
+            speculation=speculation_from_dict(d.get("speculation")),
         )
+
+
+def speculation_from_dict(d: Any) -> SpeculationConfig | None:
+    """A target's "speculation" entry, absent in Snapshots written before it existed."""
+    return None if d is None else SpeculationConfig.from_dict(d)
 
 
 # GPU field names, shared by every GPU source. Activity and utilisation fields are fractions in

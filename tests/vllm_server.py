@@ -66,11 +66,13 @@ class VllmServer:
         served_name: str = "tiny-llama",
         python: str | None = None,
         log_dir: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.model = model
         self.speculative_config = speculative_config
         self.extra_args = list(extra_args)
         self.served_name = served_name
+        self.env = dict(env or {})  # e.g. VLLM_SERVER_DEV_MODE=1, which serves /server_info
         self.python = python or vllm_python()
         if self.python is None:
             raise RuntimeError("no vLLM venv: set SPECWATCH_VLLM_PYTHON or run .ci/run once")
@@ -100,7 +102,7 @@ class VllmServer:
         self._starts += 1
         self.log_path = self.log_dir / f"vllm-{self.port}-{self._starts}.log"
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1",
-                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
+                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1", **self.env)
         log = open(self.log_path, "wb")
         # its own session, so stop() can end the API server and its engine-core children together
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -1,11 +1,12 @@
-"""The speculation panel: method, k, acceptance, L against the break-even as a gauge, the
-per-position acceptance as bars, and the misaligned-draft flag."""
+"""The speculation panel: method, k and the draft model with where each came from, acceptance, L
+against the break-even as a gauge, the per-position acceptance as bars, and the misaligned-draft flag."""
 
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from specwatch.snapshot import FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO, SpeculationConfig
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
@@ -30,6 +31,38 @@ def length_gauge(length: float | None, break_even: float | None, k: int, width: 
     pays = finite(length) and finite(break_even) and length > break_even
     text = Text("".join(chars), style="bold" if pays else "")
     return text
+
+
+# Where a setting came from, as the operator would check it.
+_FROM_WORDS = {FROM_SERVER_INFO: "/server_info", FROM_FLAGS: "flags", FROM_METRICS: "metrics"}
+_FLAG_OF = {"method": "--method", "draft_model": "--draft-model"}
+
+
+def provenance_line(config: SpeculationConfig | None) -> Text:
+    """Where the method, k and draft model came from, or how to make them known."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    if config is None or config.method is None:
+        line.append("method unknown: pass --method, or serve vLLM with VLLM_SERVER_DEV_MODE=1", style="dim")
+        return line
+
+    def origin(name: str) -> str:
+        source = config.source_of(name)
+        return _FLAG_OF.get(name, "flags") if source == FROM_FLAGS else _FROM_WORDS.get(source or "", "?")
+
+    line.append("method ", style="dim")
+    line.append(f"from {origin('method')}")
+    if config.k is not None:
+        line.append("  k ", style="dim")
+        line.append(f"from {origin('k')}")
+    line.append("  draft ", style="dim")
+    if config.draft_model is not None:
+        line.append(config.draft_model, style="bold")
+        line.append(f" ({origin('draft_model')})", style="dim")
+    else:
+        line.append("none" if config.method in ("ngram", "suffix") else "?")
+    if config.disagreements:
+        line.append("  ⚠ flags disagree with the server", style="bold")
+    return line
 
 
 class SpeculationPanel(Panel):
@@ -60,7 +93,8 @@ class SpeculationPanel(Panel):
         acc = figures.acceptance if figures is not None else None
         lifetime = window.lifetime.acceptance if window.lifetime is not None else None
         k = window.k or (len(acc.per_position) if acc and acc.per_position else 1)
-        method_text = view.method_words or view.method or "unknown (pass --method)"
+        config = view.speculation
+        method_text = view.method_words or view.method or "method unknown (pass --method)"
         lines: list[RenderableType] = []
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(method_text, style="bold")
@@ -69,6 +103,8 @@ class SpeculationPanel(Panel):
         head.append("  accepted ", style="dim")
         head.append(pct(acc.acceptance_rate if acc else None), style="bold")
         lines.append(head)
+        lines.append(provenance_line(config if config is not None and config.method else
+                                     SpeculationConfig.from_flags(view.method)))
 
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:

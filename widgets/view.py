@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from specwatch.hardware import GpuSpec
 from specwatch.monitor import TargetState, VerdictChange
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, TargetSample
+from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
 from specwatch.window import EngineFigures
 
 # The trend series, in the order the trends panel draws them: (key, label, unit words).
@@ -140,6 +140,8 @@ class DashboardView:
     events: tuple[VerdictChange, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
     method_words: str | None = None  # that method as the reasons name it ("n-gram lookup", ...)
+    # the speculation config the verdict was judged with (the server's /server_info, else the flags)
+    speculation: SpeculationConfig | None = None
     sweep: SweepMarker | None = None
     # The knee the advisor assumes when no GPU is identified, and the k it judges a node without
     # speculation at: the advisor's own figures, so the panels draw what it reasoned with.

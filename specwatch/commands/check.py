@@ -46,8 +46,7 @@ def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
 
 async def _check(session: Any, args: argparse.Namespace) -> dict[str, Any]:
     from specwatch.advisor import Advisor
-    from specwatch.commands.options import advisor_config
-    from specwatch.report import SpeculationConfig, check_report
+    from specwatch.report import check_report
 
     url = session.vllm.targets[0].url
     window = session.monitor.window
@@ -59,16 +58,10 @@ async def _check(session: Any, args: argparse.Namespace) -> dict[str, Any]:
             window.add(await live.read())
     finally:
         await live.aclose()
-    info = session.vllm.info(url)
-    spec_config = (info.speculative_config if info else None) or {}
-    config = SpeculationConfig(
-        method=args.method or spec_config.get("method"),
-        draft_model=args.draft_model or spec_config.get("model"),
-    )
-    # what /server_info says about the method, under the flags
-    advisor = Advisor(advisor_config(args, {"method": spec_config.get("method")}))
+    # the method and draft come from the samples (/server_info, else the flags), as in every front end
+    advisor = Advisor(session.monitor.advisor_config)
     verdict = advisor.update(window.target(url), window.latest.gpus)
-    return check_report(window, url, verdict.to_dict(), verdict.bound, config)
+    return check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation)
 
 
 def finite_json(value: Any) -> Any:

@@ -296,10 +296,14 @@ def live_session(
     config = advisor_config(args)
     if advisor_overrides:
         config = dataclasses.replace(config, **advisor_overrides)
+    from specwatch.snapshot import SpeculationConfig
+
     connection = connection_settings(args)
+    # what the operator declared fills in what the server's /server_info does not say, in every sample
+    declared = SpeculationConfig.from_flags(config.method, getattr(args, "draft_model", None), config.draft_params)
     try:
         vllm = VllmSource(urls, token=connection.token, verify=connection.verify, timeout_s=args.timeout,
-                          max_bytes=args.max_bytes)
+                          max_bytes=args.max_bytes, declared=declared)
     except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from None
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
