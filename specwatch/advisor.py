@@ -226,7 +226,10 @@ class Advisor:
 
     def _record_step_sample(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
         """A (tokens per step, step time, context) sample, once per sample interval of data time."""
-        if figures.steps_per_s is None or figures.steps_per_s <= 0 or figures.tokens_per_step_mean is None:
+        # x is the positions the steps computed (window.StepTokens), not iteration_tokens_total's
+        # mean, which counts tokens emitted: b·L on a speculative step rather than the b·(k+1) verified
+        tokens_per_step = figures.computed_tokens_per_step_mean
+        if figures.steps_per_s is None or figures.steps_per_s <= 0 or tokens_per_step is None:
             return
         if not figures.running:  # an idle engine's step rate says nothing about step time
             return
@@ -236,7 +239,7 @@ class Advisor:
         if k and r > 0 and figures.running:
             # a speculative step also ran the drafter k times at about r of a plain step each
             step_time /= 1.0 + k * r
-        self._samples.append((time, perf.StepSample(figures.tokens_per_step_mean, step_time,
+        self._samples.append((time, perf.StepSample(tokens_per_step, step_time,
                                                     figures.context_tokens or 0.0)))
         self._last_sample_time = time
         low, high = self.observed_batch or (figures.running, figures.running)
@@ -435,8 +438,9 @@ class Advisor:
         tensor = _mean([g.values["tensor_active"] for g in live if "tensor_active" in g.values])
         if dram is not None or tensor is not None:
             signals.append(perf.counter_signal(dram, tensor))
-        if figures is not None and step_model is not None and figures.tokens_per_step_mean is not None:
-            signals.append(perf.tokens_per_step_signal(figures.tokens_per_step_mean, step_model.knee_tokens))
+        computed = figures.computed_tokens_per_step_mean if figures is not None else None
+        if computed is not None and step_model is not None:
+            signals.append(perf.tokens_per_step_signal(computed, step_model.knee_tokens))
         return perf.combine_bound(signals).to_dict()
 
     def _hysteresis(self, s_now: float, reasons: list[str]) -> str:
