@@ -131,6 +131,25 @@ def unknown_verdict(reason: str, time: float | None = None, bound: dict | None =
 _UNSEEN = object()
 
 
+def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
+    """Why the engine looks stalled over the window, or None: requests ran from its first reading to
+    its last, and no engine step ran, or no token was emitted and no prompt token computed."""
+    running, before = figures.running, tw.running_at_start
+    if not running or running <= 0 or not before or before <= 0 or figures.seconds <= 0:
+        return None
+    seconds = figures.seconds
+    tokens = figures.step_tokens
+    if tokens is not None and tokens.steps <= 0:
+        return (f"engine stalled: {running:.0f} requests running and no engine step in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    emitted = figures.generation_tokens_per_s
+    prompt = figures.prompt_tokens_per_s
+    if emitted is not None and emitted <= 0 and not prompt:
+        return (f"engine stalled: {running:.0f} requests running and no token out in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    return None
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -280,6 +299,12 @@ class Advisor:
                 "one reading so far: rates need two scrapes a window apart", bound=self._bound(None, gpus, None, None)
             )
         time = tw.time
+        stalled = engine_stall(tw, figures)
+        if stalled is not None:
+            # frozen counters while requests run: no reading of acceptance or step time is usable,
+            # and the lifetime acceptance must not stand in for it
+            return self._verdict(UNKNOWN, 0.0, time, [stalled], self._bound(None, gpus, None, None),
+                                 ["engine_stalled"], tw, running=figures.running)
         gpu = self._gpu_spec(gpus)
         k = tw.k
         cost, method = self._draft_cost()

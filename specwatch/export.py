@@ -42,7 +42,7 @@ VERDICT_STATES = ("on", "off", "hold", "unknown")
 BOUND_STATES = ("memory", "compute", "balanced", "unknown")
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
-               "method_assumed")
+               "method_assumed", "engine_stalled")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
 # quietly and not found, NVML turned off by a flag. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.
@@ -207,6 +207,9 @@ class SpecwatchCollector(Collector):
                        ["signal", "state"])
         flag = gauge("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
                      ["flag"])
+        stalled = gauge("specwatch_engine_stalled",
+                        "1 if requests ran through the whole window and the engine emitted no token and ran "
+                        "no step: the server answers, its engine does not advance.")
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
@@ -232,10 +235,11 @@ class SpecwatchCollector(Collector):
                 if _finite(sig.get("value")):
                     signal.add_metric(key + [str(sig.get("name")), str(sig.get("state"))], float(sig["value"]))
             raised = set(v.flags)
+            stalled.add_metric(key, 1.0 if "engine_stalled" in raised else 0.0)
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
         yield from (verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
-                    running, bound, signal, flag)
+                    running, bound, signal, flag, stalled)
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:

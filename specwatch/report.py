@@ -104,7 +104,9 @@ def sources_block(sources: Sequence[SourceStatus]) -> list[dict[str, Any]]:
 
 
 def exit_status(target_ok: bool, verdict: dict[str, Any]) -> int:
-    if not target_ok:
+    """0 no change, 1 change recommended, 2 not enough data yet, 3 no usable reading: the target
+    cannot be read, or its engine is stalled (requests running, counters frozen)."""
+    if not target_ok or "engine_stalled" in verdict.get("flags", ()):
         return EXIT_UNREADABLE
     decision = verdict.get("speculation")
     if decision == "unknown":

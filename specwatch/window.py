@@ -447,6 +447,9 @@ class TargetWindow:
     total: EngineFigures | None
     speculation_configured: bool
     k: int | None
+    # requests running at the window's first successful reading (None with fewer than two readings):
+    # with the latest figure, whether requests were running throughout (a stall, not an arrival)
+    running_at_start: float | None = None
     # the engines of the latest reading (when it succeeded), and the lifetime figures once computed
     latest_engines: tuple[EngineSample, ...] = field(default=(), repr=False, compare=False)
     _lifetime: list = field(default_factory=list, repr=False, compare=False)
@@ -713,6 +716,10 @@ class Window:
             if seconds > 0:
                 total = engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
         ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
+        running_at_start = None
+        if len(readings) >= 2:
+            first_running = [e.gauges[RUNNING] for e in readings[0][1].engines if RUNNING in e.gauges]
+            running_at_start = sum(first_running) if first_running else None
         return TargetWindow(
             url=url,
             time=latest_snap.time,
@@ -722,5 +729,6 @@ class Window:
             total=total,
             speculation_configured=any(speculation_configured(e) for e in ref_engines),
             k=k_of(ref_engines, total_inc),
+            running_at_start=running_at_start,
             latest_engines=tuple(latest_engines.values()),
         )
