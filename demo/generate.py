@@ -2,6 +2,9 @@
 
     python demo/generate.py [--out specwatch/data] [--dwell 20] [--seed 7]
 
+Each node serves 1000-token prompts whose first 900 tokens (a shared system prompt) come from the
+prefix cache, 300-token outputs; the uncached prompt tokens are prefilled within the decode steps.
+
 Every file is labelled synthetic in its header; its notes say what the node is and what to watch
 for. The step-time model of each node is the datasheet prior that specwatch itself would use for
 that GPU, model and tensor-parallel degree (specwatch.perf.prior_for_model), with scatter from the
@@ -12,7 +15,8 @@ Scenarios:
 - h100-70b-ngram: 4× H100 SXM serving Llama-3.1-70B at TP=4, n-gram speculation (k=4, L ≈ 2.4),
   concurrency climbing 1 → 128 in a few minutes, then holding 5 minutes at each of 181, 256, 181,
   128 and 91 running before coming back down. Speculation pays at low load, stops paying past the
-  crossover (about 150–200 running) and pays again on the way down. The levels past the crossover
+  crossover (about 130 running with the prefill of the uncached prompt tokens in the steps) and pays
+  again on the way down. The levels past the crossover
   last 5 minutes because the banner changes at most once per 5 minutes (monitor.DEFAULT_DWELL_S).
 - h100-70b-longctx-eagle: the same node with EAGLE (k=3, r = 0.05) and 8k-token contexts, ramping
   1 → 64 → 1. KV reads dominate the step, so verification stays cheap and speculation keeps paying
@@ -52,7 +56,8 @@ def _h100_70b_tp4(**overrides: object) -> SyntheticNode:
     model = lookup_model("Llama-3.1-70B")
     assert gpu is not None and model is not None
     step = perf.prior_for_model(gpu, model, tp=4).hinge()
-    settings: dict = dict(step=step, gpu_name="NVIDIA H100 80GB HBM3", gpus=4,
+    # chat traffic: 1000-token prompts of which a 900-token system prompt comes from the prefix cache
+    settings: dict = dict(step=step, gpu_name="NVIDIA H100 80GB HBM3", gpus=4, prompt_cached_fraction=0.9,
                           model_name="meta-llama/Llama-3.1-70B-Instruct", url="http://h100-node-1:8000")
     settings.update(overrides)
     return SyntheticNode(**settings)  # type: ignore[arg-type]

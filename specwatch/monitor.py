@@ -219,8 +219,8 @@ class Monitor:
             if shown is None:
                 shown = self._shown[target.url] = ShownVerdict(self.dwell_s)
             verdict = shown.show(verdict, snapshot.time, target.ok)
-            # one failed reading is not news; failures that persist are
-            reachable = target.ok or shown.failures < PERSISTENT_FAILURES
+            # one failed reading is not news (the last verdict stands, marked); failures that persist are
+            reachable = target.ok or "reading_failed" in verdict.flags
             before = self._states.get(target.url)
             # A target going down (or coming back) is news even when the verdict word stays
             # "unknown": an idle node and a dead one must not look alike in the timeline.

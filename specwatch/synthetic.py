@@ -48,6 +48,9 @@ class SyntheticNode:
     kv_capacity_tokens: float = 400_000.0
     prompt_tokens_per_request: float = 1000.0
     output_tokens_per_request: float = 300.0
+    # the share of each prompt served from the prefix cache (a shared system prompt): counted in
+    # vllm:prompt_tokens and vllm:prompt_tokens_cached, never computed
+    prompt_cached_fraction: float = 0.0
     noise: float = 0.03  # relative scatter of step times
     power_limit_w: float = 700.0
     url: str = "http://synthetic-node:8000"
@@ -66,6 +69,7 @@ class _Totals:
     per_position: list[float] = field(default_factory=list)
     generation: float = 0.0
     prompt: float = 0.0
+    prompt_cached: float = 0.0
     finished: float = 0.0
     steps: float = 0.0
     step_tokens: float = 0.0
@@ -109,7 +113,7 @@ def generate(
             # requests started per step: one replaces each that finished; a request emits its first
             # token from its prefill and the rest from decode steps, L per step
             started_per_step = b * length / max(1.0, node.output_tokens_per_request - 1.0)
-            prompt_per_step = started_per_step * node.prompt_tokens_per_request
+            prompt_per_step = started_per_step * node.prompt_tokens_per_request * (1.0 - node.prompt_cached_fraction)
             tokens_per_step = prompt_per_step + decode_positions
             step_time = float(node.step.step_time(tokens_per_step, context))
             if node.speculation:
@@ -132,6 +136,7 @@ def generate(
             totals.generation += decode_emitted + started
             totals.finished += started
             totals.prompt += started * node.prompt_tokens_per_request
+            totals.prompt_cached += started * node.prompt_tokens_per_request * node.prompt_cached_fraction
             # TTFT: a prefill of the prompt at the plain step's pace, plus queueing that grows with load
             ttft = plain * (1 + node.prompt_tokens_per_request / max(node.step.knee, 1.0)) * (1 + b / 64)
             _observe(totals.ttft, LATENCY_BUCKETS, ttft, started)
@@ -151,6 +156,7 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
     counters = {
         "vllm:generation_tokens": totals.generation,
         "vllm:prompt_tokens": totals.prompt,
+        "vllm:prompt_tokens_cached": totals.prompt_cached,
         "vllm:request_success": totals.finished,
         "vllm:num_preemptions": 0.0,
     }
