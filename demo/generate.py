@@ -16,8 +16,8 @@ Scenarios:
   concurrency climbing 1 → 128 in a few minutes, then holding 5 minutes at each of 181, 256, 181,
   128 and 91 running before coming back down. Speculation pays at low load, stops paying past the
   crossover (about 130 running with the prefill of the uncached prompt tokens in the steps) and pays
-  again on the way down. The levels past the crossover
-  last 5 minutes because the banner changes at most once per 5 minutes (monitor.DEFAULT_DWELL_S).
+  again on the way down. The levels past the crossover last 5 minutes because the banner changes at
+  most once per 5 minutes (monitor.DEFAULT_DWELL_S).
 - h100-70b-longctx-eagle: the same node with EAGLE (k=3, r = 0.05) and 8k-token contexts, ramping
   1 → 64 → 1. KV reads dominate the step, so verification stays cheap and speculation keeps paying
   at the highest batch the KV cache holds.
