@@ -71,6 +71,11 @@ def test_ramp_up_and_down_flips_within_one_tier_of_the_true_crossover(case):
     assert off is not None, f"never turned off; the law's crossover is {crossover:.0f}"
     assert off[0] < len(TIERS) * TIER_DWELL_S, "turned off only on the way down"
     assert abs(tier_index(off[1]) - above) <= 1, f"off at {off[1]}, the law crosses at {crossover:.0f}"
+    # the shown figures hold still within a tier, and follow the cost when the load moves it
+    def break_even_at_end_of(tier_number: int) -> float:
+        end = (tier_number + 1) * TIER_DWELL_S - 1
+        return [v.break_even_length for t, _, v in timeline if t <= end and v.break_even_length][-1]
+    assert break_even_at_end_of(TIERS.index(256)) > 1.1 * break_even_at_end_of(TIERS.index(64))
     back_on = first_decision(timeline, "on", after=off[0])
     assert back_on is not None, "never turned back on"
     assert abs(tier_index(back_on[1]) - below) <= 1, f"on again at {back_on[1]}, the law crosses at {crossover:.0f}"
