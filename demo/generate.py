@@ -2,6 +2,9 @@
 
     python demo/generate.py [--out specwatch/data] [--dwell 20] [--seed 7]
 
+Each node serves 1000-token prompts whose first 900 tokens (a shared system prompt) come from the
+prefix cache, 300-token outputs; the uncached prompt tokens are prefilled within the decode steps.
+
 Every file is labelled synthetic in its header; its notes say what the node is and what to watch
 for. The step-time model of each node is the datasheet prior that specwatch itself would use for
 that GPU, model and tensor-parallel degree (specwatch.perf.prior_for_model), with scatter from the
@@ -10,8 +13,11 @@ story rather than a fitting problem.
 
 Scenarios:
 - h100-70b-ngram: 4× H100 SXM serving Llama-3.1-70B at TP=4, n-gram speculation (k=4, L ≈ 2.4),
-  concurrency ramping 1 → 256 → 1. Speculation pays at low load, stops paying past the crossover
-  (about 150–200 running) and pays again on the way down.
+  concurrency climbing 1 → 128 in a few minutes, then holding 5 minutes at each of 181, 256, 181,
+  128 and 91 running before coming back down. Speculation pays at low load, stops paying past the
+  crossover (about 130 running with the prefill of the uncached prompt tokens in the steps) and pays
+  again on the way down. The levels past the crossover last 5 minutes because the banner changes at
+  most once per 5 minutes (monitor.DEFAULT_DWELL_S).
 - h100-70b-longctx-eagle: the same node with EAGLE (k=3, r = 0.05) and 8k-token contexts, ramping
   1 → 64 → 1. KV reads dominate the step, so verification stays cheap and speculation keeps paying
   at the highest batch the KV cache holds.
@@ -50,20 +56,30 @@ def _h100_70b_tp4(**overrides: object) -> SyntheticNode:
     model = lookup_model("Llama-3.1-70B")
     assert gpu is not None and model is not None
     step = perf.prior_for_model(gpu, model, tp=4).hinge()
-    settings: dict = dict(step=step, gpu_name="NVIDIA H100 80GB HBM3", gpus=4,
+    # chat traffic: 1000-token prompts of which a 900-token system prompt comes from the prefix cache
+    settings: dict = dict(step=step, gpu_name="NVIDIA H100 80GB HBM3", gpus=4, prompt_cached_fraction=0.9,
                           model_name="meta-llama/Llama-3.1-70B-Instruct", url="http://h100-node-1:8000")
     settings.update(overrides)
     return SyntheticNode(**settings)  # type: ignore[arg-type]
+
+
+def _climb_hold_descend(dwell: int) -> list[float]:
+    """1 → 128 at `dwell` seconds a level, 5 minutes at each level around the crossover, then down."""
+    climb = [level for level in ramp(1, 128, dwell, down=False)]
+    plateaus = [float(level) for level in (181, 256, 181, 128, 91) for _ in range(300)]
+    descend = [level for level in ramp(1, 64, dwell, down=False)][::-1]
+    return climb + plateaus + descend
 
 
 SCENARIOS = (
     ScenarioSpec(
         name="h100-70b-ngram",
         notes="SYNTHETIC: 4× H100 SXM, Llama-3.1-70B at TP=4, n-gram k=4 (L≈2.4), 1.5k-token contexts; "
-              "concurrency ramps 1→256→1: speculation pays at low load, stops past the crossover, pays again",
+              "concurrency climbs 1→128, holds 5 min at 181, 256, 181, 128 and 91, and comes back down: "
+              "speculation pays at low load, stops past the crossover, pays again",
         node=lambda: _h100_70b_tp4(k=4, per_position=(0.6, 0.4, 0.25, 0.15), draft_ratio=0.0,
                                    context_per_sequence=1500.0, kv_capacity_tokens=560_000.0),
-        load=lambda dwell: ramp(1, 256, dwell),
+        load=_climb_hold_descend,
         advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 4},
     ),
     ScenarioSpec(

@@ -170,6 +170,25 @@ def unknown_verdict(reason: str, time: float | None = None, bound: perf.BoundEst
 _UNSEEN = object()
 
 
+def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
+    """Why the engine looks stalled over the window, or None: requests ran from its first reading to
+    its last, and no engine step ran, or no token was emitted and no prompt token computed."""
+    running, before = figures.running, tw.running_at_start
+    if not running or running <= 0 or not before or before <= 0 or figures.seconds <= 0:
+        return None
+    seconds = figures.seconds
+    tokens = figures.step_tokens
+    if tokens is not None and tokens.steps <= 0:
+        return (f"engine stalled: {running:.0f} requests running and no engine step in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    emitted = figures.generation_tokens_per_s
+    prompt = figures.prompt_tokens_per_s
+    if emitted is not None and emitted <= 0 and not prompt:
+        return (f"engine stalled: {running:.0f} requests running and no token out in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    return None
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -281,7 +300,10 @@ class Advisor:
 
     def _record_step_sample(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
         """A (tokens per step, step time, context) sample, once per sample interval of data time."""
-        if figures.steps_per_s is None or figures.steps_per_s <= 0 or figures.tokens_per_step_mean is None:
+        # x is the positions the steps computed (window.StepTokens), not iteration_tokens_total's
+        # mean, which counts tokens emitted: b·L on a speculative step rather than the b·(k+1) verified
+        tokens_per_step = figures.computed_tokens_per_step_mean
+        if figures.steps_per_s is None or figures.steps_per_s <= 0 or tokens_per_step is None:
             return
         if not figures.running:  # an idle engine's step rate says nothing about step time
             return
@@ -291,7 +313,7 @@ class Advisor:
         if k and r > 0 and figures.running:
             # a speculative step also ran the drafter k times at about r of a plain step each
             step_time /= 1.0 + k * r
-        self._samples.append((time, perf.StepSample(figures.tokens_per_step_mean, step_time,
+        self._samples.append((time, perf.StepSample(tokens_per_step, step_time,
                                                     figures.context_tokens or 0.0)))
         self._last_sample_time = time
         low, high = self.observed_batch or (figures.running, figures.running)
@@ -334,6 +356,12 @@ class Advisor:
                 gpu_spec=self._gpu_spec(gpus),
             )
         time = tw.time
+        stalled = engine_stall(tw, figures)
+        if stalled is not None:
+            # frozen counters while requests run: no reading of acceptance or step time is usable,
+            # and the lifetime acceptance must not stand in for it
+            return self._verdict(UNKNOWN, 0.0, time, [stalled], self._bound(None, gpus, None, None),
+                                 ["engine_stalled"], tw, running=figures.running)
         gpu = self._gpu_spec(gpus)
         k = tw.k
         cost, method = self._draft_cost(target.speculation)
@@ -531,8 +559,9 @@ class Advisor:
         tensor = _mean([g.values["tensor_active"] for g in live if "tensor_active" in g.values])
         if dram is not None or tensor is not None:
             signals.append(perf.counter_signal(dram, tensor))
-        if figures is not None and step_model is not None and figures.tokens_per_step_mean is not None:
-            signals.append(perf.tokens_per_step_signal(figures.tokens_per_step_mean, step_model.knee_tokens))
+        computed = figures.computed_tokens_per_step_mean if figures is not None else None
+        if computed is not None and step_model is not None:
+            signals.append(perf.tokens_per_step_signal(computed, step_model.knee_tokens))
         return perf.combine_bound(signals)
 
     def _hysteresis(self, s_now: float, reasons: list[str]) -> str:

@@ -178,6 +178,7 @@ class SpecwatchCollector(Collector):
         bound, signal, flag = gauge(schema.BOUND), gauge(schema.BOUND_SIGNAL), gauge(schema.FLAGS)
         spec_info = InfoMetricFamily(schema.SPECULATION.name, schema.SPECULATION.help,
                                      labels=list(schema.SPECULATION.labels))
+        stalled = gauge(schema.ENGINE_STALLED)
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
@@ -209,10 +210,11 @@ class SpecwatchCollector(Collector):
                 if _finite(sig.value):
                     signal.add_metric(key + [sig.name, sig.state], float(sig.value))  # type: ignore[arg-type]
             raised = set(v.flags)
+            stalled.add_metric(key, 1.0 if "engine_stalled" in raised else 0.0)
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
         yield from (verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
-                    running, bound, signal, flag, spec_info)
+                    running, bound, signal, flag, spec_info, stalled)
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:

@@ -39,7 +39,7 @@ KIND = "kind"
 VERDICT_STATES = ("on", "off", "hold", "unknown")
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
-               "method_assumed")
+               "method_assumed", "engine_stalled")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
 # quietly and not found, NVML turned off by a flag. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.
@@ -94,6 +94,10 @@ RUNNING = MetricName("specwatch_running_requests", "Requests running on the targ
 BOUND = MetricName("specwatch_bound", "Roofline bound state: 1 for the current state.", _TARGET + (STATE,))
 BOUND_SIGNAL = MetricName("specwatch_bound_signal", "Value behind one bound signal, labelled with what it says.",
                           _TARGET + (SIGNAL, STATE))
+ENGINE_STALLED = MetricName(
+    "specwatch_engine_stalled",
+    "1 if requests ran through the whole window and the engine emitted no token and ran no step: the server "
+    "answers, its engine does not advance.", _TARGET)
 SPECULATION = MetricName(
     "specwatch_speculation",
     "The speculation setup the verdict is judged with: the method, the draft model (none for lookup methods), "
@@ -119,7 +123,7 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
-               BOUND_SIGNAL, FLAGS, SPECULATION, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+               BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 
 # Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
 SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'

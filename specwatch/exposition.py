@@ -48,6 +48,8 @@ WANTED: dict[str, str] = {
     "vllm:prefix_cache_hits": COUNTER,
     # tokens and requests
     "vllm:prompt_tokens": COUNTER,
+    # prompt tokens served from a prefix cache: counted in prompt_tokens, never computed
+    "vllm:prompt_tokens_cached": COUNTER,
     "vllm:generation_tokens": COUNTER,
     "vllm:request_success": COUNTER,
     # latency and step histograms

@@ -14,16 +14,32 @@ enough that a 24 h recording replays headless in seconds (issue 6's budget).
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from specwatch.advisor import Advisor, AdvisorConfig, Verdict, unknown_verdict
+from specwatch.advisor import OFF, ON, UNKNOWN, Advisor, AdvisorConfig, Verdict, unknown_verdict
 from specwatch.snapshot import Snapshot
 from specwatch.window import TargetWindow, Window
 
 
 # Seconds of data time between evaluations of the advisor, live and in replay alike.
 DEFAULT_EVALUATE_EVERY_S = 5.0
+# The shown verdict (on/off/hold) changes at most once in this much data time: an operator acts on
+# the banner, and a banner that goes hold→off→hold→on in half a minute is one nobody can act on.
+# Changes to and from unknown (no reading, no traffic, a stalled engine) are shown at once.
+DEFAULT_DWELL_S = 300.0
+# The shown figures are the median of the last minute of evaluations, and move only when that moves
+# beyond these fractions: a refit or a noisy gauge does not move them, a change of acceptance or
+# cost does (break-even and speedup within a few %, the crossover within its coarser resolution).
+FIGURE_SPAN_S = 60.0
+FIGURE_TOLERANCE = {"break_even_length": 0.03, "low_load_break_even": 0.03, "expected_speedup": 0.03,
+                    "crossover_concurrency": 0.10}
+# Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
+# scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
+PERSISTENT_FAILURES = 2
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,97 @@ class VerdictChange:
         }
 
 
+class ShownVerdict:
+    """What one target's banner shows: the advisor's verdicts, held still under stationary load.
+
+    - the state (on/off/hold) changes at most once per `dwell_s` of data time; a change the advisor
+      asks for within the dwell is said in the reasons and shown once the dwell has passed (if the
+      advisor still asks for it);
+    - break-even, crossover and expected speedup are the median of the last FIGURE_SPAN_S of
+      evaluations, and the shown value moves only when that median leaves its tolerance band;
+    - one failed reading keeps the last verdict (flag `reading_failed`); failures in a row beyond
+      PERSISTENT_FAILURES − 1 show the advisor's unknown.
+    Data time only (the Snapshots' clock), so a replay shows what the live run showed.
+    """
+
+    def __init__(self, dwell_s: float = DEFAULT_DWELL_S) -> None:
+        self.dwell_s = dwell_s
+        self.state: str | None = None
+        self.since: float | None = None
+        self.failures = 0
+        self.last: Verdict | None = None
+        self._recent: deque[tuple[float, Verdict]] = deque()
+        self._figures: dict[str, float | None] = {}
+
+    def show(self, verdict: Verdict, time: float, reading_ok: bool) -> Verdict:
+        if not reading_ok:
+            self.failures += 1
+            if self.failures < PERSISTENT_FAILURES and self.last is not None and self.last.speculation != UNKNOWN:
+                held = self.last
+                return dataclasses.replace(
+                    held,
+                    reasons=(f"the latest reading failed ({verdict.reasons[0] if verdict.reasons else 'no answer'}): "
+                             "showing the last verdict until the next one",) + held.reasons,
+                    flags=tuple(dict.fromkeys(held.flags + ("reading_failed",))),
+                )
+        else:
+            self.failures = 0
+        if verdict.speculation == UNKNOWN:
+            # health and missing data are shown at once; the figures start over after them
+            self.state, self.since = UNKNOWN, time
+            self._recent.clear()
+            self._figures.clear()
+            self.last = verdict
+            return verdict
+        shown = self._steady_state(verdict, time)
+        shown = self._steady_figures(shown, time)
+        self.last = shown
+        return shown
+
+    def _steady_state(self, verdict: Verdict, time: float) -> Verdict:
+        wanted = verdict.speculation
+        if self.state in (None, UNKNOWN) or wanted == self.state or self.since is None \
+                or time - self.since >= self.dwell_s:
+            if wanted != self.state:
+                self.state, self.since = wanted, time
+                self._recent.clear()
+                self._figures.clear()
+            return verdict
+        # within the dwell: keep the banner; the reasons say what the advisor now points to
+        held = self.state
+        wait = self.dwell_s - (time - self.since)
+        note = (f"showing {held} (since {time - self.since:.0f} s): the advisor now points {wanted}; a change of "
+                f"the banner is shown at most once per {self.dwell_s / 60:.0f} min, so in {wait:.0f} s if it holds")
+        change = verdict.change_recommended if held in (ON, OFF) and held == wanted else (
+            (held == OFF and verdict.configured) or (held == ON and not verdict.configured))
+        return dataclasses.replace(verdict, speculation=held, change_recommended=change,
+                                   reasons=verdict.reasons + (note,),
+                                   flags=tuple(dict.fromkeys(verdict.flags + ("dwell",))))
+
+    def _steady_figures(self, verdict: Verdict, time: float) -> Verdict:
+        recent = self._recent
+        recent.append((time, verdict))
+        while recent and recent[0][0] < time - FIGURE_SPAN_S:
+            recent.popleft()
+        shown: dict[str, float | None] = {}
+        for name, tolerance in FIGURE_TOLERANCE.items():
+            values = [getattr(v, name) for _, v in recent if getattr(v, name) is not None]
+            if getattr(verdict, name) is None or not values:
+                shown[name] = getattr(verdict, name)
+                continue
+            median = statistics.median(values)
+            before = self._figures.get(name)
+            if before is not None and abs(median - before) <= tolerance * abs(before):
+                shown[name] = before
+            else:
+                shown[name] = median
+        self._figures = shown
+        return dataclasses.replace(verdict, expected_speedup=shown["expected_speedup"],
+                                   break_even_length=shown["break_even_length"],
+                                   low_load_break_even=shown["low_load_break_even"],
+                                   crossover_concurrency=shown["crossover_concurrency"])
+
+
 class Monitor:
     def __init__(
         self,
@@ -63,7 +170,10 @@ class Monitor:
         advisor_config: AdvisorConfig | None = None,
         evaluate_every_s: float = DEFAULT_EVALUATE_EVERY_S,
         target_configs: Mapping[str, AdvisorConfig] | None = None,
+        dwell_s: float = DEFAULT_DWELL_S,
     ) -> None:
+        self.dwell_s = dwell_s
+        self._shown: dict[str, ShownVerdict] = {}
         self.window = Window(window_s)
         self.advisor_config = advisor_config or AdvisorConfig()
         # Targets judged under settings of their own (the demo's scenarios differ in method).
@@ -105,12 +215,18 @@ class Monitor:
             tw = self.window.target(target.url)
             verdict = self._advisor(target.url).update(tw, snapshot.gpus) if tw is not None \
                 else unknown_verdict("no reading yet", snapshot.time)
+            shown = self._shown.get(target.url)
+            if shown is None:
+                shown = self._shown[target.url] = ShownVerdict(self.dwell_s)
+            verdict = shown.show(verdict, snapshot.time, target.ok)
+            # one failed reading is not news (the last verdict stands, marked); failures that persist are
+            reachable = target.ok or "reading_failed" in verdict.flags
             before = self._states.get(target.url)
             # A target going down (or coming back) is news even when the verdict word stays
             # "unknown": an idle node and a dead one must not look alike in the timeline.
             if before is None or before.verdict.speculation != verdict.speculation \
-                    or before.reachable != target.ok:
+                    or before.reachable != reachable:
                 changes.append(VerdictChange(snapshot.time, target.url,
                                              before.verdict.speculation if before else None, verdict))
-            self._states[target.url] = TargetState(target.url, tw, verdict, target.ok)
+            self._states[target.url] = TargetState(target.url, tw, verdict, reachable)
         return changes

@@ -42,7 +42,9 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
         "generation_tokens_per_s": _r(total.generation_tokens_per_s, 3) if total else None,
         "prompt_tokens_per_s": _r(total.prompt_tokens_per_s, 3) if total else None,
         "prompt_to_output_ratio": _r(total.prompt_to_output_ratio, 4) if total else None,
-        "tokens_per_step_mean": _r(total.tokens_per_step_mean, 3) if total else None,
+        "computed_tokens_per_step_mean": _r(total.computed_tokens_per_step_mean, 3) if total else None,
+        "prompt_and_emitted_tokens_per_step_mean":
+            _r(total.prompt_and_emitted_tokens_per_step_mean, 3) if total else None,
         "mfu_intensity": _r(total.mfu_intensity, 3) if total else None,
         "restarts_in_window": total.restarts if total else 0,
         "window_s": _r(tw.seconds, 3) if tw else None,

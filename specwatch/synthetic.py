@@ -6,8 +6,15 @@ header; nothing here pretends to be a real reading.
 
 The node: a hinge step time T(N, C) (flat below the knee, rising above), k draft tokens with fixed
 per-position acceptance, draft cost r per draft token. At b running sequences a speculative step
-handles N = b·(k+1) tokens, takes T(N, C) + k·r·T(b, C), and emits b·L tokens; with speculation off a
-step handles b tokens in T(b, C) and emits b.
+verifies b·(k+1) positions and emits b·L tokens; with speculation off a step decodes b positions and
+emits b. Requests finish and are replaced at the rate their output allows, and each new request's
+prompt is prefilled within the decode steps (chunked prefill), so a step computes N = its prompt
+tokens + its decode positions and takes T(N, C) (+ k·r·T(b, C) for the drafter).
+
+The counters follow vLLM V1's semantics (window.StepTokens): each request's first token comes from
+its prefill and counts in generation_tokens; `vllm:iteration_tokens_total` observes, per step, the
+prompt tokens computed plus the tokens emitted (not the positions verified); drafts, draft tokens
+and accepted tokens count as vLLM's spec-decode counters do.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class SyntheticNode:
     kv_capacity_tokens: float = 400_000.0
     prompt_tokens_per_request: float = 1000.0
     output_tokens_per_request: float = 300.0
+    # the share of each prompt served from the prefix cache (a shared system prompt): counted in
+    # vllm:prompt_tokens and vllm:prompt_tokens_cached, never computed
+    prompt_cached_fraction: float = 0.0
     noise: float = 0.03  # relative scatter of step times
     power_limit_w: float = 700.0
     url: str = "http://synthetic-node:8000"
@@ -59,6 +69,7 @@ class _Totals:
     per_position: list[float] = field(default_factory=list)
     generation: float = 0.0
     prompt: float = 0.0
+    prompt_cached: float = 0.0
     finished: float = 0.0
     steps: float = 0.0
     step_tokens: float = 0.0
@@ -95,41 +106,49 @@ def generate(
     for i, running in enumerate(load):
         b = max(0.0, float(running))
         context = b * node.context_per_sequence
+        tokens_per_step = 0.0
         if b > 0:
             plain = float(node.step.step_time(b, context))
+            decode_positions = b * (node.k + 1) if node.speculation else b
+            # requests started per step: one replaces each that finished; a request emits its first
+            # token from its prefill and the rest from decode steps, L per step
+            started_per_step = b * length / max(1.0, node.output_tokens_per_request - 1.0)
+            prompt_per_step = started_per_step * node.prompt_tokens_per_request * (1.0 - node.prompt_cached_fraction)
+            tokens_per_step = prompt_per_step + decode_positions
+            step_time = float(node.step.step_time(tokens_per_step, context))
             if node.speculation:
-                step_time = float(node.step.step_time(b * (node.k + 1), context)) + node.k * node.draft_ratio * plain
-                tokens_per_step = b * (node.k + 1)
-            else:
-                step_time = plain
-                tokens_per_step = b
+                step_time += node.k * node.draft_ratio * plain
             step_time *= float(np.exp(node.noise * rng.standard_normal()))
             steps = interval_s / step_time
-            emitted = steps * b * length
+            decode_emitted = steps * b * length
+            started = steps * started_per_step
             totals.steps += steps
-            totals.step_tokens += steps * tokens_per_step
-            _observe(totals.step_buckets, ITERATION_BUCKETS, tokens_per_step, steps)
+            # vLLM observes prompt tokens computed + tokens emitted (first tokens included) per step
+            observed = prompt_per_step + b * length + started_per_step
+            totals.step_tokens += steps * observed
+            _observe(totals.step_buckets, ITERATION_BUCKETS, observed, steps)
             if node.speculation:
                 totals.drafts += steps * b
                 totals.draft_tokens += steps * b * node.k
                 totals.accepted += steps * b * (length - 1.0)
                 for p in range(node.k):
                     totals.per_position[p] += steps * b * node.per_position[p]
-            totals.generation += emitted
-            finished = emitted / node.output_tokens_per_request
-            totals.finished += finished
-            totals.prompt += finished * node.prompt_tokens_per_request
+            totals.generation += decode_emitted + started
+            totals.finished += started
+            totals.prompt += started * node.prompt_tokens_per_request
+            totals.prompt_cached += started * node.prompt_tokens_per_request * node.prompt_cached_fraction
             # TTFT: a prefill of the prompt at the plain step's pace, plus queueing that grows with load
             ttft = plain * (1 + node.prompt_tokens_per_request / max(node.step.knee, 1.0)) * (1 + b / 64)
-            _observe(totals.ttft, LATENCY_BUCKETS, ttft, finished)
-            totals.ttft_sum += ttft * finished
+            _observe(totals.ttft, LATENCY_BUCKETS, ttft, started)
+            totals.ttft_sum += ttft * started
             tpot = step_time / length
-            _observe(totals.tpot, LATENCY_BUCKETS, tpot, finished)
-            totals.tpot_sum += tpot * finished
+            _observe(totals.tpot, LATENCY_BUCKETS, tpot, started)
+            totals.tpot_sum += tpot * started
             _observe(totals.itl, LATENCY_BUCKETS, step_time, steps * b)
             totals.itl_sum += step_time * steps * b
         t = start_time + i * interval_s
-        yield Snapshot(time=t, targets=(_target(node, totals, b, context),), gpus=_gpus(node, b, context),
+        yield Snapshot(time=t, targets=(_target(node, totals, b, context),),
+                       gpus=_gpus(node, b, context, tokens_per_step),
                        sources=(SourceStatus("nvml", "ok", "synthetic"),))
 
 
@@ -137,6 +156,7 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
     counters = {
         "vllm:generation_tokens": totals.generation,
         "vllm:prompt_tokens": totals.prompt,
+        "vllm:prompt_tokens_cached": totals.prompt_cached,
         "vllm:request_success": totals.finished,
         "vllm:num_preemptions": 0.0,
     }
@@ -169,14 +189,13 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
     return TargetSample(node.url, "ok", version=node.version, engines=(engine,), process_start_time=1.0)
 
 
-def _gpus(node: SyntheticNode, running: float, context: float) -> tuple[GpuSample, ...]:
+def _gpus(node: SyntheticNode, running: float, context: float, n: float) -> tuple[GpuSample, ...]:
     """Counter signatures from the same model: DRAM busy while the weight read dominates the step,
     tensor pipes busy once the GEMMs do."""
     if running <= 0:
         values = {"sm_active": 0.0, "tensor_active": 0.0, "dram_bw_util": 0.0, "util_gpu": 0.0,
                   "power_w": 0.12 * node.power_limit_w}
     else:
-        n = running * (node.k + 1) if node.speculation else running
         h = node.step
         total = float(h.step_time(n, context))
         memory = h.base_s + h.kv_s_per_token * context

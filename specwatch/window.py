@@ -29,6 +29,7 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 EMITTED_V0 = "vllm:spec_decode_num_emitted_tokens"
 ACCEPTANCE_RATE_V0 = "vllm:spec_decode_draft_acceptance_rate"
 PROMPT_TOKENS = "vllm:prompt_tokens"
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"
 GENERATION_TOKENS = "vllm:generation_tokens"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -42,6 +43,7 @@ TTFT = "vllm:time_to_first_token_seconds"
 TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
         "vllm:time_per_output_token_seconds")
 ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# One observation per engine step of prompt tokens computed + tokens emitted: see computed_tokens.
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
 MFU_FLOPS = "vllm:estimated_flops_per_gpu"
 MFU_READ = "vllm:estimated_read_bytes_per_gpu"
@@ -273,6 +275,74 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class StepTokens:
+    """What the engine steps of a span computed and emitted, from the counters (vllm.md §1.3, §1.4).
+
+    vLLM V1 observes `vllm:iteration_tokens_total` once per engine step with the prompt tokens that
+    step prefilled (cached prefix tokens excluded) plus the tokens it EMITTED: on a speculative step
+    that is 1 + accepted per request, whatever the verifier computed. Its _count is the number of
+    steps, its _sum is Δprompt − Δprompt_cached + Δgeneration, and its mean is not what a step cost.
+
+    The positions the target's forward pass computed are counted from the counters instead:
+    - prompt: Δprompt_tokens − Δprompt_tokens_cached (the counter counts cached prefix tokens too);
+    - verified: Δdraft_tokens + Δdrafts. A request with a draft is verified over its draft tokens
+      plus one position (the bonus/correction token); a request whose drafter proposed nothing (an
+      n-gram miss) is not counted in drafts and decodes one position plainly; an n-gram proposal
+      shorter than k counts only its own tokens in draft_tokens. So draft_tokens, not drafts·k, is the
+      right count, and drafts·(k+1) holds only when every proposal is full length (a draft model);
+    - plain decode: Δgeneration − (Δdrafts + Δaccepted) − first tokens. A verify step emits
+      1 + accepted per draft; the first token of each request comes from its prefill, whose
+      positions are the prompt's (counted once per request by the TTFT histogram's _count; without
+      it, by finished requests).
+    Not visible in any counter: the positions a preempted request recomputes when it resumes.
+    """
+
+    steps: float
+    computed: float  # positions the target's forward passes computed
+    prompt_computed: float
+    verified: float  # positions computed by verify steps: draft tokens + one per draft
+    plain_decode: float
+    emitted: float  # output tokens (vllm:generation_tokens)
+    prompt_and_emitted: float  # what iteration_tokens_total sums: prompt computed + emitted
+
+    @property
+    def computed_per_step(self) -> float | None:
+        return self.computed / self.steps if self.steps > 0 else None
+
+    @property
+    def prompt_and_emitted_per_step(self) -> float | None:
+        return self.prompt_and_emitted / self.steps if self.steps > 0 else None
+
+
+def step_tokens(inc: Increases) -> StepTokens | None:
+    """The tokens the steps of a span computed and emitted; None without a step count or the
+    token counters."""
+    steps_h = inc.histogram(ITERATION_TOKENS)
+    generation = inc.counter(GENERATION_TOKENS)
+    prompt = inc.counter(PROMPT_TOKENS)
+    if steps_h is None or generation is None or prompt is None:
+        return None
+    prompt_computed = max(0.0, prompt - (inc.counter(PROMPT_TOKENS_CACHED) or 0.0))
+    acc = acceptance(inc)
+    verified = verify_emitted = 0.0
+    if acc is not None:
+        verified = acc.draft_tokens + acc.drafts
+        verify_emitted = acc.drafts + acc.accepted_tokens
+    ttft = inc.histogram(TTFT)
+    first_tokens = ttft.count if ttft is not None else (inc.counter(REQUEST_SUCCESS) or 0.0)
+    plain = max(0.0, generation - verify_emitted - first_tokens)
+    return StepTokens(
+        steps=float(steps_h.count),
+        computed=prompt_computed + verified + plain,
+        prompt_computed=prompt_computed,
+        verified=verified,
+        plain_decode=plain,
+        emitted=generation,
+        prompt_and_emitted=prompt_computed + generation,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class EngineFigures:
     """The engine-level figures specwatch shows and the advisor reads, for one engine or a total."""
 
@@ -287,7 +357,10 @@ class EngineFigures:
     generation_tokens_per_s: float | None
     prompt_tokens_per_s: float | None
     prompt_to_output_ratio: float | None
-    tokens_per_step_mean: float | None
+    # positions the target computed per step (prompt + verified + plain decode: StepTokens)
+    computed_tokens_per_step_mean: float | None
+    # vllm:iteration_tokens_total's mean: prompt tokens computed + tokens emitted, per step
+    prompt_and_emitted_tokens_per_step_mean: float | None
     steps_per_s: float | None
     mfu_intensity: float | None  # estimated FLOPs per byte moved (--enable-mfu-metrics)
     mfu_flops_per_s: float | None
@@ -297,6 +370,7 @@ class EngineFigures:
     context_tokens: float | None  # tokens held in the KV cache now: usage × capacity
     acceptance: Acceptance | None
     restarts: int = 0
+    step_tokens: StepTokens | None = None
 
 
 def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> EngineFigures:
@@ -323,6 +397,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
                 context = (context or 0.0) + usage * cap
     ttft = inc.histogram(TTFT)
     steps = inc.histogram(ITERATION_TOKENS)
+    tokens = step_tokens(inc)
     gen = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     flops = inc.counter(MFU_FLOPS)
@@ -342,7 +417,8 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         generation_tokens_per_s=_ratio(gen, seconds),
         prompt_tokens_per_s=_ratio(prompt, seconds),
         prompt_to_output_ratio=_ratio(prompt, gen),
-        tokens_per_step_mean=_mean(steps),
+        computed_tokens_per_step_mean=tokens.computed_per_step if tokens is not None else None,
+        prompt_and_emitted_tokens_per_step_mean=_mean(steps),
         steps_per_s=_ratio(steps.count if steps is not None else None, seconds),
         mfu_intensity=_ratio(flops, moved),
         mfu_flops_per_s=_ratio(flops, seconds),
@@ -352,6 +428,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         context_tokens=context,
         acceptance=acceptance(inc),
         restarts=inc.restarts,
+        step_tokens=tokens,
     )
 
 
@@ -370,6 +447,9 @@ class TargetWindow:
     total: EngineFigures | None
     speculation_configured: bool
     k: int | None
+    # requests running at the window's first successful reading (None with fewer than two readings):
+    # with the latest figure, whether requests were running throughout (a stall, not an arrival)
+    running_at_start: float | None = None
     # the engines of the latest reading (when it succeeded), and the lifetime figures once computed
     latest_engines: tuple[EngineSample, ...] = field(default=(), repr=False, compare=False)
     _lifetime: list = field(default_factory=list, repr=False, compare=False)
@@ -636,6 +716,10 @@ class Window:
             if seconds > 0:
                 total = engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
         ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
+        running_at_start = None
+        if len(readings) >= 2:
+            first_running = [e.gauges[RUNNING] for e in readings[0][1].engines if RUNNING in e.gauges]
+            running_at_start = sum(first_running) if first_running else None
         return TargetWindow(
             url=url,
             time=latest_snap.time,
@@ -645,5 +729,6 @@ class Window:
             total=total,
             speculation_configured=any(speculation_configured(e) for e in ref_engines),
             k=k_of(ref_engines, total_inc),
+            running_at_start=running_at_start,
             latest_engines=tuple(latest_engines.values()),
         )

@@ -11,12 +11,14 @@ from specwatch.synthetic import SyntheticNode, generate, ramp
 from specwatch.window import Window
 
 # An A100-80GB-like node: flat 20 ms steps up to a knee of 134 tokens per step, then compute-bound.
-# n-gram, k=4, L=2.0: S(b) = 2·T(b)/T(5b), which crosses 1 at b = 2·134/5 ≈ 54.
+# n-gram, k=4, L=2.0. Each request has a 1000-token prompt, 950 of them from the prefix cache, and
+# 300 output tokens: a step also prefills 50·L/299 ≈ 0.33 tokens per running sequence with
+# speculation (0.17 without). S(b) = 2·T(1.17b)/T(5.33b), which crosses 1 at b = 2·134/5.33 ≈ 50.
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
                        per_token_s=0.0)
 NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
-                     context_per_sequence=0.0)
-TRUE_CROSSOVER = 2 * 134 / 5
+                     context_per_sequence=0.0, prompt_cached_fraction=0.95)
+TRUE_CROSSOVER = 2 * 134 / (5 + 2 * 50 / 299)
 
 
 def run(node, load, config=AdvisorConfig(method="ngram"), window_s=10.0, seed=0):

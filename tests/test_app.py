@@ -55,7 +55,7 @@ NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(
 CONFIG = AdvisorConfig(method="ngram")
 WINDOW_S = 10.0
 LOW = [8.0] * 30  # ON, settled
-FLIP = [8.0] * 25 + [100.0] * 20  # ON, then OFF through HOLD
+FLIP = [8.0] * 25 + [100.0] * 300  # ON, then OFF through HOLD once the 5-minute dwell on ON has passed
 
 
 @pytest.fixture(autouse=True)

@@ -152,3 +152,76 @@ def test_restart_mid_window_never_gives_negative_rates(ngram_server):
                   tw.total.generation_tokens_per_s, tw.total.prompt_tokens_per_s):
         assert value is not None and value >= 0
     assert 1.0 <= acc.acceptance_length <= 5.0
+
+
+def _engine_core_pids(server) -> list[int]:
+    """The server's engine-core processes: its descendants whose name says so (by pid, from /proc)."""
+    from pathlib import Path
+
+    pids, todo = [], [server.proc.pid]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            todo += [int(c) for c in task.read_text().split()]
+        if pid != server.proc.pid and "EngineCor" in Path(f"/proc/{pid}/comm").read_text(errors="replace"):
+            pids.append(pid)
+    return pids
+
+
+def _running_gauge(server) -> float:
+    return raw_counters(server.metrics_text().encode())["vllm:num_requests_running"]
+
+
+def test_a_frozen_engine_core_is_a_stalled_engine_and_check_exits_3(ngram_server):
+    """The engine core stopped (SIGSTOP) while requests run: the API server still answers /metrics,
+    its counters freeze, and `check` says the engine is stalled rather than judging speculation."""
+    import os
+    import signal
+    import threading
+
+    import httpx
+
+    cores = _engine_core_pids(ngram_server)
+    assert cores, "no engine-core process found under the server"
+    stop = threading.Event()
+
+    def requests(max_tokens: int) -> None:
+        # different lengths, so that the requests finish at different steps and some always run
+        while not stop.is_set():
+            try:
+                ngram_server.complete("one two three four one two three four", max_tokens)
+            except httpx.HTTPError:
+                time.sleep(0.2)
+
+    threads = [threading.Thread(target=requests, args=(n,), daemon=True) for n in (170, 250, 330, 410)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3.0)
+        # stop the engine where its last published step left requests running (a stop that lands
+        # between two requests freezes running at 0: let it go and stop it again)
+        for _attempt in range(10):
+            for pid in cores:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(1.0)  # the last outputs of the engine reach the API server
+            if _running_gauge(ngram_server) > 0:
+                break
+            for pid in cores:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the engine never stopped with requests running")
+        try:
+            code, report, _ = run_check(ngram_server.url, 4.0, "--method", "ngram")
+        finally:
+            for pid in cores:
+                os.kill(pid, signal.SIGCONT)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=150)
+    assert report["state"] == "ok" and report["engine"]["running"] > 0
+    verdict = report["verdict"]
+    assert verdict["speculation"] == "unknown" and "engine_stalled" in verdict["flags"]
+    assert verdict["reasons"][0].startswith("engine stalled")
+    assert code == 3

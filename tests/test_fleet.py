@@ -68,7 +68,7 @@ def test_promtool_checks_the_rules() -> None:
     result = subprocess.run([_binary("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_of_the_rules_pass() -> None:

@@ -89,7 +89,9 @@ def live_run(path: Path) -> list[dict]:
     changes = []
     header = RecordingHeader(data="synthetic", interval_s=1.0, advisor={"method": "ngram"})
     with RecordingWriter(path, header) as writer:
-        for snapshot in generate(NODE, ramp(1, 128, 12), seed=11):
+        # low load, then past the crossover, then low again: each stretch outlasts the banner's
+        # 5-minute dwell, so the run flips both ways
+        for snapshot in generate(NODE, [8.0] * 30 + [128.0] * 300 + [8.0] * 330, seed=11):
             writer.write(snapshot)
             changes += [c.to_dict() for c in monitor.ingest(snapshot)]
     return changes

@@ -217,3 +217,24 @@ def test_a_window_read_every_step_agrees_with_a_fresh_one():
         assert live.target(URL) == live.target(URL)
         restarts += live.target(URL).total.restarts if live.target(URL).total else 0
     assert restarts > 0
+
+
+def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
+    """A real vLLM 0.32 capture (n-gram, k=4, 20 requests of 57 tokens): iteration_tokens_total's sum
+    is prompt computed + tokens emitted, and the positions the steps computed are counted apart."""
+    from specwatch.window import lifetime_increases, step_tokens
+
+    engine, = parse_payload(NGRAM_K4.read_text()).engines
+    tokens = step_tokens(lifetime_increases(engine))
+    steps = engine.histograms["vllm:iteration_tokens_total"]
+    c = engine.counters
+    assert tokens.steps == steps.count == 94
+    # the histogram's sum, a figure of its own in the capture, is prompt − cached + generation
+    assert tokens.prompt_and_emitted == steps.sum == c["vllm:prompt_tokens"] + c["vllm:generation_tokens"]
+    # drafts verify their draft tokens plus one position; an n-gram proposal is often shorter than k
+    assert c["vllm:spec_decode_num_draft_tokens"] < 4 * c["vllm:spec_decode_num_drafts"]
+    assert tokens.verified == 1037 + 301
+    # the 20 first tokens came from prefills; what verify steps did not emit was decoded plainly
+    assert tokens.plain_decode == 1144 - (301 + 272) - 20
+    assert tokens.computed == 1194 + 1037 + 301 + 551
+    assert tokens.computed_per_step > tokens.prompt_and_emitted_per_step

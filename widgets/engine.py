@@ -79,7 +79,7 @@ class EnginePanel(Panel):
             pair("TTFT p50", seconds(f.ttft_p50_s), "p95", seconds(f.ttft_p95_s)),
             pair("TPOT", seconds(f.tpot_mean_s), "step", seconds(f.itl_mean_s)),
             pair("tokens/s", rate(f.generation_tokens_per_s, ""), "prompt/s", rate(f.prompt_tokens_per_s, "")),
-            pair("tok/step", num(f.tokens_per_step_mean), "steps/s", num(f.steps_per_s, 1)),
+            pair("tok/step", num(f.computed_tokens_per_step_mean), "steps/s", num(f.steps_per_s, 1)),
         ]
         footer = Text(f"{which} · window {f.seconds:.0f} s", style="dim", no_wrap=True, overflow="ellipsis")
         if f.restarts:

@@ -82,7 +82,7 @@ class RooflinePanel(Panel):
 
         bound = state.verdict.bound if state is not None else None
         return (
-            rounded(figures.tokens_per_step_mean) if figures else None,
+            rounded(figures.computed_tokens_per_step_mean) if figures else None,
             rounded(figures.mfu_intensity) if figures else None,
             rounded(figures.running) if figures else None,
             window.speculation_configured if window else None,
@@ -109,7 +109,7 @@ class RooflinePanel(Panel):
         window = view.state.window if view.state is not None else None
         points: list[tuple[float, str]] = []
         legend = Text(no_wrap=True, overflow="ellipsis")
-        n = figures.tokens_per_step_mean if figures is not None else None
+        n = figures.computed_tokens_per_step_mean if figures is not None else None
         if finite(n) and n > 0:
             points.append((n, "●"))
             legend.append("● ", style="bold")

@@ -169,6 +169,6 @@ class SpeculationPanel(Panel):
             lines.append(g)
         lines.append(Text("typical: n-gram 1.3–1.6, EAGLE-3 2.5–3.5", style="dim"))
         if figures is not None:
-            lines.append(Text(f"at {num(figures.running)} running, {num(figures.tokens_per_step_mean)} tokens per step",
+            lines.append(Text(f"at {num(figures.running)} running, {num(figures.computed_tokens_per_step_mean)} tokens per step",
                               style="dim"))
         return Group(*lines)

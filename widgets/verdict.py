@@ -101,6 +101,9 @@ def flag_words(flags: tuple[str, ...]) -> list[str]:
         "extrapolated": "⚠ extrapolated",
         "stale_acceptance": "⚠ stale acceptance",
         "method_assumed": "? method assumed",
+        "engine_stalled": "⚠ engine stalled",
+        "reading_failed": "⚠ last reading failed",
+        "dwell": "⏸ change held (5 min dwell)",
     }
     return [words.get(f, f"⚠ {f}") for f in flags]
 
@@ -149,6 +152,8 @@ class VerdictBanner(Panel):
         words = MEANING.get(speculation, "")
         if verdict is not None and not verdict.configured and speculation in UNCONFIGURED_MEANING:
             words = UNCONFIGURED_MEANING[speculation]
+        if verdict is not None and "engine_stalled" in verdict.flags:
+            words = "the engine is stalled: no usable reading"
         meaning = Text(words, style="italic", no_wrap=True, overflow="ellipsis")
         if verdict is not None and verdict.flags:
             meaning.append("   " + "  ".join(flag_words(verdict.flags)), style="bold")

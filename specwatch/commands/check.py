@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
-    """The check contract: unreadable, not enough data, change recommended, or no change."""
-    if not target_ok:
+    """The check contract: no usable reading (the target cannot be read, or its engine is stalled:
+    requests running, counters frozen), not enough data, change recommended, or no change."""
+    if not target_ok or "engine_stalled" in verdict.get("flags", ()):
         return ExitCode.UNREADABLE
     if verdict.get("speculation") == "unknown":
         return ExitCode.NOT_ENOUGH_DATA

@@ -1,0 +1,157 @@
+"""The tokens vLLM's steps compute and emit, measured on a real server (the CPU wheel, a tiny Llama).
+
+vLLM V1 observes `vllm:iteration_tokens_total` once per engine step with the prompt tokens the step
+computed plus the tokens it emitted, not the positions a verify step computed. These tests drive a
+known set of requests through an n-gram server and a draft-model server and check, from the raw
+/metrics (prometheus_client) and the completions' own usage:
+- the histogram's Δsum is Δprompt − Δprompt_cached + Δgeneration, and its Δcount counts the steps;
+- the first token of every request is counted once by the TTFT histogram;
+- specwatch's computed-tokens figure (window.StepTokens) is prompt computed + verified positions
+  (draft tokens + one per draft) + plain decode tokens, from the counters.
+Both readings are taken with the server idle, so no step is half-recorded between them.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch.exposition import parse_payload
+from specwatch.snapshot import TARGET_OK, Snapshot, TargetSample
+from specwatch.window import Window
+from vllm_server import ECHO_PROMPTS
+
+pytestmark = pytest.mark.engine
+
+REQUESTS = 12
+CONCURRENCY = 3
+MAX_TOKENS = 20
+
+RAW = {
+    "prompt": "vllm:prompt_tokens_total",
+    "cached": "vllm:prompt_tokens_cached_total",
+    "generation": "vllm:generation_tokens_total",
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "steps_sum": "vllm:iteration_tokens_total_sum",
+    "steps_count": "vllm:iteration_tokens_total_count",
+    "first_tokens": "vllm:time_to_first_token_seconds_count",
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+}
+
+
+def raw_figures(body: str) -> dict[str, float]:
+    """The figures above, summed over their label sets, from prometheus_client alone."""
+    by_name = {v: k for k, v in RAW.items()}
+    out = dict.fromkeys(RAW, 0.0)
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            key = by_name.get(s.name)
+            if key is not None:
+                out[key] += s.value
+    return out
+
+
+def idle_reading(server, timeout_s: float = 120.0) -> tuple[float, str]:
+    """A /metrics body taken with nothing running or waiting, and its time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = server.metrics_text()
+        raw = raw_figures(body)
+        if raw["running"] == 0 and raw["waiting"] == 0:
+            # a second look: the step that finished the last request has been recorded
+            time.sleep(0.5)
+            again = server.metrics_text()
+            if raw_figures(again) == raw:
+                return time.time(), again
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server did not go idle; log:\n{server.log_tail()}")
+        time.sleep(0.5)
+
+
+def drive(server) -> list[dict]:
+    """REQUESTS completions, CONCURRENCY at a time; their usage blocks."""
+    def one(i: int) -> dict:
+        for attempt in range(2):
+            try:
+                return server.complete(ECHO_PROMPTS[i % len(ECHO_PROMPTS)] + f" request {i}", MAX_TOKENS)["usage"]
+            except httpx.HTTPError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        return list(pool.map(one, range(REQUESTS)))
+
+
+def measure(server) -> tuple[dict[str, float], object, list[dict]]:
+    t0, body0 = idle_reading(server)
+    usage = drive(server)
+    t1, body1 = idle_reading(server)
+    first, last = raw_figures(body0), raw_figures(body1)
+    delta = {k: last[k] - first[k] for k in RAW}
+    window = Window(3600.0)
+    for t, body in ((t0, body0), (t1, body1)):
+        parsed = parse_payload(body)
+        target = TargetSample(server.url, TARGET_OK, engines=parsed.engines,
+                              process_start_time=parsed.process_start_time)
+        window.add(Snapshot(time=t, targets=(target,)))
+    figures = window.target(server.url).total
+    return delta, figures, usage
+
+
+def check_semantics(server, k: int) -> tuple[dict[str, float], object]:
+    delta, figures, usage = measure(server)
+    print("deltas:", delta)
+    # the completions' own usage: the token counters count exactly these
+    assert delta["prompt"] == sum(u["prompt_tokens"] for u in usage)
+    assert delta["generation"] == sum(u["completion_tokens"] for u in usage) == REQUESTS * MAX_TOKENS
+    # one first token per request, from its prefill
+    assert delta["first_tokens"] == REQUESTS
+    # the histogram: prompt tokens computed + tokens emitted, one observation per step
+    assert delta["steps_sum"] == delta["prompt"] - delta["cached"] + delta["generation"]
+    assert delta["drafts"] > 0
+    assert delta["draft_tokens"] <= k * delta["drafts"]
+    # every decode token after the first came from a verify step (1 + accepted per draft) or a plain
+    # decode of a request with no draft
+    verify_emitted = delta["drafts"] + delta["accepted"]
+    plain = delta["generation"] - REQUESTS - verify_emitted
+    assert plain >= 0
+    # what specwatch reports the steps computed, and what the histogram sums
+    tokens = figures.step_tokens
+    assert tokens is not None
+    assert tokens.steps == delta["steps_count"] > 0
+    assert tokens.prompt_computed == delta["prompt"] - delta["cached"]
+    assert tokens.verified == delta["draft_tokens"] + delta["drafts"]
+    assert tokens.plain_decode == plain
+    assert tokens.computed == delta["prompt"] - delta["cached"] + delta["draft_tokens"] + delta["drafts"] + plain
+    assert tokens.prompt_and_emitted == delta["steps_sum"]
+    assert figures.prompt_and_emitted_tokens_per_step_mean == pytest.approx(delta["steps_sum"] / delta["steps_count"])
+    assert figures.computed_tokens_per_step_mean == pytest.approx(tokens.computed / delta["steps_count"])
+    # the steps computed more than they emitted: each draft verified draft tokens it mostly rejected
+    assert tokens.computed > tokens.prompt_and_emitted
+    return delta, tokens
+
+
+def test_draft_model_steps_compute_k_plus_1_positions_per_draft(draft_server):
+    delta, tokens = check_semantics(draft_server, 3)
+    # a draft model always proposes k tokens: verified = drafts·(k+1)
+    assert delta["draft_tokens"] == 3 * delta["drafts"]
+    assert tokens.verified == 4 * delta["drafts"]
+    # nearly nothing accepted (the draft is misaligned): the histogram's per-step mean is about
+    # a quarter of what the decode steps computed
+    assert delta["accepted"] < 0.1 * delta["draft_tokens"]
+
+
+def test_ngram_steps_compute_draft_tokens_plus_one_per_draft(ngram_server):
+    delta, tokens = check_semantics(ngram_server, 4)
+    # an n-gram proposal can be shorter than k, or absent (then the request decodes plainly):
+    # draft_tokens, not drafts·k, counts the positions verified
+    print(f"n-gram: {delta['draft_tokens']:.0f} draft tokens over {delta['drafts']:.0f} drafts "
+          f"(k·drafts = {4 * delta['drafts']:.0f}), {tokens.plain_decode:.0f} plain decode tokens")

@@ -1,0 +1,228 @@
+"""The shown verdict under load, on telemetry from a step-time law that is not specwatch's own
+(tests/step_law.py): ramps flip within one tier of the law's true crossover, a stationary load at
+the boundary holds still, one failed scrape changes nothing, and a stalled engine is never ON."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+
+from specwatch.advisor import AdvisorConfig
+from specwatch.export import ExportAgent, build_registry
+from specwatch.hardware import lookup_model
+from specwatch.monitor import DEFAULT_DWELL_S, Monitor
+from specwatch.commands.check import exit_status
+from specwatch.commands.options import ExitCode
+from specwatch.snapshot import Snapshot, TargetSample
+from step_law import LLAMA_1B, LawNode, generate, tiers_load, true_crossover
+
+START = 1_900_000_000.0
+TIERS = [16, 32, 64, 96, 128, 192, 256, 384]
+TIER_DWELL_S = 360  # longer than the banner's dwell, so each tier can show its own verdict
+LLAMA_8B_SPEC = lookup_model("Llama-3.1-8B")
+
+CASES = {
+    # n-gram, k=4, L = 1.87: the law's crossover is about 179 running
+    "ngram": (LawNode(per_position=(0.45, 0.25, 0.12, 0.05)),
+              AdvisorConfig(method="ngram", model=LLAMA_8B_SPEC)),
+    # a 1B draft model for an 8B target, k=3, L = 2.25: about 165 running; the draft's own forwards
+    # (its weights, its KV, its fixed overhead) are in the law's step
+    "draft_model": (LawNode(draft=LLAMA_1B, k=3, per_position=(0.6, 0.4, 0.25)),
+                    AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params, model=LLAMA_8B_SPEC)),
+}
+
+
+def shown_timeline(snapshots, config: AdvisorConfig) -> list[tuple[float, float, object]]:
+    """(data time, running, shown verdict) at every evaluation of a Monitor."""
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    out = []
+    for snap in snapshots:
+        before = monitor.states.get(snap.targets[0].url)
+        monitor.ingest(snap)
+        state = monitor.states[snap.targets[0].url]
+        if before is None or state is not before:
+            running = snap.targets[0].engines[0].gauges["vllm:num_requests_running"] if snap.targets[0].ok else None
+            out.append((snap.time - START, running, state.verdict))
+    return out
+
+
+def first_decision(timeline, wanted: str, after: float = -1.0):
+    return next(((t, b) for t, b, v in timeline if t > after and v.speculation == wanted), None)
+
+
+def tier_index(b: float) -> int:
+    return TIERS.index(int(b))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ramp_up_and_down_flips_within_one_tier_of_the_true_crossover(case):
+    node, config = CASES[case]
+    crossover = true_crossover(node)
+    above = next(i for i, t in enumerate(TIERS) if t > crossover)  # the first tier where it costs
+    below = above - 1  # the first tier, on the way down, where it pays again
+    load = tiers_load(TIERS + TIERS[::-1][1:], TIER_DWELL_S)
+    timeline = shown_timeline(generate(node, load), config)
+    on = first_decision(timeline, "on")
+    assert on is not None and on[1] == TIERS[0]
+    off = first_decision(timeline, "off")
+    assert off is not None, f"never turned off; the law's crossover is {crossover:.0f}"
+    assert off[0] < len(TIERS) * TIER_DWELL_S, "turned off only on the way down"
+    assert abs(tier_index(off[1]) - above) <= 1, f"off at {off[1]}, the law crosses at {crossover:.0f}"
+    # the shown figures hold still within a tier, and follow the cost when the load moves it
+    def break_even_at_end_of(tier_number: int) -> float:
+        end = (tier_number + 1) * TIER_DWELL_S - 1
+        return [v.break_even_length for t, _, v in timeline if t <= end and v.break_even_length][-1]
+    assert break_even_at_end_of(TIERS.index(256)) > 1.1 * break_even_at_end_of(TIERS.index(64))
+    back_on = first_decision(timeline, "on", after=off[0])
+    assert back_on is not None, "never turned back on"
+    assert abs(tier_index(back_on[1]) - below) <= 1, f"on again at {back_on[1]}, the law crosses at {crossover:.0f}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cold_start_at_high_load_is_off_and_turns_on_within_one_tier(case):
+    node, config = CASES[case]
+    crossover = true_crossover(node)
+    below = max(i for i, t in enumerate(TIERS) if t < crossover)
+    timeline = shown_timeline(generate(node, tiers_load(TIERS[::-1], TIER_DWELL_S)), config)
+    decisions = [v.speculation for _, _, v in timeline if v.speculation in ("on", "off")]
+    assert decisions[0] == "off"
+    on = first_decision(timeline, "on")
+    assert on is not None and abs(tier_index(on[1]) - below) <= 1
+
+
+def _banner_changes(timeline) -> list[tuple[float, str, str]]:
+    changes = []
+    previous = None
+    for t, _, v in timeline:
+        if v.speculation == "unknown":
+            continue
+        if previous is not None and v.speculation != previous:
+            changes.append((t, previous, v.speculation))
+        previous = v.speculation
+    return changes
+
+
+def _stationary(node: LawNode, minutes: int, seed: int = 3) -> list[float]:
+    """Running requests jittering by a few around the law's crossover."""
+    rng = np.random.default_rng(seed)
+    centre = round(true_crossover(node))
+    return [float(centre + j) for j in rng.integers(-3, 4, size=minutes * 60)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_stationary_load_at_the_boundary_holds_the_banner_and_the_figures(case):
+    node, config = CASES[case]
+    timeline = shown_timeline(generate(node, _stationary(node, 20), seed=5), config)
+    changes = _banner_changes(timeline)
+    print(case, changes)
+    # at most one change of the banner per 5 minutes, hold ↔ on/off included
+    assert len(changes) <= 4
+    for (t1, _, _), (t2, _, _) in itertools.pairwise(changes):
+        assert t2 - t1 >= DEFAULT_DWELL_S
+    # the shown break-even moves only when its inputs move: acceptance and cost are constant here
+    shown = [v.break_even_length for t, _, v in timeline if t >= 120 and v.break_even_length is not None]
+    moves = sum(1 for a, b in itertools.pairwise(shown) if a != b)
+    print(case, "break-even moves", moves, "of", len(shown), sorted(set(round(x, 3) for x in shown)))
+    assert moves <= 6
+    assert max(shown) / min(shown) < 1.1
+
+
+def _with_failed_readings(snapshots, failed_times: set[float]):
+    for snap in snapshots:
+        if snap.time - START in failed_times:
+            url = snap.targets[0].url
+            failed = TargetSample(url, "timeout", f"vLLM at {url}: no answer within the timeout")
+            yield dataclasses.replace(snap, targets=(failed,))
+        else:
+            yield snap
+
+
+def _change_log(snapshots, config):
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    log = []
+    for snap in snapshots:
+        log += [(c.time - START, c.verdict.speculation) for c in monitor.ingest(snap)]
+    return log, monitor
+
+
+def test_one_failed_scrape_at_an_evaluation_instant_changes_nothing_and_persisting_failures_do():
+    node, config = CASES["ngram"]
+    load = tiers_load([64, 128, 192, 256], TIER_DWELL_S)
+    clean, _ = _change_log(generate(node, load), config)
+    # 600 s is an evaluation instant: the Monitor evaluates every 5 s of data time from the first
+    one_failure, _ = _change_log(_with_failed_readings(generate(node, load), {600.0}), config)
+    assert one_failure == clean
+    # the verdict shown at the failed instant is the last one, marked as such
+    _, before = _change_log(generate(node, load[:596]), config)
+    last_shown = before.states[node.url].verdict
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    for snap in _with_failed_readings(generate(node, load[:601]), {600.0}):
+        monitor.ingest(snap)
+    state = monitor.states[node.url]
+    assert state.verdict.speculation == last_shown.speculation != "unknown"
+    assert "reading_failed" in state.verdict.flags
+    assert state.reachable  # one failure is not news
+    assert state.verdict.reasons[0].startswith("the latest reading failed")
+    # failures that persist show unknown, and that is news in the timeline
+    persisting, _ = _change_log(_with_failed_readings(generate(node, load), {600.0 + s for s in range(16)}),
+                                config)
+    assert (605.0, "unknown") in persisting
+
+
+def _stalled_tail(snapshots, stall_after: int, stall_for: int):
+    """The Snapshots, then the last reading's counters frozen for `stall_for` seconds while its
+    requests stay running: the server answers, its engine does not advance."""
+    snaps = list(snapshots)[:stall_after]
+    last = snaps[-1]
+    frozen = [dataclasses.replace(last, time=last.time + i) for i in range(1, stall_for + 1)]
+    return snaps + frozen
+
+
+def test_a_stalled_engine_is_unknown_never_on_exits_3_and_raises_the_exported_flag():
+    node, config = CASES["ngram"]
+    snaps = _stalled_tail(generate(node, tiers_load([16], 120)), 120, 90)
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    agent = ExportAgent(None, monitor, node="n1", mode="replay", clock=itertools.count().__next__)
+    shown = []
+    for snap in snaps:
+        agent.ingest(snap)
+        shown.append((snap.time - START, monitor.states[node.url].verdict))
+    before = [v for t, v in shown if t < 119]
+    assert before[-1].speculation == "on"
+    stalled = [v for t, v in shown if t >= 119 + 31]  # a whole window after the last step
+    assert stalled and all(v.speculation == "unknown" for v in stalled)
+    v = stalled[-1]
+    assert "engine_stalled" in v.flags and v.reasons[0].startswith("engine stalled")
+    assert "stale_acceptance" not in v.flags
+    assert exit_status(True, v.to_dict()) == ExitCode.UNREADABLE
+    text = generate_latest(build_registry(agent, process_metrics=False)).decode()
+    assert f'specwatch_engine_stalled{{node="n1",target="{node.url}"}} 1.0' in text
+    assert f'specwatch_verdict{{node="n1",state="on",target="{node.url}"}} 0.0' in text
+
+
+def test_requests_arriving_at_an_idle_engine_are_not_a_stall():
+    node, config = CASES["ngram"]
+    idle = list(generate(node, [0.0] * 60))
+    last = idle[-1]
+    # the last reading: one request running, no token out yet (the window began idle)
+    engine = last.targets[0].engines[0]
+    arrived = dataclasses.replace(engine, gauges=dict(engine.gauges, **{"vllm:num_requests_running": 1.0}))
+    snap = dataclasses.replace(last, time=last.time + 1,
+                               targets=(dataclasses.replace(last.targets[0], engines=(arrived,)),))
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    for s in idle + [snap]:
+        monitor.ingest(s)
+    assert "engine_stalled" not in monitor.states[node.url].verdict.flags
+
+
+def test_the_law_is_not_the_advisors_hinge():
+    """The law's step time bends smoothly: no flat stretch then a straight line, as the hinge has."""
+    node = LawNode()
+    times = [node.step(b, False)[0] for b in (8, 16, 32, 64, 128, 256, 512)]
+    slopes = [(t2 - t1) for t1, t2 in itertools.pairwise(times)]
+    # every doubling adds time (a hinge adds none below its knee), and more with every doubling
+    assert all(s > 0 for s in slopes) and all(b > a for a, b in itertools.pairwise(slopes))
