@@ -23,8 +23,10 @@ from specwatch.commands.options import (
     add_connection_arguments,
     advisor_config,
     connection_settings,
+    method_name,
     positive_number,
     print_error,
+    server_url,
     whole_number,
 )
 
@@ -49,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from specwatch.sweep import loadgen
 
     targets = p.add_argument_group("targets (one of)")
-    targets.add_argument("--baseline", metavar="URL", help="the server without speculation")
-    targets.add_argument("--speculative", metavar="URL", help="the same server with speculation")
+    targets.add_argument("--baseline", metavar="URL", type=server_url, help="the server without speculation")
+    targets.add_argument("--speculative", metavar="URL", type=server_url, help="the same server with speculation")
     targets.add_argument("--serve", metavar="MODEL",
                          help="launch vLLM here for MODEL twice: without, then with --speculative-config")
     targets.add_argument("--from-bench", nargs=2, metavar=("BASELINE_DIR", "SPECULATIVE_DIR"),
@@ -108,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="the served model's architecture (Llama-3.1-8B, Qwen2.5-7B, ...)")
     model.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)")
     model.add_argument("--dtype", default="bf16", help="weight format (default bf16)")
-    model.add_argument("--method", help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
+    model.add_argument("--method", type=method_name, help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
                                         "when neither --speculative-config nor the server says")
     model.add_argument("--draft-ratio", type=float, metavar="R", help="draft cost per draft token, when measured")
     model.add_argument("--draft-params", metavar="N", help="the draft model's parameter count (e.g. 1B)")

@@ -12,6 +12,7 @@ from specwatch.commands.options import (
     advisor_settings,
     live_session,
     require_positive,
+    require_terminal,
 )
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = load_sweep(args.sweep) if args.sweep else None
     except SweepFileError as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    require_terminal()
     return run_app(session.source, session.monitor, title="specwatch", recorder=live_recorder(args),
                    sweep=sweep, history_minutes=args.history)
 
