@@ -223,6 +223,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return ExitCode.OK if report["complete"] else ExitCode.INCOMPLETE
 
     if mode == "bench":
+        try:
+            check_bench_inputs(*args.from_bench)
+        except CommandError as exc:  # nothing is written for inputs that cannot give an answer
+            print_error("sweep", exc.message, err)
+            return exc.status
         record = sw.record_from_bench(*args.from_bench)
         return finish(record)
 
@@ -294,6 +299,45 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except KeyboardInterrupt:
         record.stopped = "interrupted"
     return finish(record, _server_method(record))
+
+
+def check_bench_inputs(baseline_dir: str, speculative_dir: str) -> None:
+    """CommandError unless the two folders can answer the question: both readable (UNREADABLE), two
+    different folders, the baseline's results without speculation and the speculative one's with
+    it, and one model on both sides (USAGE). Swapped or identical folders would flip or void the
+    answer rather than fail."""
+    from specwatch.sweep import SweepFileError
+    from specwatch.sweep.bench import load_bench_dir
+
+    if Path(baseline_dir).resolve() == Path(speculative_dir).resolve():
+        raise UsageError(f"--from-bench got the same folder twice ({baseline_dir}): give the baseline "
+                         "results and the speculative ones")
+    sides = {}
+    for side, folder in (("baseline", baseline_dir), ("speculative", speculative_dir)):
+        try:
+            sides[side], _ = load_bench_dir(folder)
+        except SweepFileError as exc:
+            raise CommandError(f"the {side} folder {exc}", ExitCode.UNREADABLE) from None
+
+    def speculating(tiers: dict[int, dict]) -> list[str]:
+        return [Path(t["bench_file"]).name for t in tiers.values()
+                if any(t.get(k) is not None for k in ("k", "acceptance_length", "drafts"))]
+
+    base_spec, spec_spec = speculating(sides["baseline"]), speculating(sides["speculative"])
+    if base_spec and sides["speculative"] and not spec_spec:
+        raise UsageError(f"the folders look swapped: the baseline {baseline_dir} has spec-decode results and "
+                         f"the speculative {speculative_dir} has none (give BASELINE_DIR first)")
+    if base_spec:
+        raise UsageError(f"the baseline folder {baseline_dir} has spec-decode results "
+                         f"({', '.join(base_spec[:3])}): the baseline must run without speculation")
+    if sides["speculative"] and not spec_spec:
+        raise UsageError(f"the speculative folder {speculative_dir} has no spec-decode results: "
+                         "was the server started with --speculative-config?")
+    models = {side: sorted({t["model_id"] for t in tiers.values() if t.get("model_id")})
+              for side, tiers in sides.items()}
+    if models["baseline"] and models["speculative"] and models["baseline"] != models["speculative"]:
+        raise UsageError(f"the two folders benchmark different models (baseline {', '.join(models['baseline'])}; "
+                         f"speculative {', '.join(models['speculative'])})")
 
 
 def _server_method(record: Any) -> str | None:
