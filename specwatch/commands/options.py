@@ -366,4 +366,7 @@ def live_session(
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
     monitor = Monitor(window_s=window_s, advisor_config=config,
                       evaluate_every_s=DEFAULT_EVALUATE_EVERY_S if evaluate_every_s is None else evaluate_every_s)
-    return LiveSession(vllm, source, monitor, urls)
+    from specwatch.urls import redact
+
+    # what is shown and stored (a recording's header) carries no credentials; the requests do
+    return LiveSession(vllm, source, monitor, [redact(u) for u in urls])

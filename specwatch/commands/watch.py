@@ -53,7 +53,9 @@ def live_recorder(args: argparse.Namespace) -> Any:
     from specwatch.recorder import SessionRecorder
     from specwatch.recording import RecordingHeader
 
-    header = RecordingHeader(data="real", targets=tuple(args.urls or [DEFAULT_URL]),
+    from specwatch.urls import redact
+
+    header = RecordingHeader(data="real", targets=tuple(redact(u) for u in args.urls or [DEFAULT_URL]),
                              interval_s=getattr(args, "interval", None), advisor=advisor_settings(args),
                              notes="recorded from the specwatch dashboard")
     return SessionRecorder(header)
