@@ -433,3 +433,13 @@ def test_the_dashboards_refuse_a_stdout_that_is_not_a_terminal(tmp_path, capsys)
         assert run_main(argv) == ExitCode.USAGE
         err = capsys.readouterr().err
         assert "`specwatch check`" in one_line(err) and "`specwatch record -o FILE`" in err
+
+
+def test_ctrl_c_ends_export_with_130(v0_server):
+    proc = spawn("export", "--url", v0_server.url, "--listen", "127.0.0.1:0", "--interval", "0.2", *QUIET)
+    before = len(v0_server.requests)
+    wait_for_requests(v0_server, before + 2, proc)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "specwatch export: serving http://127.0.0.1:" in err

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """0 done or interrupted; WRITE_FAILED when a write failed (the file stays valid up to its last
+    """0 done or stopped by SIGTERM; INTERRUPTED (130) on Ctrl-C, the file closed valid; WRITE_FAILED when a write failed (the file stays valid up to its last
     flush); UNREADABLE when the file cannot be created."""
     from specwatch.recording import RecordingError, RecordingHeader, RecordingWriter, format_time
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_record(session.source, args, writer, outcome))
     except KeyboardInterrupt:
-        outcome.interrupted = True
+        outcome.interrupted = outcome.by_ctrl_c = True
     finally:
         try:
             writer.close()
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     why = "interrupted" if outcome.interrupted else "done"
     _StatusLine.end()
     print_error("record", f"{why}: {span} in {args.output} ({writer.bytes_written} bytes)")
-    return ExitCode.INTERRUPTED if outcome.interrupted else ExitCode.OK
+    return ExitCode.INTERRUPTED if outcome.by_ctrl_c else ExitCode.OK
 
 
 class _StatusLine:
@@ -102,6 +102,7 @@ class _RecordOutcome:
     first: float | None = None
     last: float | None = None
     interrupted: bool = False
+    by_ctrl_c: bool = False  # SIGINT (exit 130) rather than a service manager's SIGTERM (exit 0)
     error: str | None = None
 
 
@@ -140,6 +141,7 @@ async def _record(live: Any, args: argparse.Namespace, writer: Any, outcome: _Re
                 pass
         if stop.is_set():
             outcome.interrupted = True
+            outcome.by_ctrl_c = stop.interrupted
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             try:

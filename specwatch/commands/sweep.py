@@ -298,6 +298,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return ExitCode.USAGE
     except KeyboardInterrupt:
         record.stopped = "interrupted"
+        finish(record, _server_method(record))  # the tiers measured so far are written
+        return ExitCode.INTERRUPTED
     return finish(record, _server_method(record))
 
 
