@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
+from specwatch.urls import redact
 
 DEFAULT_DCGM_URL = "http://localhost:9400/metrics"
 SOURCE = "dcgm"
@@ -210,45 +211,46 @@ async def fetch_dcgm(
     """
     explicit = url is not None
     target = url if url is not None else DEFAULT_DCGM_URL
-    name = _status_name(target)
+    shown = redact(target)  # messages and the source name show no credentials
+    name = _status_name(shown)
     try:
         async with client.stream("GET", target, timeout=timeout,
                                  headers={"Accept": "text/plain;version=0.0.4"}) as response:
             if response.status_code >= 400:
                 return (), SourceStatus(name, _http_state(response.status_code),
-                                        f"dcgm-exporter at {target} answered HTTP {response.status_code}")
+                                        f"dcgm-exporter at {shown} answered HTTP {response.status_code}")
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > MAX_PAYLOAD_BYTES:
                     return (), SourceStatus(name, "payload_too_large",
-                                            f"{target} sent more than {MAX_PAYLOAD_BYTES // MIB} MiB")
+                                            f"{shown} sent more than {MAX_PAYLOAD_BYTES // MIB} MiB")
                 chunks.append(chunk)
     except httpx.ConnectError as exc:
         if not explicit:
             return (), SourceStatus(name, "absent", "no dcgm-exporter on this node")
         if _looks_like_dns(exc):
-            return (), SourceStatus(name, "dns_failure", f"cannot resolve the host of {target}: {exc}")
+            return (), SourceStatus(name, "dns_failure", f"cannot resolve the host of {shown}: {exc}")
         if _looks_like_tls(exc):
-            return (), SourceStatus(name, "tls_error", f"TLS failed for {target}: {exc}")
-        return (), SourceStatus(name, "connection_refused", f"nothing is listening at {target} ({exc})")
+            return (), SourceStatus(name, "tls_error", f"TLS failed for {shown}: {exc}")
+        return (), SourceStatus(name, "connection_refused", f"nothing is listening at {shown} ({exc})")
     except httpx.TimeoutException:
         if not explicit:
             return (), SourceStatus(name, "absent", "no dcgm-exporter on this node (probe timed out)")
-        return (), SourceStatus(name, "timeout", f"dcgm-exporter at {target} did not answer within {timeout:g} s")
+        return (), SourceStatus(name, "timeout", f"dcgm-exporter at {shown} did not answer within {timeout:g} s")
     except httpx.HTTPError as exc:
-        return (), SourceStatus(name, "network_error", f"reading {target} failed: {type(exc).__name__}: {exc}")
+        return (), SourceStatus(name, "network_error", f"reading {shown} failed: {type(exc).__name__}: {exc}")
 
     body = b"".join(chunks)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        return (), SourceStatus(name, "not_prometheus", f"{target} sent binary data, not Prometheus text")
+        return (), SourceStatus(name, "not_prometheus", f"{shown} sent binary data, not Prometheus text")
     try:
         reading = parse_dcgm_metrics(text)
     except DcgmParseError as exc:
-        return (), SourceStatus(name, "not_prometheus", f"{target}: {exc}")
+        return (), SourceStatus(name, "not_prometheus", f"{shown}: {exc}")
     n = len(reading.samples)
     host = f" on {reading.hostname}" if reading.hostname else ""
     return reading.samples, SourceStatus(name, "ok", f"{n} GPU{'s' if n != 1 else ''}{host}")

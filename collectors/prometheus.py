@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from specwatch.collectors.vllm import describe_http_error
+from specwatch.collectors.vllm import describe_http_error, describe_status
+from specwatch.urls import split_url
 
 QUERY_PATH = "/api/v1/query"
 
@@ -49,14 +49,10 @@ class QueryResult:
         return self.state == "ok"
 
 
-def _base_url(url: str) -> str:
-    raw = url.strip().rstrip("/")
-    if "://" not in raw:
-        raw = "http://" + raw
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL for Prometheus: {url!r}")
-    return raw
+def _base_url(url: str) -> tuple[str, str]:
+    """(the base URL requested, the same with its credentials redacted, to show)."""
+    base, _, shown = split_url(url, "Prometheus URL")
+    return base, shown
 
 
 def _value(raw: Any) -> float:
@@ -72,7 +68,8 @@ class PrometheusClient:
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 5.0,
                  verify: Any = True) -> None:
-        self.url = _base_url(url)
+        self.url, self.shown_url = _base_url(url)
+        self._token_sent = bool(token)
         headers = {"Accept": "application/json", "User-Agent": "specwatch"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -81,7 +78,7 @@ class PrometheusClient:
         self._client: httpx.AsyncClient | None = None
 
     def describe(self) -> str:
-        return f"Prometheus at {self.url}"
+        return f"Prometheus at {self.shown_url}"
 
     async def query(self, promql: str) -> QueryResult:
         if self._client is None:
@@ -90,8 +87,8 @@ class PrometheusClient:
         try:
             response = await self._client.get(self.url + QUERY_PATH, params={"query": promql})
         except (httpx.HTTPError, OSError) as exc:
-            state, message = describe_http_error(exc, self.url)
-            return QueryResult(state, message.replace(f"vLLM at {self.url}", where))
+            state, message = describe_http_error(exc, self.shown_url)
+            return QueryResult(state, message.replace(f"vLLM at {self.shown_url}", where))
         try:
             body = response.json()
         except (ValueError, RecursionError):
@@ -100,6 +97,9 @@ class PrometheusClient:
             # Prometheus answers a bad query with 400/422 and its own words: pass them on
             return QueryResult("promql_error", f"{where} rejected the query {promql!r}: "
                                                f"{body.get('errorType', 'error')}: {body.get('error', '')}")
+        if response.status_code in (401, 403):
+            return QueryResult(*describe_status(response.status_code, self.shown_url, self._token_sent, where,
+                                                QUERY_PATH))
         if response.status_code != 200:
             return QueryResult("http_error", f"{where}: HTTP {response.status_code} at {QUERY_PATH} "
                                              "(is this the Prometheus base URL?)")

@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from specwatch.exposition import ExpositionError, parse_payload
+from specwatch.urls import split_url
 from specwatch.snapshot import (
     FROM_METRICS,
     FROM_SERVER_INFO,
@@ -66,20 +66,10 @@ def read_token(env_name: str | None = None, file: str | os.PathLike[str] | None 
 
 
 def normalise_url(url: str) -> tuple[str, str]:
-    """A user's URL → (base URL, metrics URL). Accepts host:port, a base URL, or a /metrics URL."""
-    raw = url.strip()
-    if "://" not in raw:
-        raw = "http://" + raw
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    path = parts.path.rstrip("/")
-    if path.endswith("/metrics"):
-        base_path, metrics_path = path[: -len("/metrics")], path
-    else:
-        base_path, metrics_path = path, path + "/metrics"
-    base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
-    return base, urlunsplit((parts.scheme, parts.netloc, metrics_path, parts.query, ""))
+    """A user's URL → (base URL, metrics URL). Accepts host:port, a base URL, or a /metrics URL; a
+    URL that cannot be used is a ValueError with one line saying why (see specwatch.urls)."""
+    base, metrics, _ = split_url(url, "vLLM URL")
+    return base, metrics
 
 
 @dataclass
@@ -96,14 +86,15 @@ class TargetInfo:
 
 @dataclass
 class VllmTarget:
-    url: str
-    metrics_url: str
+    url: str  # the base URL as shown and stored: credentials redacted
+    metrics_url: str  # what is requested: credentials kept
     info: TargetInfo = field(default_factory=TargetInfo)
+    request_base: str = ""  # the base URL requested, credentials kept ("" → url)
 
     @classmethod
     def from_url(cls, url: str) -> VllmTarget:
-        base, metrics = normalise_url(url)
-        return cls(base, metrics)
+        base, metrics, shown = split_url(url, "vLLM URL")
+        return cls(shown, metrics, request_base=base)
 
 
 def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
@@ -188,14 +179,20 @@ def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
     return "network_error", f"{where}: {type(exc).__name__}: {text or 'connection failed'}"
 
 
-def describe_status(status: int, url: str) -> tuple[str, str]:
-    where = f"vLLM at {url}"
-    if status == 401:
-        return "http_401", f"{where}: HTTP 401 unauthorised (set a token with --token-env or --token-file)"
-    if status == 403:
-        return "http_403", f"{where}: HTTP 403 forbidden (the token is not allowed to read /metrics)"
+def describe_status(status: int, url: str, token_sent: bool = False, where: str | None = None,
+                    path: str = "/metrics") -> tuple[str, str]:
+    """(state, message) for an HTTP status other than 200. A 401 or 403 says whether a token went
+    with the request: "none was sent" and "it was rejected" need different fixes."""
+    where = where or f"vLLM at {url}"
+    if status in (401, 403):
+        word = "unauthorised" if status == 401 else "forbidden"
+        if token_sent:
+            return f"http_{status}", (f"{where}: HTTP {status} {word}: the bearer token was sent and rejected "
+                                      f"(check the token, or its permission to read {path})")
+        return f"http_{status}", (f"{where}: HTTP {status} {word}: no token was sent "
+                                  "(set one with --token-env NAME or --token-file PATH)")
     if status == 404:
-        return "http_404", f"{where}: HTTP 404 at /metrics (is this a vLLM server? check the URL)"
+        return "http_404", f"{where}: HTTP 404 at {path} (is this a vLLM server? check the URL)"
     if 500 <= status < 600:
         return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
     return "http_error", f"{where}: unexpected HTTP {status}"
@@ -249,7 +246,8 @@ async def _scrape_target(
         return TargetSample(target.url, state, message, version=target.info.version)
     elapsed = time.perf_counter() - started
     if response.status_code != 200:
-        state, message = describe_status(response.status_code, target.url)
+        state, message = describe_status(response.status_code, target.url,
+                                         token_sent="authorization" in client.headers)
         return TargetSample(target.url, state, message, version=target.info.version,
                             payload_bytes=len(response.content))
     body = response.content
@@ -315,7 +313,7 @@ async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> No
 async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
     target.info.probed = True
     try:
-        r = await client.get(target.url + "/version")
+        r = await client.get((target.request_base or target.url) + "/version")
         if r.status_code == 200:
             version = r.json().get("version")
             target.info.version = str(version) if version is not None else None
@@ -325,7 +323,8 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
     target.info.speculative_config = target.info.speculation = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
-        r = await _get_bounded(client, target.url + "/server_info?config_format=json", DEFAULT_MAX_BYTES)
+        r = await _get_bounded(client, (target.request_base or target.url) + "/server_info?config_format=json",
+                               DEFAULT_MAX_BYTES)
         if r.status_code == 200:  # 404 without dev mode: the flags and the metrics are all there is
             target.info.speculative_config = _speculative_config_from_server_info(r.json())
             target.info.speculation = speculation_from_server_info(target.info.speculative_config)

@@ -176,6 +176,8 @@ class SpecwatchApp(App[int]):
 
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # Ctrl-C quits as in any terminal program (Textual's own default only says how to quit)
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("space,p", "toggle_pause", "pause"),
         Binding("plus,equals_sign", "interval(-1)", "faster", key_display="+"),

@@ -5,10 +5,12 @@ so importing this module stays cheap."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from specwatch import __version__
 
@@ -71,17 +73,81 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from specwatch.commands.options import CommandError, print_error
+    from specwatch.commands.options import CommandError, ExitCode, print_error
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in BY_NAME:
+        # a word where a command goes is a mistyped command (`specwatch chek`), not the dashboard's flags
+        close = difflib.get_close_matches(argv[0], list(BY_NAME), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"the commands are {', '.join(BY_NAME)}"
+        print_error("", f"unknown command {argv[0]!r}; {hint} (see specwatch --help)")
+        return ExitCode.USAGE
     if not argv or (argv[0] not in BY_NAME and argv[0] not in ("-h", "--help", "--version")):
         argv = ["watch", *argv]  # bare `specwatch [flags]` is `specwatch watch [flags]`
-    args = build_parser().parse_args(argv)
+    command = argv[0] if argv[0] in BY_NAME else ""
+    stdout = sys.stdout
+    quiet_pipe = QuietPipe.install()
     try:
-        return BY_NAME[args.command].run(args)
+        args = build_parser().parse_args(argv)
+        command = args.command
+        return int(BY_NAME[args.command].run(args))
     except CommandError as exc:
-        print_error(args.command, exc.message)
+        print_error(command, exc.message)
         return int(exc.status)
+    except KeyboardInterrupt:
+        # Ctrl-C anywhere a command did not catch it itself: its `finally` blocks have run
+        print_error(command, "interrupted")
+        return ExitCode.INTERRUPTED
+    finally:
+        quiet_pipe.flush()
+        sys.stdout = stdout
+
+
+class QuietPipe:
+    """stdout that goes quiet when its reader leaves (`specwatch check | head -1`): the rest of the
+    output is dropped, the command finishes and exits with its own status, and no BrokenPipeError
+    surfaces, neither from a write nor from the flush at exit."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    @classmethod
+    def install(cls) -> QuietPipe:
+        if isinstance(sys.stdout, QuietPipe):
+            return sys.stdout
+        quiet = cls(sys.stdout)
+        sys.stdout = quiet
+        return quiet
+
+    def _reader_left(self) -> None:
+        self.closed_by_reader = True
+        try:  # what is still buffered, and what the interpreter flushes at exit, go nowhere
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def write(self, text: str) -> int:
+        if self.closed_by_reader:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

@@ -486,6 +486,8 @@ class FleetApp(App[None]):
     """
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # Ctrl-C quits as in any terminal program (Textual's own default only says how to quit)
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("r", "refresh_fleet", "refresh"),
         Binding("enter", "drill", "drill into node", show=True),
     ]

@@ -142,19 +142,28 @@ def format_summary(report: dict[str, Any]) -> str:
             f"TPOT {_fmt_ms(eng['tpot_mean_s'])}, TTFT p95 {_fmt_ms(eng['ttft_p95_s'])}, "
             f"prompt:output {_fmt(eng['prompt_to_output_ratio'], '.2f')}  (window {_fmt(eng['window_s'], '.1f')} s)"
         )
+        if len(eng["per_engine"]) > 1:  # the total can hide one engine that differs
+            for e in eng["per_engine"]:
+                accept = e["acceptance_length"]
+                lines.append(f"    engine {e['engine']}: running {_fmt(e['running'], '.0f')}, "
+                             f"waiting {_fmt(e['waiting'], '.0f')}, KV {_fmt(e['kv_cache_usage'], '.0%')}, "
+                             f"output {_fmt(e['generation_tokens_per_s'], '.1f')} tok/s"
+                             + (f", acceptance length {accept:.2f}" if accept is not None else ""))
     spec = report["speculation"]
     if spec["configured"]:
         w = spec["window"]
         life = spec["lifetime"]
         method = f"{spec['method']} (from {spec['source']})" if spec["method"] else "method unknown"
+        # an old (V0) server without the draft-token counter does not say k: say so, never "k=None"
+        k_text = f"k={spec['k']}" if spec["k"] is not None else "k unknown (its counters do not give it)"
         if w and w["acceptance_length"] is not None:
             per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])
             lines.append(
-                f"  speculation: {method}, k={spec['k']}: acceptance length {w['acceptance_length']:.2f}, "
+                f"  speculation: {method}, {k_text}: acceptance length {w['acceptance_length']:.2f}, "
                 f"rate {_fmt(w['acceptance_rate'], '.1%')}, per position [{per_pos}] over the window"
             )
         else:
-            lines.append(f"  speculation: {method}, k={spec['k']}: no drafts in the window")
+            lines.append(f"  speculation: {method}, {k_text}: no drafts in the window")
         if life and life["acceptance_length"] is not None:
             lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} "
                          f"over {life['drafts']:.0f} drafts")

@@ -89,16 +89,31 @@ class LiveSource:
             await asyncio.to_thread(self.gpus.close)
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An Event that SIGTERM or SIGINT sets, for the headless commands (record, export): a stop
+class StopRequest(asyncio.Event):
+    """An Event that also says which signal set it: Ctrl-C (SIGINT) ends a command with status 130,
+    a service manager's SIGTERM is an ordinary stop."""
+
+    signum: int | None = None
+
+    def request(self, signum: int) -> None:
+        self.signum = signum
+        self.set()
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signum == signal.SIGINT
+
+
+def stop_on_signals() -> StopRequest:
+    """A StopRequest that SIGTERM or SIGINT sets, for the headless commands (record, export): a stop
     request then ends their loop between polls, so the last reading is handled whole. Call it from
     the running loop. Where signals cannot be caught here (not the main thread), Ctrl-C arrives as
     KeyboardInterrupt instead."""
-    stop = asyncio.Event()
+    stop = StopRequest()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         try:
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, stop.request, signum)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
     return stop

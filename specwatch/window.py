@@ -482,12 +482,14 @@ def speculation_configured(engine: EngineSample) -> bool:
 
 
 def k_of(engines: Sequence[EngineSample], inc: Increases | None) -> int | None:
-    """k from the position labels (created at start-up for 0..k-1), else from T/D (V0 servers)."""
+    """k from the position labels (created at start-up for 0..k-1), else from T/D (V0 servers): over
+    the window, else since the server started (a V0 server idle over the window still has its k)."""
     ks = [len(e.accepted_per_position) for e in engines if e.accepted_per_position]
     if ks:
         return max(ks)
-    if inc is not None:
-        acc = acceptance(inc)
+    lifetime = sum_increases((lifetime_increases(e) for e in engines), 0.0) if engines else None
+    for counted in (inc, lifetime):
+        acc = acceptance(counted) if counted is not None else None
         if acc is not None and acc.drafts > 0 and acc.draft_tokens > 0:
             return max(1, round(acc.draft_tokens / acc.drafts))
     return None

@@ -53,7 +53,7 @@ def test_kill_and_restart_under_record_and_export(ngram_server, tmp_path):
         assert agent.proc.poll() is None  # survived
     recorder.send_signal(signal.SIGINT)
     _, err = recorder.communicate(timeout=60)
-    assert recorder.returncode == 0, err
+    assert recorder.returncode == 130, err  # Ctrl-C's status; the recording is closed valid
     assert "Traceback" not in err
     elapsed = time.time() - started
 

@@ -54,6 +54,7 @@ def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
     """`specwatch watch` headless: its run_app is swapped for a Pilot run of the same app, over the
     LiveSource and Monitor the command built from its flags."""
     from specwatch import app as app_module
+    from specwatch.commands import options
     from specwatch.widgets.speculation import SpeculationPanel
 
     seen: dict = {}
@@ -78,6 +79,7 @@ def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
         return asyncio.run(drive())
 
     monkeypatch.setattr(app_module, "run_app", run_headless)
+    monkeypatch.setattr(options, "stdout_is_terminal", lambda: True)  # pytest captures stdout
     with Traffic(dev_server, concurrency=2):
         code = cli.main(["watch", "--url", dev_server.url, "--interval", "1", "--window", "6", *QUIET])
     assert code == 0

@@ -238,13 +238,14 @@ def test_two_results_for_one_tier_keep_the_later(tmp_path):
     assert any("two results for concurrency 4" in e and "kept the later, rerun.json" in e for e in report["errors"])
 
 
-def test_a_missing_bench_folder_ends_with_a_clear_message(tmp_path):
+def test_a_missing_bench_folder_ends_with_one_line_and_writes_nothing(tmp_path):
     base_dir, _ = write_bench_dirs(tmp_path)
     code, _, stderr = run_cli(["--from-bench", str(base_dir), str(tmp_path / "nope"), "-o", str(tmp_path / "o")])
-    assert code == ExitCode.INCOMPLETE
-    assert "nope: not a folder of vllm bench serve --save-result files" in stderr
-    report = load_sweep(tmp_path / "o" / "sweep.json")
-    assert report["stopped"] and all(t["speculative"] is None for t in report["tiers"])
+    assert code == ExitCode.UNREADABLE
+    assert stderr.strip().splitlines() == [
+        f"specwatch sweep: the speculative folder {tmp_path / 'nope'}: not a folder of vllm bench serve "
+        "--save-result files"]
+    assert not (tmp_path / "o").exists()
 
 
 # --------------------------------------------------------------------------------------------------

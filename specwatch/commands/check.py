@@ -1,5 +1,6 @@
 """`specwatch check`: read the node twice, a window apart, print the verdict and exit with it
-(0 no change, 1 change recommended, 2 not enough data, 3 the target could not be read)."""
+(0 no change, 1 change recommended, 2 not enough data, 3 the target could not be read). With several
+--url, every target is read and reported, and the status is the most urgent of theirs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import asyncio
 import json
 import math
-from typing import Any
+from typing import Any, Iterable
 
 from specwatch.commands.options import ExitCode, UsageError, add_source_arguments, live_session
 
@@ -24,15 +25,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.window > 0:
         raise UsageError("--window must be greater than 0")
-    session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0),
-                           one_target="check reads one target; run it once per --url "
-                                      "(watch and export take several)")
-    report = asyncio.run(_check(session, args))
+    session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0))
+    reports = asyncio.run(_check(session, args))
     if args.json:
-        print(json.dumps(finite_json(report), indent=2, allow_nan=False, default=_json_default))
+        # specwatch.check/1 as before for the first target, with every target's report in `targets`
+        document = {**reports[0], "targets": reports}
+        print(json.dumps(finite_json(document), indent=2, allow_nan=False, default=_json_default))
     else:
-        print(format_summary(report))
-    return exit_status(report["state"] == "ok", report["verdict"])
+        print("\n".join(format_summary(report) for report in reports))
+    return worst_status(exit_status(r["state"] == "ok", r["verdict"]) for r in reports)
 
 
 def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
@@ -45,24 +46,36 @@ def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
     return ExitCode.CHANGE if verdict.get("change_recommended") else ExitCode.OK
 
 
-async def _check(session: Any, args: argparse.Namespace) -> dict[str, Any]:
+# with several targets the status is the one that needs a person first: one unreadable target
+# outweighs the rest, then one that cannot be judged, then one that wants a change
+_SEVERITY = (ExitCode.UNREADABLE, ExitCode.NOT_ENOUGH_DATA, ExitCode.CHANGE, ExitCode.OK)
+
+
+def worst_status(statuses: Iterable[ExitCode]) -> ExitCode:
+    return min(statuses, key=_SEVERITY.index, default=ExitCode.OK)
+
+
+async def _check(session: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     from specwatch.advisor import Advisor
     from specwatch.report import check_report
 
-    url = session.vllm.targets[0].url
+    urls = [t.url for t in session.vllm.targets]
     window = session.monitor.window
     live = session.source
     try:
         window.add(await live.read())
-        if window.latest.targets[0].ok:
+        if any(t.ok for t in window.latest.targets):
             await asyncio.sleep(args.window)
             window.add(await live.read())
     finally:
         await live.aclose()
-    # the method and draft come from the samples (/server_info, else the flags), as in every front end
-    advisor = Advisor(session.monitor.advisor_config)
-    verdict = advisor.update(window.target(url), window.latest.gpus)
-    return check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation)
+    reports = []
+    for url in urls:
+        # the method and draft come from the samples (/server_info, else the flags), as in every front end
+        advisor = Advisor(session.monitor.advisor_config)
+        verdict = advisor.update(window.target(url), window.latest.gpus)
+        reports.append(check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation))
+    return reports
 
 
 def finite_json(value: Any) -> Any:

@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     print_error("export", f"serving http://{shown}:{bound_port}/metrics for node {agent.frame.node} "
                           f"({source.describe()})")
     try:
-        asyncio.run(_run_agent(agent, interval))
+        interrupted = asyncio.run(_run_agent(agent, interval))
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         server.shutdown()
         server.server_close()
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
 
 
 def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
@@ -103,7 +103,8 @@ def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
     return source, Monitor(window_s=args.window, advisor_config=config), "replay", 0.0
 
 
-async def _run_agent(agent: Any, interval: float) -> None:
+async def _run_agent(agent: Any, interval: float) -> bool:
+    """Serve until a stop request; True when it was Ctrl-C (exit 130), False for SIGTERM (exit 0)."""
     from specwatch.sources import stop_on_signals
 
     stop = stop_on_signals()
@@ -111,3 +112,4 @@ async def _run_agent(agent: Any, interval: float) -> None:
         await agent.run(stop, interval)
     finally:
         await agent.source.aclose()
+    return stop.interrupted

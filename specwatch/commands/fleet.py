@@ -9,7 +9,9 @@ from specwatch.commands.options import (
     UsageError,
     add_connection_arguments,
     connection_settings,
+    prometheus_url,
     require_positive,
+    require_terminal,
 )
 
 DEFAULT_PROMETHEUS = "http://localhost:9090"
@@ -17,7 +19,7 @@ DEFAULT_FLEET_JOB = "specwatch"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prometheus", default=DEFAULT_PROMETHEUS, metavar="URL",
+    p.add_argument("--prometheus", default=DEFAULT_PROMETHEUS, metavar="URL", type=prometheus_url,
                    help="the Prometheus server that scrapes the specwatch agents (default %(default)s)")
     p.add_argument("--job", default=DEFAULT_FLEET_JOB, metavar="NAME",
                    help="the scrape job of the agents, to list the ones Prometheus cannot reach "
@@ -40,5 +42,6 @@ def run(args: argparse.Namespace) -> int:
                                   verify=connection.verify)
     except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from None
+    require_terminal()
     FleetApp(client, job=args.job, refresh_s=args.refresh).run()
     return ExitCode.OK

@@ -34,6 +34,7 @@ class ExitCode(IntEnum):
     INCOMPLETE = 4  # sweep: it stopped before every tier was measured (partial results are kept)
     WRITE_FAILED = 5  # record: a write failed; the file is valid up to its last flush
     USAGE = 64  # a usage error: an unknown flag, a bad flag value, an unknown GPU or model (sysexits EX_USAGE)
+    INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2, as shells report it; a recording or sweep is left valid
 
 
 class CommandError(Exception):
@@ -52,16 +53,28 @@ class UsageError(CommandError):
 
 def print_error(command: str, message: str, file: TextIO | None = None) -> None:
     """The one spelling of a command's message on stderr: `specwatch <command>: message`."""
-    print(f"specwatch {command}: {message}", file=file or sys.stderr)
+    prefix = f"specwatch {command}" if command else "specwatch"
+    print(f"{prefix}: {message}", file=file or sys.stderr)
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with usage errors ending in ExitCode.USAGE instead of argparse's own 2 (which
-    `check` uses for "not enough data")."""
+    `check` uses for "not enough data"), as one line spelt like every other message."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def require_terminal() -> None:
+    """The dashboards draw with escape codes: into a file or a pipe that is noise, so they refuse
+    (a usage error) and name the commands that write plain output."""
+    if not stdout_is_terminal():
+        raise UsageError("the dashboard needs a terminal, and stdout is not one; for a file or a pipe use "
+                         "`specwatch check` (the verdict as text or --json) or `specwatch record -o FILE`")
 
 
 # ==================================================================================================
@@ -95,6 +108,40 @@ def positive_number(text: str) -> float:
     return value
 
 
+def _url_type(what: str, metrics: bool = False):
+    """An argparse type: a URL read the one way every source reads it (specwatch.urls.split_url);
+    a bad one is a usage error of one line. `metrics`: the value becomes the /metrics URL."""
+
+    def parse(text: str) -> str:
+        from specwatch.urls import split_url
+
+        try:
+            base, metrics_url, _ = split_url(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return metrics_url if metrics else text.strip()
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+vllm_url = _url_type("vLLM URL")
+dcgm_url = _url_type("dcgm-exporter URL", metrics=True)
+prometheus_url = _url_type("Prometheus URL")
+server_url = _url_type("server URL")
+
+
+def method_name(text: str) -> str:
+    """An argparse type: a speculation method, in any of the usual spellings, as the performance
+    model names it; a wrong one lists what is accepted."""
+    from specwatch.perf import canonical_method
+
+    try:
+        return canonical_method(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def require_positive(args: argparse.Namespace, *names: str) -> None:
     """UsageError unless every named flag that was given is greater than 0."""
     bad = [n for n in names if getattr(args, n, None) is not None and not getattr(args, n) > 0]
@@ -112,8 +159,11 @@ def add_connection_arguments(p: Any, token_env: str, what: str = "") -> None:
     """--token-env/--token-file and --ca-file/--insecure: a token never comes from argv, and TLS is
     verified unless turned off explicitly. `p` is a parser or an argument group."""
     to = f" for {what}" if what else ""
-    p.add_argument("--token-env", metavar="NAME", default=token_env,
-                   help=f"environment variable holding a bearer token{to} (default %(default)s)")
+    # no default on the flag itself: a variable the operator named and did not set is an error,
+    # while the default one unset just means no token
+    p.set_defaults(default_token_env=token_env)
+    p.add_argument("--token-env", metavar="NAME",
+                   help=f"environment variable holding a bearer token{to} (default {token_env})")
     p.add_argument("--token-file", metavar="PATH", help=f"file whose first line is a bearer token{to}")
     p.add_argument("--ca-file", metavar="PATH", help=f"CA bundle for HTTPS{' ' + what if what else ' targets'}")
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
@@ -124,8 +174,9 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
     size, the GPU, the served model and the tensor-parallel degree. `overriding` names what the flags
     win over (e.g. "the recording's"); every default is None, so a flag not given leaves it alone."""
     over = f"; overrides {overriding}" if overriding else ""
-    p.add_argument("--method", help="the speculation method, when the server does not expose it "
-                                    f"(ngram, suffix, eagle, eagle3, mtp, draft_model, ...){over}")
+    p.add_argument("--method", type=method_name,
+                   help="the speculation method, when the server does not expose it "
+                        f"(ngram, suffix, eagle, eagle3, mtp, medusa, draft_model, ...){over}")
     p.add_argument("--draft-ratio", type=float, metavar="R",
                    help=f"draft cost per draft token relative to a target step, when known (r){over}")
     p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
@@ -141,7 +192,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of every command that reads a live node (check, watch, record, export, tune)."""
     from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
 
-    p.add_argument("--url", action="append", dest="urls", metavar="URL",
+    p.add_argument("--url", action="append", dest="urls", metavar="URL", type=vllm_url,
                    help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -149,7 +200,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
                    help="largest /metrics payload accepted (default %(default)s)")
     p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
-    p.add_argument("--dcgm", metavar="URL",
+    p.add_argument("--dcgm", metavar="URL", type=dcgm_url,
                    help="dcgm-exporter /metrics URL (default: try localhost:9400 quietly)")
     p.add_argument("--no-dcgm", action="store_true", help="do not read a dcgm-exporter")
     p.add_argument("--no-nvml", action="store_true", help="do not read local GPUs through NVML")
@@ -172,8 +223,14 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
     CommandError(UNREADABLE), with the reader's message."""
     from specwatch.collectors.vllm import TokenError, read_token, verify_from_flags
 
+    import os
+
+    named = getattr(args, "token_env", None)
+    if named and args.token_file is None and not os.environ.get(named, "").strip():
+        raise CommandError(f"--token-env names {named}, which is not set in the environment "
+                           "(export it, or use --token-file PATH)", ExitCode.UNREADABLE)
     try:
-        token = read_token(args.token_env, args.token_file)
+        token = read_token(named or getattr(args, "default_token_env", None), args.token_file)
         verify = verify_from_flags(args.insecure, args.ca_file)
     except (TokenError, ValueError) as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
@@ -309,4 +366,7 @@ def live_session(
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
     monitor = Monitor(window_s=window_s, advisor_config=config,
                       evaluate_every_s=DEFAULT_EVALUATE_EVERY_S if evaluate_every_s is None else evaluate_every_s)
-    return LiveSession(vllm, source, monitor, urls)
+    from specwatch.urls import redact
+
+    # what is shown and stored (a recording's header) carries no credentials; the requests do
+    return LiveSession(vllm, source, monitor, [redact(u) for u in urls])

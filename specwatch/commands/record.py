@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from specwatch.commands.options import (
     CommandError,
     ExitCode,
+    UsageError,
     add_source_arguments,
     advisor_settings,
     live_session,
@@ -25,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from specwatch.recording import FILE_SUFFIX
 
     p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help=f"the recording to write (conventionally *{FILE_SUFFIX}); created with mode 0600")
+                   help=f"the recording to write (conventionally *{FILE_SUFFIX}); created with mode 0600; "
+                        "a file, not stdout ('-' is refused)")
     p.add_argument("--duration", type=float, metavar="SECONDS",
                    help="stop after this many seconds (default: until Ctrl-C)")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
@@ -36,11 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """0 done or interrupted; WRITE_FAILED when a write failed (the file stays valid up to its last
+    """0 done or stopped by SIGTERM; INTERRUPTED (130) on Ctrl-C, the file closed valid; WRITE_FAILED when a write failed (the file stays valid up to its last
     flush); UNREADABLE when the file cannot be created."""
     from specwatch.recording import RecordingError, RecordingHeader, RecordingWriter, format_time
 
     require_positive(args, "interval", "duration")
+    if args.output == "-":
+        # a recording is a file that is flushed, fsynced and closed valid; stdout cannot promise that
+        raise UsageError("-o - is not supported: record writes a file (give a path; `specwatch check "
+                         "--json` prints to stdout)")
     session = live_session(args, interval_s=args.interval, window_s=args.interval)
     header = RecordingHeader(data="real", targets=tuple(session.urls), notes=args.notes, interval_s=args.interval,
                              advisor=advisor_settings(args))
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_record(session.source, args, writer, outcome))
     except KeyboardInterrupt:
-        outcome.interrupted = True
+        outcome.interrupted = outcome.by_ctrl_c = True
     finally:
         try:
             writer.close()
@@ -64,8 +71,30 @@ def run(args: argparse.Namespace) -> int:
         print_error("record", outcome.error)
         return ExitCode.WRITE_FAILED
     why = "interrupted" if outcome.interrupted else "done"
+    _StatusLine.end()
     print_error("record", f"{why}: {span} in {args.output} ({writer.bytes_written} bytes)")
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if outcome.by_ctrl_c else ExitCode.OK
+
+
+class _StatusLine:
+    """One line on a terminal's stderr, rewritten after every reading: what record is writing.
+    Nothing when stderr is not a terminal (a log file wants no carriage returns)."""
+
+    shown = False
+
+    @classmethod
+    def update(cls, text: str) -> None:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[2K" + text)
+            sys.stderr.flush()
+            cls.shown = True
+
+    @classmethod
+    def end(cls) -> None:
+        if cls.shown:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+            cls.shown = False
 
 
 @dataclass
@@ -73,6 +102,7 @@ class _RecordOutcome:
     first: float | None = None
     last: float | None = None
     interrupted: bool = False
+    by_ctrl_c: bool = False  # SIGINT (exit 130) rather than a service manager's SIGTERM (exit 0)
     error: str | None = None
 
 
@@ -94,9 +124,14 @@ async def _record(live: Any, args: argparse.Namespace, writer: Any, outcome: _Re
                 return
             outcome.first = snapshot.time if outcome.first is None else outcome.first
             outcome.last = snapshot.time
+            up = sum(1 for t in snapshot.targets if t.ok)
+            _StatusLine.update(f"recording {args.output}: {writer.snapshots_written} readings, "
+                               f"{writer.bytes_written} bytes, {up}/{len(snapshot.targets)} targets up "
+                               "(Ctrl-C to stop)")
             for target in snapshot.targets:
                 if not target.ok and target.url not in reported:
                     reported.add(target.url)  # say it once; the recording keeps every failed read
+                    _StatusLine.end()
                     print_error("record", f"{target.url}: {target.message or target.state} (recording continues)")
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 break
@@ -106,6 +141,7 @@ async def _record(live: Any, args: argparse.Namespace, writer: Any, outcome: _Re
                 pass
         if stop.is_set():
             outcome.interrupted = True
+            outcome.by_ctrl_c = stop.interrupted
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             try:

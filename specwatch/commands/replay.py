@@ -21,6 +21,7 @@ from specwatch.commands.options import (
     add_advisor_arguments,
     advisor_config,
     print_error,
+    require_terminal,
 )
 from specwatch.recording import FILE_SUFFIX
 
@@ -70,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
     except ValueError as exc:  # a --speed out of range
         raise UsageError(str(exc)) from None
-    return run_app(source, replay_monitor(source.header, args), title="specwatch replay")
+    monitor = replay_monitor(source.header, args)
+    require_terminal()
+    return run_app(source, monitor, title="specwatch replay")
 
 
 def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = None) -> Monitor:
@@ -125,6 +128,8 @@ def play_headless(path: Path | str, args: argparse.Namespace, command: str, out:
             _print_change(change, args.json, out)
         count = len(monitor.window)
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # the reader of stdout left: not the file's fault
+            raise
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}", ExitCode.UNREADABLE) from None
     out.flush()
     for w in warnings:
@@ -223,6 +228,7 @@ def _run_demo_tui(scenarios: list[Scenario], args: argparse.Namespace) -> int:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    require_terminal()
     return run_app(source, monitor, title="specwatch demo")
 
 

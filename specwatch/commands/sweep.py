@@ -23,8 +23,10 @@ from specwatch.commands.options import (
     add_connection_arguments,
     advisor_config,
     connection_settings,
+    method_name,
     positive_number,
     print_error,
+    server_url,
     whole_number,
 )
 
@@ -49,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from specwatch.sweep import loadgen
 
     targets = p.add_argument_group("targets (one of)")
-    targets.add_argument("--baseline", metavar="URL", help="the server without speculation")
-    targets.add_argument("--speculative", metavar="URL", help="the same server with speculation")
+    targets.add_argument("--baseline", metavar="URL", type=server_url, help="the server without speculation")
+    targets.add_argument("--speculative", metavar="URL", type=server_url, help="the same server with speculation")
     targets.add_argument("--serve", metavar="MODEL",
                          help="launch vLLM here for MODEL twice: without, then with --speculative-config")
     targets.add_argument("--from-bench", nargs=2, metavar=("BASELINE_DIR", "SPECULATIVE_DIR"),
@@ -108,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="the served model's architecture (Llama-3.1-8B, Qwen2.5-7B, ...)")
     model.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)")
     model.add_argument("--dtype", default="bf16", help="weight format (default bf16)")
-    model.add_argument("--method", help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
+    model.add_argument("--method", type=method_name, help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
                                         "when neither --speculative-config nor the server says")
     model.add_argument("--draft-ratio", type=float, metavar="R", help="draft cost per draft token, when measured")
     model.add_argument("--draft-params", metavar="N", help="the draft model's parameter count (e.g. 1B)")
@@ -221,6 +223,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return ExitCode.OK if report["complete"] else ExitCode.INCOMPLETE
 
     if mode == "bench":
+        try:
+            check_bench_inputs(*args.from_bench)
+        except CommandError as exc:  # nothing is written for inputs that cannot give an answer
+            print_error("sweep", exc.message, err)
+            return exc.status
         record = sw.record_from_bench(*args.from_bench)
         return finish(record)
 
@@ -291,7 +298,48 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return ExitCode.USAGE
     except KeyboardInterrupt:
         record.stopped = "interrupted"
+        finish(record, _server_method(record))  # the tiers measured so far are written
+        return ExitCode.INTERRUPTED
     return finish(record, _server_method(record))
+
+
+def check_bench_inputs(baseline_dir: str, speculative_dir: str) -> None:
+    """CommandError unless the two folders can answer the question: both readable (UNREADABLE), two
+    different folders, the baseline's results without speculation and the speculative one's with
+    it, and one model on both sides (USAGE). Swapped or identical folders would flip or void the
+    answer rather than fail."""
+    from specwatch.sweep import SweepFileError
+    from specwatch.sweep.bench import load_bench_dir
+
+    if Path(baseline_dir).resolve() == Path(speculative_dir).resolve():
+        raise UsageError(f"--from-bench got the same folder twice ({baseline_dir}): give the baseline "
+                         "results and the speculative ones")
+    sides = {}
+    for side, folder in (("baseline", baseline_dir), ("speculative", speculative_dir)):
+        try:
+            sides[side], _ = load_bench_dir(folder)
+        except SweepFileError as exc:
+            raise CommandError(f"the {side} folder {exc}", ExitCode.UNREADABLE) from None
+
+    def speculating(tiers: dict[int, dict]) -> list[str]:
+        return [Path(t["bench_file"]).name for t in tiers.values()
+                if any(t.get(k) is not None for k in ("k", "acceptance_length", "drafts"))]
+
+    base_spec, spec_spec = speculating(sides["baseline"]), speculating(sides["speculative"])
+    if base_spec and sides["speculative"] and not spec_spec:
+        raise UsageError(f"the folders look swapped: the baseline {baseline_dir} has spec-decode results and "
+                         f"the speculative {speculative_dir} has none (give BASELINE_DIR first)")
+    if base_spec:
+        raise UsageError(f"the baseline folder {baseline_dir} has spec-decode results "
+                         f"({', '.join(base_spec[:3])}): the baseline must run without speculation")
+    if sides["speculative"] and not spec_spec:
+        raise UsageError(f"the speculative folder {speculative_dir} has no spec-decode results: "
+                         "was the server started with --speculative-config?")
+    models = {side: sorted({t["model_id"] for t in tiers.values() if t.get("model_id")})
+              for side, tiers in sides.items()}
+    if models["baseline"] and models["speculative"] and models["baseline"] != models["speculative"]:
+        raise UsageError(f"the two folders benchmark different models (baseline {', '.join(models['baseline'])}; "
+                         f"speculative {', '.join(models['speculative'])})")
 
 
 def _server_method(record: Any) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
@@ -82,6 +83,8 @@ async def _feed_live(args: argparse.Namespace) -> tuple[Any, str]:
     url = session.vllm.targets[0].url
     source, monitor = session.source, session.monitor
     deadline = time.monotonic() + args.duration
+    if sys.stderr.isatty():  # say why nothing happens for --duration seconds
+        print_error("tune", f"watching {url} for {args.duration:g} s before answering (Ctrl-C to stop)")
     try:
         while True:
             snapshot = await source.read()

@@ -12,6 +12,7 @@ from specwatch.commands.options import (
     advisor_settings,
     live_session,
     require_positive,
+    require_terminal,
 )
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = load_sweep(args.sweep) if args.sweep else None
     except SweepFileError as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    require_terminal()
     return run_app(session.source, session.monitor, title="specwatch", recorder=live_recorder(args),
                    sweep=sweep, history_minutes=args.history)
 
@@ -51,7 +53,9 @@ def live_recorder(args: argparse.Namespace) -> Any:
     from specwatch.recorder import SessionRecorder
     from specwatch.recording import RecordingHeader
 
-    header = RecordingHeader(data="real", targets=tuple(args.urls or [DEFAULT_URL]),
+    from specwatch.urls import redact
+
+    header = RecordingHeader(data="real", targets=tuple(redact(u) for u in args.urls or [DEFAULT_URL]),
                              interval_s=getattr(args, "interval", None), advisor=advisor_settings(args),
                              notes="recorded from the specwatch dashboard")
     return SessionRecorder(header)

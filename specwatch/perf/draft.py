@@ -38,11 +38,13 @@ DRAFT_MODEL_FIXED_OVERHEAD = 0.05
 
 _METHODS = {
     "ngram": "ngram",
+    "n_gram": "ngram",
     "ngram_gpu": "ngram",
     "prompt_lookup": "ngram",
     "suffix": "suffix",
     "eagle": "eagle",
     "eagle3": "eagle3",
+    "eagle_3": "eagle3",
     "mtp": "mtp",
     "medusa": "medusa",
     "mlp_speculator": "mtp",
@@ -65,7 +67,7 @@ METHOD_WORDS = {
 
 def canonical_method(method: str) -> str:
     """Map vLLM's method spellings onto the ones this model prices; ValueError on unknown methods."""
-    key = method.strip().lower().replace("-", "_")
+    key = method.strip().lower().replace("-", "_").replace(" ", "_")
     if key.endswith("_mtp"):  # vLLM's per-architecture MTP types (deepseek_mtp, qwen3_next_mtp, ...)
         key = "mtp"
     if key not in _METHODS:

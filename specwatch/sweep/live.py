@@ -16,6 +16,7 @@ from specwatch.collectors.vllm import VllmSource
 from specwatch.sweep.common import DEFAULT_TIERS, MAX_TIERS, SweepError
 from specwatch.sweep.report import SweepRecord, side_from_stats
 from specwatch.sweep.probe import MetricsProbe
+from specwatch.urls import redact
 
 __all__ = [
     "served_model",
@@ -120,7 +121,7 @@ class LiveSweep:
         async with self._client() as client:
             if endpoint.model is None:
                 endpoint.model = await served_model(client, endpoint.url)
-        info: dict[str, Any] = {"url": endpoint.url, "model": endpoint.model}
+        info: dict[str, Any] = {"url": redact(endpoint.url), "model": endpoint.model}  # stored: no credentials
         source = VllmSource([endpoint.url], token=self.token, verify=self.verify)
         async with source:
             sample = (await source.scrape())[0]
