@@ -398,7 +398,13 @@ class Advisor:
                 reasons.insert(0, "speculation is configured but no drafts have been verified yet")
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         length = acc.acceptance_length
-        k = k or max(1, len(acc.per_position))
+        k = k or len(acc.per_position)
+        if not k:
+            # an old engine without per-position or draft-token counters: judging with a guessed k
+            # could set L against an impossible k+1, so say it cannot be judged
+            reasons.insert(0, "k (draft tokens per step) cannot be read from this server's counters: "
+                              "no verdict without it")
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         pricing = self._pricing(cost, method)
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
                                          running, context_per_seq, stale_acceptance, prior_words,

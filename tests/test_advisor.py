@@ -157,3 +157,22 @@ def test_power_capped_clock_lowers_the_knee():
                      throttle_reasons=("idle",))
     assert throttled_spec(spec, capped).ridge == pytest.approx(spec.ridge / 2)
     assert throttled_spec(spec, idle) is spec
+
+
+def test_an_engine_whose_k_cannot_be_read_is_not_judged_with_a_guessed_k():
+    # an old engine that counts drafts and accepted tokens but neither draft tokens nor positions:
+    # L = 1 + accepted/drafts is known, k is not, and a guessed k = 1 would set L against k+1 = 2
+    def strip(snap):
+        engines = tuple(dataclasses.replace(
+            e, accepted_per_position=(),
+            counters={n: v for n, v in e.counters.items() if not n.startswith("vllm:spec_decode_num_draft_tokens")})
+            for e in snap.targets[0].engines)
+        return dataclasses.replace(snap, targets=(dataclasses.replace(snap.targets[0], engines=engines),))
+
+    window, advisor = Window(10.0), Advisor(AdvisorConfig(method="ngram"))
+    for snap in generate(NODE, [8.0] * 12):
+        window.add(strip(snap))
+        verdict = advisor.update(window.target(NODE.url), snap.gpus)
+    assert window.target(NODE.url).k is None
+    assert verdict.speculation == "unknown"
+    assert "cannot be read" in verdict.reasons[0]

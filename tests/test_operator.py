@@ -246,8 +246,10 @@ def test_check_reads_several_targets_and_reports_each(v0_server, two_engine_serv
     assert [t["target"] for t in document["targets"]] == [v0_server.url, two_engine_server.url]
     assert document["targets"][0]["verdict"] == document["verdict"]
     assert len(document["targets"][1]["engine"]["per_engine"]) == 2
-    # the most urgent status of the two: the idle one cannot be judged
-    assert r.returncode == ExitCode.NOT_ENOUGH_DATA
+    # the most urgent status of the two: the V0 payload never moves while 4 requests run, so its
+    # engine is stalled, which is no usable reading
+    assert r.returncode == ExitCode.UNREADABLE
+    assert "engine_stalled" in document["targets"][0]["verdict"]["flags"]
 
 
 def test_check_summary_shows_each_engine_beside_the_total(two_engine_server, capsys):
@@ -351,8 +353,10 @@ def test_method_is_a_closed_set_with_the_usual_aliases(v0_server, capsys):
     assert all(name in line for name in ("ngram", "eagle3", "draft_model", "mtp", "suffix", "medusa"))
     for spelling, canonical in (("n-gram", "ngram"), ("EAGLE-3", "eagle3"), ("draft_model", "draft"),
                                 ("mtp", "mtp"), ("suffix", "suffix"), ("medusa", "medusa")):
+        # the fixed V0 payload is a frozen engine (requests running, counters still): exit 3, and the
+        # method is still reported as the operator spelled it, canonically
         assert run_main(["check", "--url", v0_server.url, "--window", "0.1", "--json", "--method", spelling,
-                         *QUIET]) in (ExitCode.OK, ExitCode.CHANGE)
+                         *QUIET]) == ExitCode.UNREADABLE
         assert json.loads(capsys.readouterr().out)["speculation"]["method"] == canonical
 
 
