@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from specwatch.collectors.engines import AUTO, LABELS, SGLANG, VLLM, AdapterState, check_engine_choice, choose_engine
 from specwatch.exposition import ExpositionError, parse_payload
 from specwatch.snapshot import (
     FROM_METRICS,
@@ -92,18 +93,33 @@ class TargetInfo:
     probed: bool = False
     # process_start_time of the server the info was read from: a new one means a restart
     process_start_time: float | None = None
+    # SGLang's /get_server_info as the server wrote it (its server arguments), when read
+    server_info: dict | None = None
 
 
 @dataclass
 class VllmTarget:
+    """One server to scrape. Despite the name (kept for its callers), any engine with an adapter
+    (specwatch.collectors.engines): `engine` is the one forced by --engine, or "auto" to read it off the
+    payload; `detected` is the one the last payload was read as."""
+
     url: str
     metrics_url: str
     info: TargetInfo = field(default_factory=TargetInfo)
+    engine: str = AUTO
+    detected: str | None = None
+    adapter_state: AdapterState = field(default_factory=AdapterState)
 
     @classmethod
-    def from_url(cls, url: str) -> VllmTarget:
+    def from_url(cls, url: str, engine: str = AUTO) -> VllmTarget:
         base, metrics = normalise_url(url)
-        return cls(base, metrics)
+        return cls(base, metrics, engine=check_engine_choice(engine))
+
+    @property
+    def label(self) -> str:
+        """How messages name the server: the engine forced, else the one last read, else vLLM."""
+        engine = self.engine if self.engine != AUTO else (self.detected or VLLM)
+        return LABELS.get(engine, engine)
 
 
 def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
@@ -164,9 +180,9 @@ async def _get_bounded(client: httpx.AsyncClient, url: str, max_bytes: int) -> h
         return response
 
 
-def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
+def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
     """(state, message) for a transport failure, in the operator's words."""
-    where = f"vLLM at {url}"
+    where = f"{engine_label} at {url}"
     if isinstance(exc, httpx.TimeoutException):
         return "timeout", f"{where}: no answer within the timeout ({type(exc).__name__})"
     text = str(exc)
@@ -188,14 +204,14 @@ def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
     return "network_error", f"{where}: {type(exc).__name__}: {text or 'connection failed'}"
 
 
-def describe_status(status: int, url: str) -> tuple[str, str]:
-    where = f"vLLM at {url}"
+def describe_status(status: int, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
+    where = f"{engine_label} at {url}"
     if status == 401:
         return "http_401", f"{where}: HTTP 401 unauthorised (set a token with --token-env or --token-file)"
     if status == 403:
         return "http_403", f"{where}: HTTP 403 forbidden (the token is not allowed to read /metrics)"
     if status == 404:
-        return "http_404", f"{where}: HTTP 404 at /metrics (is this a vLLM server? check the URL)"
+        return "http_404", f"{where}: HTTP 404 at /metrics (is this a {engine_label} server? check the URL)"
     if 500 <= status < 600:
         return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
     return "http_error", f"{where}: unexpected HTTP {status}"
@@ -234,27 +250,33 @@ async def _scrape_target(
     except TimeoutError:
         return TargetSample(
             target.url, "timeout",
-            f"vLLM at {target.url}: no answer within the timeout (all of /metrics must arrive within "
+            f"{target.label} at {target.url}: no answer within the timeout (all of /metrics must arrive within "
             f"{deadline_s:g} s)",
             version=target.info.version,
         )
     except PayloadTooLarge as exc:
         return TargetSample(
             target.url, "payload_too_large",
-            f"vLLM at {target.url}: /metrics is larger than the cap of {max_bytes} bytes ({exc.args[0]} read)",
+            f"{target.label} at {target.url}: /metrics is larger than the cap of {max_bytes} bytes ({exc.args[0]} read)",
             version=target.info.version,
         )
     except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
-        state, message = describe_http_error(exc, target.url)
+        state, message = describe_http_error(exc, target.url, target.label)
         return TargetSample(target.url, state, message, version=target.info.version)
     elapsed = time.perf_counter() - started
     if response.status_code != 200:
-        state, message = describe_status(response.status_code, target.url)
+        state, message = describe_status(response.status_code, target.url, target.label)
         return TargetSample(target.url, state, message, version=target.info.version,
                             payload_bytes=len(response.content))
     body = response.content
+    text = body.decode("utf-8", errors="replace")
+    target.detected = choose_engine(target.engine, text)
+    if target.detected == SGLANG:
+        from specwatch.collectors.sglang import scrape_sglang
+
+        return await scrape_sglang(client, target, text, len(body), elapsed, probe_info, declared)
     try:
-        parsed = parse_payload(body.decode("utf-8", errors="replace"))
+        parsed = parse_payload(text)
     except ExpositionError as exc:
         return TargetSample(target.url, "not_prometheus", f"vLLM at {target.url}: {exc}",
                             version=target.info.version, payload_bytes=len(body))
@@ -396,8 +418,10 @@ class VllmSource:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_bytes: int = DEFAULT_MAX_BYTES,
         declared: SpeculationConfig | None = None,
+        engine: str = AUTO,
     ) -> None:
-        self.targets = [VllmTarget.from_url(u) for u in urls]
+        # engine: "auto" reads each target's engine off its payload; "vllm" or "sglang" forces it
+        self.targets = [VllmTarget.from_url(u, engine) for u in urls]
         self.max_bytes = max_bytes
         # what the operator declared about the speculation setup (SpeculationConfig.from_flags)
         self.declared = declared
