@@ -321,14 +321,14 @@ async def probe_sglang_info(client: Any, target: Any) -> None:
 
     import httpx
 
-    from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, PayloadTooLarge, _deadline_s, _get_bounded
+    from specwatch.collectors.transport import DEFAULT_MAX_BYTES, PayloadTooLarge, deadline_s, get_bounded
 
     info = target.info
     info.probed = True
     try:
-        async with asyncio.timeout(_deadline_s(client)):
+        async with asyncio.timeout(deadline_s(client)):
             for path in INFO_PATHS:
-                r = await _get_bounded(client, target.url + path, DEFAULT_MAX_BYTES)
+                r = await get_bounded(client, target.url + path, DEFAULT_MAX_BYTES)
                 if r.status_code != 200:
                     continue
                 body = r.json()

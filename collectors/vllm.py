@@ -28,6 +28,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from specwatch.collectors.transport import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, PayloadTooLarge
+from specwatch.collectors.transport import deadline_s as _deadline_s
+from specwatch.collectors.transport import get_bounded as _get_bounded
 from specwatch.collectors.engines import AUTO, LABELS, SGLANG, VLLM, AdapterState, check_engine_choice, choose_engine
 from specwatch.exposition import ExpositionError, parse_payload
 from specwatch.snapshot import (
@@ -41,10 +44,6 @@ from specwatch.snapshot import (
 )
 
 DEFAULT_URL = "http://localhost:8000"
-DEFAULT_TIMEOUT_S = 5.0
-# One engine's /metrics is about 60 KB and 8 engines about 400 KB: 32 MiB is far past any real
-# payload, and small enough that a hostile server cannot exhaust memory.
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_TOKEN_ENV = "SPECWATCH_TOKEN"
 
 
@@ -157,27 +156,6 @@ def make_client(
         follow_redirects=False,
         trust_env=False,
     )
-
-
-class PayloadTooLarge(Exception):
-    pass
-
-
-async def _get_bounded(client: httpx.AsyncClient, url: str, max_bytes: int) -> httpx.Response:
-    """GET that stops reading past max_bytes, so a runaway payload costs bounded memory."""
-    async with client.stream("GET", url) as response:
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise PayloadTooLarge(int(declared))
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge(size)
-            chunks.append(chunk)
-        response._content = b"".join(chunks)  # noqa: SLF001 - httpx's documented buffering slot
-        return response
 
 
 def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
@@ -314,13 +292,6 @@ def with_metrics_k(config: SpeculationConfig | None, engines: Sequence[EngineSam
     if config is None:
         return SpeculationConfig.known(FROM_METRICS, k=k)
     return dataclasses.replace(config, k=k, sources=config.sources + (("k", FROM_METRICS),))
-
-
-def _deadline_s(client: httpx.AsyncClient) -> float:
-    """The whole-request deadline: the client's timeout (the --timeout the user gave)."""
-    t = client.timeout
-    values = [v for v in (t.read, t.connect, t.write, t.pool) if v is not None]
-    return max(values) if values else DEFAULT_TIMEOUT_S
 
 
 async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:

@@ -625,7 +625,7 @@ def _engine_caveats(tw: TargetWindow, reasons: list[str], flags: list[str],
                        "and no per-position rates, so other k are extrapolated from L alone: confidence lowered")
         flags.append("acceptance_from_gauge")
         confidence *= GAUGE_ACCEPTANCE_CONFIDENCE
-        if tw.k is None:
+        if tw.k is None and (spec is None or spec.k is None):
             reasons.append("k is unknown (the server's /get_server_info was not read): no acceptance rate per "
                            "draft token: confidence lowered")
             flags.append("k_unknown")

@@ -153,17 +153,21 @@ def format_summary(report: dict[str, Any]) -> str:
         w = spec["window"]
         life = spec["lifetime"]
         method = f"{spec['method']} (from {spec['source']})" if spec["method"] else "method unknown"
+        gauge = spec.get("acceptance_from") not in (None, "counters")  # drafts are seconds of weight
+        tree = f" (tree: {spec['token_tree']})" if spec.get("token_tree") else ""
         if w and w["acceptance_length"] is not None:
             per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])
+            per_pos = "no per-position data" if gauge else f"per position [{per_pos}]"
             lines.append(
-                f"  speculation: {method}, k={spec['k']}: acceptance length {w['acceptance_length']:.2f}, "
-                f"rate {_fmt(w['acceptance_rate'], '.1%')}, per position [{per_pos}] over the window"
+                f"  speculation: {method}, k={spec['k']}{tree}: acceptance length {w['acceptance_length']:.2f}, "
+                f"rate {_fmt(w['acceptance_rate'], '.1%')}, {per_pos} over the window"
             )
         else:
-            lines.append(f"  speculation: {method}, k={spec['k']}: no drafts in the window")
+            lines.append(f"  speculation: {method}, k={spec['k']}{tree}: no drafts in the window")
         if life and life["acceptance_length"] is not None:
-            lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} "
-                         f"over {life['drafts']:.0f} drafts")
+            over = f"{life['drafts']:.1f} s of decoding (a gauge, time-weighted)" if gauge \
+                else f"{life['drafts']:.0f} drafts"
+            lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} over {over}")
     elif eng["reachable"]:
         lines.append("  speculation: not configured")
     for g in report["gpus"]:

@@ -239,6 +239,7 @@ def test_check_reads_an_sglang_server(info, method, k, tree_flag):
     assert "acceptance_from_gauge" in verdict["flags"]
     assert any("sglang:spec_accept_length" in r for r in verdict["reasons"])
     assert ("token_tree" in verdict["flags"]) == tree_flag
+    assert "k_unknown" not in verdict["flags"]
     assert status in (0, 1, 2)
 
 
@@ -294,3 +295,14 @@ def test_an_unknown_engine_is_a_usage_error():
         except SystemExit as exc:
             status = exc.code
     assert status == ExitCode.USAGE and "--engine" in out.getvalue()
+
+
+def test_the_summary_names_the_engine_and_what_it_lacks():
+    with LocalServer(FakeSglang([(2.2, 1000.0), (2.8, 1600.0)], TREE_INFO)) as srv:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["check", "--url", srv.url, "--window", "0.2", "--no-nvml", "--no-dcgm"])
+    text = out.getvalue()
+    assert "SGLang 0.5.5" in text
+    assert "tree: topk=4, 8 draft tokens verified per step" in text
+    assert "no per-position data" in text and "s of decoding (a gauge, time-weighted)" in text
