@@ -21,9 +21,12 @@ a gauge the engine averages over its own interval (SGLang's acceptance length) i
 is windowed by the adapter (see collectors.sglang); a field the engine does not expose stays absent
 rather than guessed (the window then reports None and the advisor says what it could not judge).
 
-A TensorRT-LLM or Dynamo adapter adds a module beside collectors/sglang.py with a `claims`, a
-`read_metrics` and an info reader, and an entry in ADAPTERS; the collector picks it from the payload
-(or `--engine`).
+The adapters: VllmAdapter (specwatch.collectors.vllm, its info probe `probe_target_info`) and
+SglangAdapter (specwatch.collectors.sglang, its info probe `probe_sglang_info`). The transport (the
+bounded GET, the deadline, the failure states) is shared: collectors.vllm fetches /metrics, then
+`choose_engine` names the adapter that reads it. A TensorRT-LLM or Dynamo adapter adds a module
+beside collectors/sglang.py (its `claims`, `read_metrics` and info probe), its prefix in _PREFIX and
+ENGINE_CHOICES, and its branch after `choose_engine` in collectors.vllm._scrape_target.
 """
 
 from __future__ import annotations

@@ -215,13 +215,6 @@ def speculation_from_sglang_info(info: object) -> SpeculationConfig | None:
                                    draft_model=draft if method != "ngram" else None)
 
 
-def verified_positions(config: SpeculationConfig | None, info: dict[str, Any] | None) -> int | None:
-    """Tokens the target verifies per step: k + 1 for a chain, num_draft_tokens for a tree."""
-    if info and isinstance(info.get("speculative_num_draft_tokens"), int):
-        return int(info["speculative_num_draft_tokens"])
-    return None if config is None or config.k is None else config.k + 1
-
-
 class SglangAdapter:
     name = SGLANG
     label = "SGLang"

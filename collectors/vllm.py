@@ -31,7 +31,17 @@ import httpx
 from specwatch.collectors.transport import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, PayloadTooLarge
 from specwatch.collectors.transport import deadline_s as _deadline_s
 from specwatch.collectors.transport import get_bounded as _get_bounded
-from specwatch.collectors.engines import AUTO, LABELS, SGLANG, VLLM, AdapterState, check_engine_choice, choose_engine
+from specwatch.collectors.engines import (
+    AUTO,
+    LABELS,
+    SGLANG,
+    VLLM,
+    AdapterState,
+    MetricsReading,
+    check_engine_choice,
+    choose_engine,
+    claims,
+)
 from specwatch.exposition import ExpositionError, parse_payload
 from specwatch.snapshot import (
     FROM_METRICS,
@@ -254,11 +264,11 @@ async def _scrape_target(
 
         return await scrape_sglang(client, target, text, len(body), elapsed, probe_info, declared)
     try:
-        parsed = parse_payload(text)
+        parsed = VLLM_ADAPTER.read_metrics(text, target.adapter_state, time.monotonic())
     except ExpositionError as exc:
         return TargetSample(target.url, "not_prometheus", f"vLLM at {target.url}: {exc}",
                             version=target.info.version, payload_bytes=len(body))
-    missing = parsed.missing_required()
+    missing = parsed.missing
     if missing:
         return TargetSample(
             target.url, "families_missing",
@@ -376,6 +386,26 @@ def speculation_from_server_info(spec: object) -> SpeculationConfig | None:
         config = dataclasses.replace(config, draft_model=model,
                                      sources=config.sources + (("draft_model", FROM_SERVER_INFO),))
     return None if config.empty else config
+
+
+class VllmAdapter:
+    """vLLM's payload as the window reads it: its own family names, as read (the first adapter of
+    specwatch.collectors.engines; the vLLM info probe is probe_target_info)."""
+
+    name = VLLM
+    label = "vLLM"
+    info_paths = ("/version", "/server_info?config_format=json")
+
+    def claims(self, text: str) -> bool:
+        return claims(VLLM, text)
+
+    def read_metrics(self, text: str, state: AdapterState, now: float) -> MetricsReading:
+        """Raises ExpositionError (a ValueError) for text that is not Prometheus exposition."""
+        parsed = parse_payload(text)
+        return MetricsReading(parsed.engines, parsed.process_start_time, tuple(parsed.missing_required()))
+
+
+VLLM_ADAPTER = VllmAdapter()
 
 
 class VllmSource:

@@ -306,3 +306,23 @@ def test_the_summary_names_the_engine_and_what_it_lacks():
     assert "SGLang 0.5.5" in text
     assert "tree: topk=4, 8 draft tokens verified per step" in text
     assert "no per-position data" in text and "s of decoding (a gauge, time-weighted)" in text
+
+
+def _verdicts(snapshots):
+    from specwatch.advisor import Advisor
+
+    window, advisor, out = Window(seconds=30.0), Advisor(), []
+    for snap in snapshots:
+        window.add(snap)
+        out.append(advisor.update(window.target("http://sglang"), snap.gpus).to_dict())
+    return out
+
+
+def test_a_recording_replays_to_the_same_verdicts(tmp_path):
+    snaps = list(_snapshots(READINGS, TREE_INFO))
+    path = tmp_path / "sglang.swrec"
+    write_recording(path, RecordingHeader("synthetic", targets=("http://sglang",), interval_s=1.0), snaps)
+    live = _verdicts(snaps)
+    assert _verdicts(read_recording(path).snapshots) == live
+    assert "acceptance_from_gauge" in live[-1]["flags"] and "token_tree" in live[-1]["flags"]
+    assert live[-1]["acceptance_length"] == pytest.approx(1 + 13.0 / 9.0, abs=1e-4)
