@@ -245,7 +245,8 @@ async def _scrape_target(
     except PayloadTooLarge as exc:
         return TargetSample(
             target.url, "payload_too_large",
-            f"{target.label} at {target.url}: /metrics is larger than the cap of {max_bytes} bytes ({exc.args[0]} read)",
+            f"{target.label} at {target.url}: /metrics is larger than the cap of {max_bytes} bytes "
+            f"({exc.args[0]} read)",
             version=target.info.version,
         )
     except (httpx.HTTPError, OSError, ssl.SSLError) as exc:

@@ -139,7 +139,8 @@ def format_summary(report: dict[str, Any]) -> str:
     if eng["reachable"]:
         version = eng["version"] or "version unknown"
         lines.append(
-            f"  {ENGINE_WORDS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), model {eng['model'] or '?'}: "
+            f"  {ENGINE_WORDS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), "
+            f"model {eng['model'] or '?'}: "
             f"running {_fmt(eng['running'], '.0f')}, waiting {_fmt(eng['waiting'], '.0f')}, "
             f"KV {_fmt(eng['kv_cache_usage'], '.0%')}"
         )

@@ -142,7 +142,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
 
     p.add_argument("--url", action="append", dest="urls", metavar="URL",
-                   help=f"vLLM or SGLang server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
+                   help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="per-request timeout (default %(default)s)")
