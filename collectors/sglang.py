@@ -231,8 +231,8 @@ class SglangAdapter:
         a gauge of at least 1 (the bonus token) is what says the server speculates."""
         try:
             per_rank, server = parse_sglang(text)
-        except ValueError as exc:
-            raise ValueError(f"not Prometheus exposition text: {exc}") from None
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # what the parser raises on bad text
+            raise ValueError(f"not Prometheus exposition text: {exc!r}") from None
         if not self.claims(text):
             return MetricsReading((), None, REQUIRED)
         if not per_rank:

@@ -93,7 +93,18 @@ def test_the_older_layout_reads_without_speculation():
     assert engine.gauges["vllm:num_requests_waiting"] == 2826.0
     assert engine.gauges["vllm:kv_cache_usage_perc"] == 0.28
     assert engine.histograms["vllm:request_time_per_output_token_seconds"].count == 7.400757e6
+    assert engine.counters == {"vllm:prompt_tokens": 8.128902e6, "vllm:generation_tokens": 7.557572e6}
+    assert engine.histograms["vllm:time_to_first_token_seconds"].buckets[-1] == (float("inf"), 11008.0)
     assert "vllm:spec_decode_num_drafts" not in engine.counters
+
+
+@pytest.mark.parametrize("text", [
+    "sglang:num_running_reqs{model_name=\"m\" 3\n",  # an unclosed label set
+    "# TYPE sglang:ttft histogram\nsglang:ttft_bucket{model_name=\"m\"} 3\n",  # a bucket without le
+])
+def test_text_that_is_not_exposition_is_a_value_error(text):
+    with pytest.raises(ValueError, match="not Prometheus exposition"):
+        SglangAdapter().read_metrics(text, AdapterState(), 0.0)
 
 
 def test_a_server_without_speculation_gets_no_acceptance_counters():
