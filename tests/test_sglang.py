@@ -100,7 +100,9 @@ def test_the_older_layout_reads_without_speculation():
 
 @pytest.mark.parametrize("text", [
     "sglang:num_running_reqs{model_name=\"m\" 3\n",  # an unclosed label set
-    "# TYPE sglang:ttft histogram\nsglang:ttft_bucket{model_name=\"m\"} 3\n",  # a bucket without le
+    # a bucket without its le label
+    "# TYPE sglang:time_to_first_token_seconds histogram\n"
+    "sglang:time_to_first_token_seconds_bucket{model_name=\"m\"} 3\n",
 ])
 def test_text_that_is_not_exposition_is_a_value_error(text):
     with pytest.raises(ValueError, match="not Prometheus exposition"):
