@@ -217,7 +217,9 @@ async def scrape_target(
     if not sample.ok:
         # what the server runs is re-read when it answers again: it may come back configured otherwise
         target.info.probed = False
-        return dataclasses.replace(sample, speculation=declared)
+        # a target known to be SGLang (forced, or read so before) stays named so while it is down
+        engine = SGLANG if SGLANG in (target.engine, target.detected) else sample.engine
+        return dataclasses.replace(sample, speculation=declared, engine=engine)
     return sample
 
 

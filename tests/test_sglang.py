@@ -339,3 +339,14 @@ def test_a_recording_replays_to_the_same_verdicts(tmp_path):
     assert _verdicts(read_recording(path).snapshots) == live
     assert "acceptance_from_gauge" in live[-1]["flags"] and "token_tree" in live[-1]["flags"]
     assert live[-1]["acceptance_length"] == pytest.approx(1 + 13.0 / 9.0, abs=1e-4)
+
+
+def test_an_sglang_target_that_goes_down_is_still_named_sglang():
+    async def go(url):
+        async with VllmSource([url], engine="sglang", timeout_s=2.0) as src:
+            return (await src.scrape())[0]
+
+    with LocalServer(reply(503, b"overloaded")) as srv:
+        sample = asyncio.run(go(srv.url))
+    assert sample.state == "http_5xx" and sample.engine == "sglang"
+    assert sample.message.startswith("SGLang at")
