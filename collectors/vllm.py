@@ -27,6 +27,20 @@ from typing import Sequence
 
 import httpx
 
+from specwatch.collectors.transport import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, PayloadTooLarge
+from specwatch.collectors.transport import deadline_s as _deadline_s
+from specwatch.collectors.transport import get_bounded as _get_bounded
+from specwatch.collectors.engines import (
+    AUTO,
+    LABELS,
+    SGLANG,
+    VLLM,
+    AdapterState,
+    MetricsReading,
+    check_engine_choice,
+    choose_engine,
+    claims,
+)
 from specwatch.exposition import ExpositionError, parse_payload
 from specwatch.urls import split_url
 from specwatch.snapshot import (
@@ -40,10 +54,6 @@ from specwatch.snapshot import (
 )
 
 DEFAULT_URL = "http://localhost:8000"
-DEFAULT_TIMEOUT_S = 5.0
-# One engine's /metrics is about 60 KB and 8 engines about 400 KB: 32 MiB is far past any real
-# payload, and small enough that a hostile server cannot exhaust memory.
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_TOKEN_ENV = "SPECWATCH_TOKEN"
 
 
@@ -82,19 +92,34 @@ class TargetInfo:
     probed: bool = False
     # process_start_time of the server the info was read from: a new one means a restart
     process_start_time: float | None = None
+    # SGLang's /get_server_info as the server wrote it (its server arguments), when read
+    server_info: dict | None = None
 
 
 @dataclass
 class VllmTarget:
+    """One server to scrape. Despite the name (kept for its callers), any engine with an adapter
+    (specwatch.collectors.engines): `engine` is the one forced by --engine, or "auto" to read it off the
+    payload; `detected` is the one the last payload was read as."""
+
     url: str  # the base URL as shown and stored: credentials redacted
     metrics_url: str  # what is requested: credentials kept
     info: TargetInfo = field(default_factory=TargetInfo)
     request_base: str = ""  # the base URL requested, credentials kept ("" → url)
+    engine: str = AUTO
+    detected: str | None = None
+    adapter_state: AdapterState = field(default_factory=AdapterState)
 
     @classmethod
-    def from_url(cls, url: str) -> VllmTarget:
+    def from_url(cls, url: str, engine: str = AUTO) -> VllmTarget:
         base, metrics, shown = split_url(url, "vLLM URL")
-        return cls(shown, metrics, request_base=base)
+        return cls(shown, metrics, request_base=base, engine=check_engine_choice(engine))
+
+    @property
+    def label(self) -> str:
+        """How messages name the server: the engine forced, else the one last read, else vLLM."""
+        engine = self.engine if self.engine != AUTO else (self.detected or VLLM)
+        return LABELS.get(engine, engine)
 
 
 def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
@@ -134,30 +159,9 @@ def make_client(
     )
 
 
-class PayloadTooLarge(Exception):
-    pass
-
-
-async def _get_bounded(client: httpx.AsyncClient, url: str, max_bytes: int) -> httpx.Response:
-    """GET that stops reading past max_bytes, so a runaway payload costs bounded memory."""
-    async with client.stream("GET", url) as response:
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise PayloadTooLarge(int(declared))
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge(size)
-            chunks.append(chunk)
-        response._content = b"".join(chunks)  # noqa: SLF001 - httpx's documented buffering slot
-        return response
-
-
-def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
+def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
     """(state, message) for a transport failure, in the operator's words."""
-    where = f"vLLM at {url}"
+    where = f"{engine_label} at {url}"
     if isinstance(exc, httpx.TimeoutException):
         return "timeout", f"{where}: no answer within the timeout ({type(exc).__name__})"
     text = str(exc)
@@ -180,10 +184,10 @@ def describe_http_error(exc: BaseException, url: str) -> tuple[str, str]:
 
 
 def describe_status(status: int, url: str, token_sent: bool = False, where: str | None = None,
-                    path: str = "/metrics") -> tuple[str, str]:
+                    path: str = "/metrics", engine_label: str = "vLLM") -> tuple[str, str]:
     """(state, message) for an HTTP status other than 200. A 401 or 403 says whether a token went
     with the request: "none was sent" and "it was rejected" need different fixes."""
-    where = where or f"vLLM at {url}"
+    where = where or f"{engine_label} at {url}"
     if status in (401, 403):
         word = "unauthorised" if status == 401 else "forbidden"
         if token_sent:
@@ -192,7 +196,7 @@ def describe_status(status: int, url: str, token_sent: bool = False, where: str 
         return f"http_{status}", (f"{where}: HTTP {status} {word}: no token was sent "
                                   "(set one with --token-env NAME or --token-file PATH)")
     if status == 404:
-        return "http_404", f"{where}: HTTP 404 at {path} (is this a vLLM server? check the URL)"
+        return "http_404", f"{where}: HTTP 404 at {path} (is this a {engine_label} server? check the URL)"
     if 500 <= status < 600:
         return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
     return "http_error", f"{where}: unexpected HTTP {status}"
@@ -210,7 +214,9 @@ async def scrape_target(
     if not sample.ok:
         # what the server runs is re-read when it answers again: it may come back configured otherwise
         target.info.probed = False
-        return dataclasses.replace(sample, speculation=declared)
+        # a target known to be SGLang (forced, or read so before) stays named so while it is down
+        engine = SGLANG if SGLANG in (target.engine, target.detected) else sample.engine
+        return dataclasses.replace(sample, speculation=declared, engine=engine)
     return sample
 
 
@@ -231,32 +237,39 @@ async def _scrape_target(
     except TimeoutError:
         return TargetSample(
             target.url, "timeout",
-            f"vLLM at {target.url}: no answer within the timeout (all of /metrics must arrive within "
+            f"{target.label} at {target.url}: no answer within the timeout (all of /metrics must arrive within "
             f"{deadline_s:g} s)",
             version=target.info.version,
         )
     except PayloadTooLarge as exc:
         return TargetSample(
             target.url, "payload_too_large",
-            f"vLLM at {target.url}: /metrics is larger than the cap of {max_bytes} bytes ({exc.args[0]} read)",
+            f"{target.label} at {target.url}: /metrics is larger than the cap of {max_bytes} bytes "
+            f"({exc.args[0]} read)",
             version=target.info.version,
         )
     except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
-        state, message = describe_http_error(exc, target.url)
+        state, message = describe_http_error(exc, target.url, target.label)
         return TargetSample(target.url, state, message, version=target.info.version)
     elapsed = time.perf_counter() - started
     if response.status_code != 200:
         state, message = describe_status(response.status_code, target.url,
-                                         token_sent="authorization" in client.headers)
+                                         token_sent="authorization" in client.headers, engine_label=target.label)
         return TargetSample(target.url, state, message, version=target.info.version,
                             payload_bytes=len(response.content))
     body = response.content
+    text = body.decode("utf-8", errors="replace")
+    target.detected = choose_engine(target.engine, text)
+    if target.detected == SGLANG:
+        from specwatch.collectors.sglang import scrape_sglang
+
+        return await scrape_sglang(client, target, text, len(body), elapsed, probe_info, declared)
     try:
-        parsed = parse_payload(body.decode("utf-8", errors="replace"))
+        parsed = VLLM_ADAPTER.read_metrics(text, target.adapter_state, time.monotonic())
     except ExpositionError as exc:
         return TargetSample(target.url, "not_prometheus", f"vLLM at {target.url}: {exc}",
                             version=target.info.version, payload_bytes=len(body))
-    missing = parsed.missing_required()
+    missing = parsed.missing
     if missing:
         return TargetSample(
             target.url, "families_missing",
@@ -290,13 +303,6 @@ def with_metrics_k(config: SpeculationConfig | None, engines: Sequence[EngineSam
     if config is None:
         return SpeculationConfig.known(FROM_METRICS, k=k)
     return dataclasses.replace(config, k=k, sources=config.sources + (("k", FROM_METRICS),))
-
-
-def _deadline_s(client: httpx.AsyncClient) -> float:
-    """The whole-request deadline: the client's timeout (the --timeout the user gave)."""
-    t = client.timeout
-    values = [v for v in (t.read, t.connect, t.write, t.pool) if v is not None]
-    return max(values) if values else DEFAULT_TIMEOUT_S
 
 
 async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
@@ -384,6 +390,26 @@ def speculation_from_server_info(spec: object) -> SpeculationConfig | None:
     return None if config.empty else config
 
 
+class VllmAdapter:
+    """vLLM's payload as the window reads it: its own family names, as read (the first adapter of
+    specwatch.collectors.engines; the vLLM info probe is probe_target_info)."""
+
+    name = VLLM
+    label = "vLLM"
+    info_paths = ("/version", "/server_info?config_format=json")
+
+    def claims(self, text: str) -> bool:
+        return claims(VLLM, text)
+
+    def read_metrics(self, text: str, state: AdapterState, now: float) -> MetricsReading:
+        """Raises ExpositionError (a ValueError) for text that is not Prometheus exposition."""
+        parsed = parse_payload(text)
+        return MetricsReading(parsed.engines, parsed.process_start_time, tuple(parsed.missing_required()))
+
+
+VLLM_ADAPTER = VllmAdapter()
+
+
 class VllmSource:
     """Scrapes several vLLM targets concurrently, with one shared client."""
 
@@ -395,8 +421,10 @@ class VllmSource:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_bytes: int = DEFAULT_MAX_BYTES,
         declared: SpeculationConfig | None = None,
+        engine: str = AUTO,
     ) -> None:
-        self.targets = [VllmTarget.from_url(u) for u in urls]
+        # engine: "auto" reads each target's engine off its payload; "vllm" or "sglang" forces it
+        self.targets = [VllmTarget.from_url(u, engine) for u in urls]
         self.max_bytes = max_bytes
         # what the operator declared about the speculation setup (SpeculationConfig.from_flags)
         self.declared = declared

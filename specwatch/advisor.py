@@ -617,6 +617,7 @@ class Advisor:
     def _verdict(self, state, confidence, time, reasons, bound, flags, tw, *, running=None, expected=None,
                  be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,
                  details=None) -> Verdict:
+        reasons, flags, confidence = _engine_caveats(tw, list(reasons), list(flags), confidence)
         return Verdict(
             speculation=state,
             confidence=confidence,
@@ -638,6 +639,41 @@ class Advisor:
             details=details or {},
             gpu_spec=self._gpu_in_use,
         )
+
+
+# SGLang's acceptance is a gauge of its own last log interval, time-weighted by the collector
+# (specwatch.collectors.sglang): no count of drafts stands behind it and no per-position rates, so other k are
+# extrapolated from L alone. The direction's confidence is scaled by this for each such gap.
+GAUGE_ACCEPTANCE_CONFIDENCE = 0.8
+
+
+def _engine_caveats(tw: TargetWindow, reasons: list[str], flags: list[str],
+                    confidence: float) -> tuple[list[str], list[str], float]:
+    """What an engine other than vLLM could not give, said in the reasons and paid for in confidence."""
+    target = tw.latest
+    if target.engine_name != "sglang":
+        return reasons, flags, confidence
+    spec = target.speculation
+    if tw.speculation_configured:
+        reasons.append("SGLang gives acceptance only as a gauge (sglang:spec_accept_length, the mean of its "
+                       "last log interval): L is its time-weighted mean over the window, with no count of drafts "
+                       "and no per-position rates, so other k are extrapolated from L alone: confidence lowered")
+        flags.append("acceptance_from_gauge")
+        confidence *= GAUGE_ACCEPTANCE_CONFIDENCE
+        if tw.k is None and (spec is None or spec.k is None):
+            reasons.append("k is unknown (the server's /get_server_info was not read): no acceptance rate per "
+                           "draft token: confidence lowered")
+            flags.append("k_unknown")
+            confidence *= GAUGE_ACCEPTANCE_CONFIDENCE
+        if spec is not None and spec.token_tree:
+            reasons.append(f"tree drafting ({spec.token_tree}): judged as a chain of k={spec.k}; the verify cost "
+                           "of the tree's extra tokens is not modelled")
+            flags.append("token_tree")
+    elif spec is not None and spec.method is not None:
+        reasons.append(f"the server speculates ({spec.method}) but this SGLang version exposes no acceptance "
+                       "metric: judged as if speculation were off")
+        flags.append("acceptance_not_exposed")
+    return reasons, flags, confidence
 
 
 def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:

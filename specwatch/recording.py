@@ -42,7 +42,8 @@ Format version 2 (`.swrec`), written by this specwatch:
 - Files are created with mode 0600: they carry host names and target URLs.
 
 A target may hold a "speculation" object (SpeculationConfig.to_dict: method, k, draft model, ...,
-and where each came from); recordings made before it existed lack it and read as they always did.
+and where each came from) and an "engine" name ("sglang"; absent for vLLM); recordings made before
+they existed lack them and read as they always did.
 
 Format version 1 is format 2 without the compact forms: entries (whole) or "same" per entry, and
 every engine and histogram written whole. Format 2 readers read such lines too.
@@ -733,6 +734,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             scrape_seconds=d.get("scrape_seconds"),
             payload_bytes=d.get("payload_bytes"),
             speculation=self._speculation_of(url, d.get("speculation")),
+            engine=None if d.get("engine") is None else str(d["engine"]),
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:

@@ -12,6 +12,7 @@ from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationCon
 from specwatch.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
+ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
 
 # Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
 CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
@@ -28,6 +29,7 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
     gauges_only = tw.lifetime if tw else None  # gauges are the same in both; lifetime exists sooner
     figures = total or gauges_only
     block: dict[str, Any] = {
+        "name": tw.latest.engine_name if tw else None,  # the serving engine: vllm, sglang
         "reachable": reachable,
         "version": version,
         "engines": len(latest_engines),
@@ -77,9 +79,15 @@ def speculation_block(tw: TargetWindow | None, config: SpeculationConfig | None 
         "draft_model": known.draft_model if known else None,
         "source": known.source if known else None,  # where the method came from
         "sources": dict(known.sources) if known else None,  # and each of the other fields
+        "token_tree": known.token_tree if known else None,  # tree drafting: verified positions ≠ k + 1
+        # SGLang exposes acceptance only as a gauge: its "drafts" are seconds of weight, not drafts
+        "acceptance_from": (_ACCEPTANCE_FROM.get(tw.latest.engine_name, "counters") if tw and configured else None),
         "window": _acceptance_block(tw.total) if tw and configured else None,
         "lifetime": _acceptance_block(tw.lifetime) if tw and configured else None,
     }
+
+
+_ACCEPTANCE_FROM = {"sglang": "sglang:spec_accept_length gauge, time-weighted (drafts are seconds of weight)"}
 
 
 def gpu_block(gpu: GpuSample) -> dict[str, Any]:
@@ -133,7 +141,8 @@ def format_summary(report: dict[str, Any]) -> str:
     if eng["reachable"]:
         version = eng["version"] or "version unknown"
         lines.append(
-            f"  vLLM {version}, {eng['engines']} engine(s), model {eng['model'] or '?'}: "
+            f"  {ENGINE_WORDS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), "
+            f"model {eng['model'] or '?'}: "
             f"running {_fmt(eng['running'], '.0f')}, waiting {_fmt(eng['waiting'], '.0f')}, "
             f"KV {_fmt(eng['kv_cache_usage'], '.0%')}"
         )
@@ -156,17 +165,21 @@ def format_summary(report: dict[str, Any]) -> str:
         method = f"{spec['method']} (from {spec['source']})" if spec["method"] else "method unknown"
         # an old (V0) server without the draft-token counter does not say k: say so, never "k=None"
         k_text = f"k={spec['k']}" if spec["k"] is not None else "k unknown (its counters do not give it)"
+        gauge = spec.get("acceptance_from") not in (None, "counters")  # drafts are seconds of weight
+        tree = f" (tree: {spec['token_tree']})" if spec.get("token_tree") else ""
         if w and w["acceptance_length"] is not None:
             per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])
+            per_pos = "no per-position data" if gauge else f"per position [{per_pos}]"
             lines.append(
-                f"  speculation: {method}, {k_text}: acceptance length {w['acceptance_length']:.2f}, "
-                f"rate {_fmt(w['acceptance_rate'], '.1%')}, per position [{per_pos}] over the window"
+                f"  speculation: {method}, {k_text}{tree}: acceptance length {w['acceptance_length']:.2f}, "
+                f"rate {_fmt(w['acceptance_rate'], '.1%')}, {per_pos} over the window"
             )
         else:
-            lines.append(f"  speculation: {method}, {k_text}: no drafts in the window")
+            lines.append(f"  speculation: {method}, {k_text}{tree}: no drafts in the window")
         if life and life["acceptance_length"] is not None:
-            lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} "
-                         f"over {life['drafts']:.0f} drafts")
+            over = f"{life['drafts']:.1f} s of decoding (a gauge, time-weighted)" if gauge \
+                else f"{life['drafts']:.0f} drafts"
+            lines.append(f"    since start: acceptance length {life['acceptance_length']:.2f} over {over}")
     elif eng["reachable"]:
         lines.append("  speculation: not configured")
     for g in report["gpus"]:

@@ -269,10 +269,17 @@ class TargetSample:
     payload_bytes: int | None = None
     # The speculation setup: the server's /server_info merged with the operator's declaration.
     speculation: SpeculationConfig | None = None
+    # The engine the payload was read as (collectors.engines): None is vLLM, as in every Snapshot
+    # written before other engines were read; "sglang" for SGLang.
+    engine: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.state == TARGET_OK
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine or "vllm"
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -287,6 +294,8 @@ class TargetSample:
         }
         if self.speculation is not None:
             d["speculation"] = self.speculation.to_dict()
+        if self.engine is not None:
+            d["engine"] = self.engine
         return d
 
     @classmethod
@@ -301,6 +310,7 @@ class TargetSample:
             scrape_seconds=d.get("scrape_seconds"),
             payload_bytes=d.get("payload_bytes"),
             speculation=speculation_from_dict(d.get("speculation")),
+            engine=None if d.get("engine") is None else str(d["engine"]),
         )
 
 

@@ -23,15 +23,19 @@ def pair(label: str, value: str, label2: str, value2: str) -> Text:
     return line
 
 
+_ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
 def source_states(view: DashboardView) -> list[Text]:
     """One line per source: each target and each GPU source, with its state in words."""
     lines = []
     if view.target is not None:
         target = view.target
+        engine = _ENGINE_WORDS.get(target.engine_name, target.engine_name)  # which engine it reads
         if target.ok:
-            lines.append(Text.assemble(("✓ ", "bold"), f"vLLM at {target.url}: ok"))
+            lines.append(Text.assemble(("✓ ", "bold"), f"{engine} at {target.url}: ok"))
         else:
-            lines.append(Text.assemble(("✗ ", "bold"), target.message or f"vLLM at {target.url}: {target.state}"))
+            lines.append(Text.assemble(("✗ ", "bold"), target.message or f"{engine} at {target.url}: {target.state}"))
     for s in view.sources:
         ok = s.state == "ok"
         message = s.message if s.message and not ok else s.state

@@ -200,6 +200,8 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
                    help="largest /metrics payload accepted (default %(default)s)")
     p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
+    p.add_argument("--engine", choices=("auto", "vllm", "sglang"), default="auto",
+                   help="the serving engine: read off each /metrics payload (auto, the default) or forced")
     p.add_argument("--dcgm", metavar="URL", type=dcgm_url,
                    help="dcgm-exporter /metrics URL (default: try localhost:9400 quietly)")
     p.add_argument("--no-dcgm", action="store_true", help="do not read a dcgm-exporter")
@@ -360,7 +362,7 @@ def live_session(
     declared = SpeculationConfig.from_flags(config.method, getattr(args, "draft_model", None), config.draft_params)
     try:
         vllm = VllmSource(urls, token=connection.token, verify=connection.verify, timeout_s=args.timeout,
-                          max_bytes=args.max_bytes, declared=declared)
+                          max_bytes=args.max_bytes, declared=declared, engine=getattr(args, "engine", "auto"))
     except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from None
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
