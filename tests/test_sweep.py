@@ -492,6 +492,8 @@ class FakeBehaviour:
     k: int | None = None  # exposes spec-decode counters in /metrics when set
     fail_marker: str | None = None  # prompts containing it get HTTP 500
     die_after_requests: int | None = None  # stop listening (and drop connections) after that many
+    arrivals: list | None = None  # a log shared by several servers: each appends `name` per request
+    name: str = ""
 
 
 @dataclass
@@ -600,6 +602,8 @@ class FakeOpenAIServer:
     async def _complete(self, writer, body: dict, chat: bool) -> None:
         b, s = self.behaviour, self.state
         s.bodies.append(body)
+        if b.arrivals is not None:
+            b.arrivals.append(b.name)
         if b.die_after_requests is not None and len(s.bodies) > b.die_after_requests:
             # let the requests already streaming finish, so the count that succeeded is exact
             while s.in_flight:

@@ -28,6 +28,8 @@ __all__ = [
     "PROGRESS_EVERY_S",
     "LiveSweep",
     "round_order",
+    "run_rounds",
+    "run_tiers",
 ]
 
 
@@ -276,7 +278,14 @@ async def sweep_two_servers(sweep: LiveSweep, baseline: Endpoint, speculative: E
     except SweepError as exc:
         sweep.record.stopped = str(exc)
         return sweep.record
-    endpoints = {baseline.side: baseline, speculative.side: speculative}
+    await run_tiers(sweep, {baseline.side: baseline, speculative.side: speculative})
+    return sweep.record
+
+
+async def run_tiers(sweep: LiveSweep, endpoints: dict[str, Endpoint]) -> bool:
+    """Every tier in rounds; with a budget, each tier's share is an equal part of what is left of
+    it when the tier starts (a tier resolved early leaves more for the later ones). False when the
+    sweep stopped."""
     started = sweep.clock()
     tiers = list(sweep.plan.tiers)
     for i, concurrency in enumerate(tiers):
@@ -284,5 +293,5 @@ async def sweep_two_servers(sweep: LiveSweep, baseline: Endpoint, speculative: E
         if sweep.plan.budget_s is not None:
             share = max(sweep.plan.budget_s - (sweep.clock() - started), 0.0) / (len(tiers) - i)
         if not await run_rounds(sweep, endpoints, concurrency, budget_left_s=share):
-            return sweep.record
-    return sweep.record
+            return False
+    return True
