@@ -334,3 +334,22 @@ def test_budget_is_refused_where_rounds_cannot_alternate(tmp_path):
     code, _, stderr = run_cli(["--from-bench", str(tmp_path), str(tmp_path), "--budget", "60",
                                "-o", str(tmp_path / "o")])
     assert code == ExitCode.USAGE and "--budget needs two running servers" in stderr
+
+
+def test_the_dashboard_marker_carries_the_crossing_interval():
+    from specwatch.widgets.view import SweepMarker
+
+    new = {"crossing": {"throughput": 5.6, "tpot": None},
+           "crossing_interval": {"throughput": {"low": 4.2, "high": None, "high_state": "pays_throughout"}}}
+    marker = SweepMarker.from_results(new)
+    assert (marker.throughput_crossing, marker.throughput_low, marker.throughput_high) == (5.6, 4.2, None)
+    assert marker.crossing_text() == "sweep crossover 6 (95 % 4–?)"
+    old = SweepMarker.from_results({"crossing": {"throughput": 5.6, "tpot": None}})
+    assert old.crossing_text() == "sweep crossover 6"
+    assert SweepMarker.from_results({"crossing": {"throughput": None}}).crossing_text() is None
+
+
+def test_too_many_rounds_is_a_usage_error(tmp_path):
+    code, _, stderr = run_cli(["--baseline", "http://127.0.0.1:1", "--speculative", "http://127.0.0.1:2",
+                               "--repeat", str(sw.MAX_ROUNDS + 1), "-o", str(tmp_path / "o")])
+    assert code == ExitCode.USAGE and f"--repeat must be in 1..{sw.MAX_ROUNDS}" in stderr

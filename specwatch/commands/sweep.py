@@ -240,7 +240,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                                           timeout_s=args.request_timeout)
         plan = sw.SweepPlan(tiers=tuple(args.tiers), requests=args.requests, duration_s=args.duration,
                             warmup=args.warmup, scrape_interval_s=args.scrape_interval,
-                            repeat=args.repeat, budget_s=args.budget, max_rounds=max(sw.MAX_ROUNDS, args.repeat))
+                            repeat=args.repeat, budget_s=args.budget)
         connection = connection_settings(args)
         if mode == "urls":
             from specwatch.collectors.vllm import normalise_url
