@@ -353,3 +353,25 @@ def test_too_many_rounds_is_a_usage_error(tmp_path):
     code, _, stderr = run_cli(["--baseline", "http://127.0.0.1:1", "--speculative", "http://127.0.0.1:2",
                                "--repeat", str(sw.MAX_ROUNDS + 1), "-o", str(tmp_path / "o")])
     assert code == ExitCode.USAGE and f"--repeat must be in 1..{sw.MAX_ROUNDS}" in stderr
+
+
+def test_the_plot_draws_each_tiers_interval_as_an_error_bar():
+    record = sw.SweepRecord(source="bench")
+    # tier 1: ratios 1.1, 1.5, 1.9 (wide); tier 8: 0.9, 0.9, 0.9 (no spread: a bar of one cell)
+    for c, ratios in ((1, (1.1, 1.5, 1.9)), (8, (0.9, 0.9, 0.9))):
+        for ratio in ratios:
+            record.put(c, "baseline", {"output_tokens_per_s": 100.0, "tpot_p50_s": 0.01})
+            record.put(c, "speculative", {"output_tokens_per_s": 100.0 * ratio, "tpot_p50_s": 0.01})
+    report = record.report(sw.PredictionInputs())
+    low = report["tiers"][0]["speedup_interval"]["throughput"]["low"]
+    assert low < 1  # the wide interval reaches below break-even
+    plot = sw.render_plot(report, width=78)
+    panel = plot.split("speedup, speculative / baseline")[1].split("concurrency (log scale)")[0]
+    rows = [line[8:] for line in panel.splitlines() if len(line) > 8 and line[6:8] == " |"]
+    # the bar at concurrency 1 is the first column, top row first: "|" above and below the point "M"
+    first_column = "".join(row[:1] for row in rows)
+    assert first_column.count("|") >= 3
+    assert first_column.index("|") < first_column.index("M") < first_column.rindex("|")
+    assert "| = the 95 % interval of M over the rounds" in plot
+    assert all(not line.lstrip().startswith("-0") for line in plot.splitlines())
+    assert max(len(line) for line in plot.splitlines()) <= 78

@@ -54,7 +54,8 @@ def _panel(title: str, series: Sequence[tuple[str, Sequence[tuple[float, float]]
         return [title, "  (no data)"]
     y_low, y_high = min(ys), max(ys)
     pad = (y_high - y_low) * 0.05 or max(abs(y_high) * 0.05, 0.05)
-    y_low, y_high = y_low - pad, y_high + pad
+    # speeds and speedups are never negative: the padding must not draw an axis below 0
+    y_low, y_high = (y_low - pad if y_low - pad >= 0 or y_low < 0 else 0.0), y_high + pad
     lx_low, lx_high = math.log2(x_low), math.log2(x_high)
     grid = [[" "] * cols for _ in range(height)]
     if hline is not None:
@@ -139,10 +140,10 @@ def render_plot(report: dict, width: int = 78, height: int = 12) -> str:
             for i in [((t.get("speedup_interval") or {}).get("throughput") or {})]
             if i.get("low") is not None and i.get("high") is not None]
     legend = "M = measured tokens/s   t = measured TPOT   * = both"
-    if bars:
-        legend += "   | = 95 % interval of M"
     if basis:
         legend += f"   . = predicted ({basis})"
+    if bars:
+        legend += "\n| = the 95 % interval of M over the rounds"
     clipped = any(y > SPEEDUP_PLOT_CLIP for _, pts in series for _, y in pts) or \
         any(hi > SPEEDUP_PLOT_CLIP for _, _, hi in bars)
     title = "speedup, speculative / baseline (1.0 = break-even)"
