@@ -14,7 +14,7 @@ import httpx
 from specwatch.sweep import loadgen
 from specwatch.collectors.vllm import VllmSource
 from specwatch.sweep.common import DEFAULT_REPEAT, DEFAULT_TIERS, MAX_ROUNDS, MAX_TIERS, SIDES, SweepError
-from specwatch.sweep.intervals import next_round
+from specwatch.sweep.intervals import next_round, ratio_interval
 from specwatch.sweep.noise import RoundConditions
 from specwatch.sweep.report import SweepRecord, side_from_stats
 from specwatch.sweep.probe import MetricsProbe
@@ -241,8 +241,6 @@ async def run_rounds(sweep: LiveSweep, endpoints: dict[str, Endpoint], concurren
                      budget_left_s: float | None) -> bool:
     """One tier in interleaved rounds until the adaptive stop says enough (see `next_round`).
     False when the sweep must stop."""
-    from specwatch.sweep.intervals import ratio_interval
-
     plan = sweep.plan
     started = sweep.clock()
     done = 0
