@@ -39,7 +39,7 @@ def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(ba
         [sys.executable, "-m", "specwatch", "sweep", "--baseline", baseline_server.url,
          "--speculative", ngram_server.url, "--tiers", ",".join(map(str, TIERS)), "--requests", str(REQUESTS),
          "--warmup", "1", "--max-tokens", str(MAX_TOKENS), "--prompt-file", str(prompts), "--scrape-interval", "0.25",
-         "--method", "ngram", "--request-timeout", "120", "-o", str(out_dir), "--json"],
+         "--method", "ngram", "--request-timeout", "120", "--repeat", "1", "-o", str(out_dir), "--json"],
         capture_output=True, text=True, timeout=1200)
     assert "Traceback" not in r.stderr, r.stderr
     assert r.returncode == 0, r.stderr
@@ -50,7 +50,7 @@ def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(ba
     assert json.loads((out_dir / "sweep.json").read_text()) == report
     csv_rows = (out_dir / "sweep.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in csv_rows[1:]] == [str(c) for c in TIERS]
-    assert report["schema"] == "specwatch.sweep/1" and report["complete"] and not report["errors"]
+    assert report["schema"] == "specwatch.sweep/2" and report["complete"] and not report["errors"]
     assert [t["concurrency"] for t in report["tiers"]] == list(TIERS)
     assert report["servers"]["baseline"]["model"] == "tiny-llama"
     assert report["servers"]["speculative"]["version"] == "0.32.0"
@@ -102,3 +102,41 @@ def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(ba
     plot = (out_dir / "sweep.txt").read_text()
     assert "predicted (fitted)" in plot and "output tokens/s by concurrency" in plot
     assert max(len(line) for line in plot.splitlines()) <= 80
+
+
+def test_the_same_small_sweep_twice_gives_overlapping_intervals(baseline_server, ngram_server, tmp_path):
+    """The issue's complaint: two runs of one sweep told opposite stories with the same assurance.
+    With rounds and intervals, two runs must agree within their intervals at every tier, and a tier
+    whose interval holds 1 must say so rather than pick a side."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ECHO_PROMPTS) + "\n")
+    reports = []
+    for run in (1, 2):
+        out_dir = tmp_path / f"sweep{run}"
+        r = subprocess.run(
+            [sys.executable, "-m", "specwatch", "sweep", "--baseline", baseline_server.url,
+             "--speculative", ngram_server.url, "--tiers", "1,2", "--requests", "4", "--warmup", "1",
+             "--max-tokens", "16", "--repeat", "3", "--prompt-file", str(prompts), "--scrape-interval", "0.25",
+             "--method", "ngram", "--request-timeout", "120", "-o", str(out_dir), "--json"],
+            capture_output=True, text=True, timeout=900)
+        assert "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 0, r.stderr
+        reports.append(json.loads(r.stdout))
+        print((out_dir / "sweep.txt").read_text())
+    for report in reports:
+        assert report["schema"] == "specwatch.sweep/2" and report["complete"]
+        for t in report["tiers"]:
+            assert [r["order"] for r in t["rounds"]] == [["baseline", "speculative"], ["speculative", "baseline"],
+                                                         ["baseline", "speculative"]]
+            interval = t["speedup_interval"]["throughput"]
+            assert interval["n"] == 3 and interval["low"] < interval["estimate"] < interval["high"]
+            expected = "pays" if interval["low"] > 1 else "costs" if interval["high"] < 1 else "within_noise"
+            assert t["verdict"]["throughput"] == expected
+            if expected == "within_noise":
+                assert t["concurrency"] in report["unresolved_tiers"]
+            # the per-round speedups are what the interval was built from: each round's own ratio
+            ratios = [r["speculative"]["output_tokens_per_s"] / r["baseline"]["output_tokens_per_s"] for r in t["rounds"]]
+            assert min(ratios) <= interval["estimate"] <= max(ratios)
+    for first, second in zip(reports[0]["tiers"], reports[1]["tiers"]):
+        a, b = first["speedup_interval"]["throughput"], second["speedup_interval"]["throughput"]
+        assert a["low"] <= b["high"] and b["low"] <= a["high"], (first["concurrency"], a, b)

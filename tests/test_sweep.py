@@ -163,7 +163,7 @@ def test_from_bench_gives_the_crossing_a_direct_computation_gives(tmp_path):
     assert 4 < throughput < 8 and 4 < tpot < 8
     assert report["crossing"]["throughput"] == pytest.approx(throughput)
     assert report["crossing"]["tpot"] == pytest.approx(tpot)
-    assert report["schema"] == "specwatch.sweep/1" and report["source"] == "bench" and report["complete"]
+    assert report["schema"] == "specwatch.sweep/2" and report["source"] == "bench" and report["complete"]
     assert [t["concurrency"] for t in report["tiers"]] == sorted(BASE_CURVE)
     tier4 = report["tiers"][2]
     assert tier4["baseline"]["tpot_p50_s"] == pytest.approx(BASE_CURVE[4][1] / 1000)
@@ -173,10 +173,10 @@ def test_from_bench_gives_the_crossing_a_direct_computation_gives(tmp_path):
     assert tier4["speculative"]["acceptance_rate"] == pytest.approx(0.41)
     assert tier4["speculative"]["k"] == 4
     assert tier4["speculative"]["requests_ok"] == 200 and tier4["speculative"]["requests_failed"] == 0
-    # the written files hold the same report, and the CSV one row per tier
+    # the written files hold the same report, and the CSV one row per round (one file a tier: one round)
     assert json.loads((out_dir / "sweep.json").read_text()) == report
     rows = (out_dir / "sweep.csv").read_text().splitlines()
-    assert rows[0].startswith("concurrency,baseline_requests_ok")
+    assert rows[0].startswith("concurrency,round,order,baseline_requests_ok")
     assert [r.split(",")[0] for r in rows[1:]] == [str(c) for c in sorted(BASE_CURVE)]
     # no --gpu/--model: the predicted curve is fitted from the measured points, and says so
     predicted = report["predicted"]
@@ -230,12 +230,33 @@ def test_bad_and_partial_bench_files_are_reported_and_the_rest_kept(tmp_path):
     assert json.loads((tmp_path / "o" / "sweep.json").read_text())["errors"] == report["errors"]
 
 
-def test_two_results_for_one_tier_keep_the_later(tmp_path):
+def test_two_results_for_one_tier_keep_the_later_in_load_bench_dir(tmp_path):
     base_dir, spec_dir = write_bench_dirs(tmp_path)
     (spec_dir / "rerun.json").write_text(json.dumps(bench_result(4, 999.0, 3.0, True, date="20250102-090000")))
+    tiers, errors = sw.load_bench_dir(spec_dir)
+    assert tiers[4]["output_tokens_per_s"] == 999.0
+    assert any("2 results for concurrency 4" in e and "kept the later, rerun.json" in e for e in errors)
+
+
+def test_repeated_bench_files_of_one_tier_are_its_rounds(tmp_path):
+    base_dir, spec_dir = write_bench_dirs(tmp_path)
+    # two more rounds of tier 4 on each side, dated later; the speculative ones unevenly fast
+    for i, (b, s) in enumerate([(100.0, 130.0), (104.0, 120.0)]):
+        (base_dir / f"again{i}.json").write_text(json.dumps(bench_result(4, b, 10.0, False, date=f"2025010{i + 2}-090000")))
+        (spec_dir / f"again{i}.json").write_text(json.dumps(bench_result(4, s, 8.0, True, date=f"2025010{i + 2}-090000")))
+    first_base, first_spec = BASE_CURVE[4][0], SPEC_CURVE[4][0]
     report = sw.record_from_bench(base_dir, spec_dir).report(sw.PredictionInputs())
-    assert report["tiers"][2]["speculative"]["output_tokens_per_s"] == 999.0
-    assert any("two results for concurrency 4" in e and "kept the later, rerun.json" in e for e in report["errors"])
+    assert not report["errors"] and report["complete"]
+    tier = next(t for t in report["tiers"] if t["concurrency"] == 4)
+    assert [r["round"] for r in tier["rounds"]] == [1, 2, 3]
+    # oldest first, paired by position: the i-th baseline file with the i-th speculative one
+    assert [r["baseline"]["output_tokens_per_s"] for r in tier["rounds"]] == [first_base, 100.0, 104.0]
+    assert [r["speculative"]["output_tokens_per_s"] for r in tier["rounds"]] == [first_spec, 130.0, 120.0]
+    ratios = [first_spec / first_base, 1.3, 120.0 / 104.0]
+    assert tier["speedup"]["throughput"] == pytest.approx(math.prod(ratios) ** (1 / 3))
+    assert tier["speedup_interval"]["throughput"]["n"] == 3
+    # the other tiers have one file a side: one round, no interval
+    assert all(t["verdict"]["throughput"] == sw.ONE_ROUND for t in report["tiers"] if t["concurrency"] != 4)
 
 
 def test_a_missing_bench_folder_ends_with_one_line_and_writes_nothing(tmp_path):
@@ -472,6 +493,8 @@ class FakeBehaviour:
     k: int | None = None  # exposes spec-decode counters in /metrics when set
     fail_marker: str | None = None  # prompts containing it get HTTP 500
     die_after_requests: int | None = None  # stop listening (and drop connections) after that many
+    arrivals: list | None = None  # a log shared by several servers: each appends `name` per request
+    name: str = ""
 
 
 @dataclass
@@ -580,6 +603,8 @@ class FakeOpenAIServer:
     async def _complete(self, writer, body: dict, chat: bool) -> None:
         b, s = self.behaviour, self.state
         s.bodies.append(body)
+        if b.arrivals is not None:
+            b.arrivals.append(b.name)
         if b.die_after_requests is not None and len(s.bodies) > b.die_after_requests:
             # let the requests already streaming finish, so the count that succeeded is exact
             while s.in_flight:
@@ -668,7 +693,7 @@ def test_sweep_against_two_fake_servers_writes_complete_files(tmp_path):
         code, stdout, stderr = run_cli([
             "--baseline", baseline.url, "--speculative", speculative.url, "--tiers", "1,2,4",
             "--requests", "6", "--warmup", "1", "--max-tokens", "12", "--prompts", "echo",
-            "--scrape-interval", "0.05", "-o", str(out_dir), "--json"])
+            "--scrape-interval", "0.05", "--repeat", "2", "-o", str(out_dir), "--json"])
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["complete"] and report["stopped"] is None and report["source"] == "live"
@@ -678,12 +703,17 @@ def test_sweep_against_two_fake_servers_writes_complete_files(tmp_path):
     # at concurrency 1 (the first 1 + 6 requests) nothing races: the order is the same too
     assert [b["prompt"] for b in baseline.state.bodies[:7]] == [b["prompt"] for b in speculative.state.bodies[:7]]
     assert {b["max_tokens"] for b in baseline.state.bodies + speculative.state.bodies} == {12}
-    assert len(baseline.state.bodies) == 3 * (6 + 1)
+    # one warm-up request per tier and side, before its first round only
+    assert len(baseline.state.bodies) == 3 * (1 + 2 * 6)
     for tier in report["tiers"]:
+        assert [r["order"] for r in tier["rounds"]] == [["baseline", "speculative"], ["speculative", "baseline"]]
         for name in sw.SIDES:
             figures = tier[name]
-            assert figures["requests_ok"] == 6 and figures["requests_failed"] == 0
-            assert figures["output_tokens"] == 6 * 12
+            assert figures["requests_ok"] == 2 * 6 and figures["requests_failed"] == 0
+            assert figures["output_tokens"] == 2 * 6 * 12
+            for r in tier["rounds"]:
+                assert r[name]["requests_ok"] == 6
+                assert r["conditions"][name]["requests_failed"] == 0
             for key in ("tpot_p50_s", "tpot_p95_s", "ttft_p50_s", "ttft_p95_s", "output_tokens_per_s"):
                 assert figures[key] is not None and figures[key] > 0, (name, key)
         # the fake speculative server commits 3 tokens per step with k = 3: L = 1 + 2/1 per draft,
@@ -696,7 +726,7 @@ def test_sweep_against_two_fake_servers_writes_complete_files(tmp_path):
     assert "method unknown: priced as a draft head" in report["predicted"]["draft_ratio_basis"]
     files = {p.name for p in out_dir.iterdir()}
     assert {"sweep.json", "sweep.csv", "sweep.txt"} <= files
-    assert len((out_dir / "sweep.csv").read_text().splitlines()) == 4
+    assert len((out_dir / "sweep.csv").read_text().splitlines()) == 1 + 3 * 2  # one row per round
     assert "tiers 1,2,4" in stderr and "[speculative] concurrency 4: 6 ok, 0 failed" in stderr
 
 
@@ -709,7 +739,7 @@ def test_a_server_dying_mid_sweep_stops_it_and_keeps_the_partial_results(tmp_pat
         code, stdout, stderr = run_cli([
             "--baseline", baseline.url, "--speculative", speculative.url, "--tiers", "1,2,4",
             "--requests", "4", "--warmup", "1", "--max-tokens", "6", "--scrape-interval", "0.05",
-            "--request-timeout", "10", "-o", str(out_dir)])
+            "--request-timeout", "10", "--repeat", "1", "-o", str(out_dir)])
     assert code == ExitCode.INCOMPLETE
     assert "stopped early: speculative: the server at" in stderr and "stopped answering" in stderr
     report = load_sweep(out_dir)

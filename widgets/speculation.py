@@ -146,7 +146,7 @@ class SpeculationPanel(Panel):
             running = figures.running if figures else None
             if notes.cell_len:
                 notes.append("  ")
-            notes.append(f"sweep crossover {view.sweep.throughput_crossing:.0f} running (now {num(running)})")
+            notes.append(f"{view.sweep.crossing_text()} running (now {num(running)})")
         lines.append(notes)  # always a line, even empty: the panel's height stays put
         return Group(*lines)
 

@@ -45,15 +45,18 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class SweepMarker:
-    """The measured crossover of a `specwatch sweep` run, shown against the live concurrency."""
+    """The measured crossover of a `specwatch sweep` run, shown against the live concurrency, with
+    the 95 % interval of the tokens/s crossing where the sweep had rounds enough to give one."""
 
     throughput_crossing: float | None
     tpot_crossing: float | None
     label: str = "sweep"
+    throughput_low: float | None = None  # None: no interval, or its end lies outside the tiers
+    throughput_high: float | None = None
 
     @classmethod
     def from_results(cls, results: Any) -> SweepMarker | None:
-        """From the specwatch.sweep/1 JSON (a dict) or any object with a `crossing` mapping."""
+        """From the specwatch.sweep/2 (or /1) JSON (a dict) or any object with a `crossing` mapping."""
         if results is None:
             return None
         if isinstance(results, SweepMarker):
@@ -62,11 +65,25 @@ class SweepMarker:
         if not isinstance(crossing, dict):
             return None
 
-        def number(key: str) -> float | None:
-            value = crossing.get(key)
-            return float(value) if isinstance(value, (int, float)) else None
+        def number(mapping: Any, key: str) -> float | None:
+            value = mapping.get(key) if isinstance(mapping, dict) else None
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
-        return cls(number("throughput"), number("tpot"))
+        interval = results.get("crossing_interval") if isinstance(results, dict) else None
+        throughput = interval.get("throughput") if isinstance(interval, dict) else None
+        return cls(number(crossing, "throughput"), number(crossing, "tpot"),
+                   throughput_low=number(throughput, "low"), throughput_high=number(throughput, "high"))
+
+    def crossing_text(self) -> str | None:
+        """"sweep crossover 6 (95 % 4–8)"; an end outside the measured tiers shows as "?"."""
+        if self.throughput_crossing is None:
+            return None
+        text = f"{self.label} crossover {self.throughput_crossing:.0f}"
+        if self.throughput_low is not None or self.throughput_high is not None:
+            low = "?" if self.throughput_low is None else f"{self.throughput_low:.0f}"
+            high = "?" if self.throughput_high is None else f"{self.throughput_high:.0f}"
+            text += f" (95 % {low}–{high})"
+        return text
 
 
 class History:

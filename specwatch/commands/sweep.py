@@ -79,6 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="measured seconds per tier (with --requests, whichever ends first)")
     load.add_argument("--warmup", type=_nonnegative_int, metavar="N",
                       help="warm-up requests per tier, not counted (default: one per concurrent worker)")
+    load.add_argument("--repeat", type=_positive_int, default=sw.DEFAULT_REPEAT, metavar="N",
+                      help="rounds per tier, each running both servers (interleaved A B, B A, …); with "
+                           "--budget, the rounds before the adaptive stop may end a tier (default %(default)s)")
+    load.add_argument("--budget", type=positive_number, metavar="SECONDS",
+                      help="wall time for the whole sweep: each tier keeps adding rounds until its speedup's "
+                           "95 %% interval is clear of 1 or its share of the budget is spent (two servers only)")
     load.add_argument("--max-tokens", type=_positive_int, default=loadgen.DEFAULT_MAX_TOKENS, metavar="N",
                       help="max tokens per request, the same on both servers (default %(default)s)")
     load.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
@@ -119,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", metavar="DIR",
                      help="folder for sweep.json, sweep.csv and sweep.txt (default ./specwatch-sweep-TIME)")
-    out.add_argument("--json", action="store_true", help="print the specwatch.sweep/1 JSON on stdout")
+    out.add_argument("--json", action="store_true", help="print the specwatch.sweep/2 JSON on stdout")
     out.add_argument("--width", type=_positive_int, default=78, help="plot width in columns (default 78)")
     out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -158,6 +164,9 @@ def _target_mode(args: argparse.Namespace) -> str:
         raise UsageError("--serve needs --speculative-config for its second launch")
     if mode != "serve" and (args.speculative_config or args.serve_arg):
         raise UsageError("--speculative-config and --serve-arg only apply with --serve")
+    if mode != "urls" and args.budget is not None:
+        raise UsageError("--budget needs two running servers (--baseline and --speculative): its rounds "
+                         "alternate between them")
     return mode
 
 
@@ -237,7 +246,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                                           temperature=args.temperature, ignore_eos=args.ignore_eos,
                                           timeout_s=args.request_timeout)
         plan = sw.SweepPlan(tiers=tuple(args.tiers), requests=args.requests, duration_s=args.duration,
-                            warmup=args.warmup, scrape_interval_s=args.scrape_interval)
+                            warmup=args.warmup, scrape_interval_s=args.scrape_interval,
+                            repeat=args.repeat, budget_s=args.budget)
         connection = connection_settings(args)
         if mode == "urls":
             from specwatch.collectors.vllm import normalise_url
@@ -260,6 +270,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         "warmup": args.warmup, "max_tokens": args.max_tokens, "temperature": args.temperature,
         "api": args.api, "ignore_eos": args.ignore_eos, "prompts": prompt_source, "num_prompts": len(prompts),
         "request_timeout_s": args.request_timeout, "scrape_interval_s": args.scrape_interval,
+        "repeat": args.repeat, "budget_s": args.budget,
+        "round_order": "A B, B A, … (interleaved)" if mode == "urls" else
+        "sequential: every baseline round, then every speculative round (one server at a time)",
     }
 
     def save_partial(rec: sw.SweepRecord) -> None:
@@ -269,8 +282,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         except OSError as exc:
             say(f"cannot write partial results to {out_dir}: {exc.strerror or exc}")
 
+    gpu_poller = _gpu_poller()
     live = sw.LiveSweep(record, plan, prompts, request, token=connection.token, verify=connection.verify,
-                        progress=say, on_tier=save_partial)
+                        progress=say, on_tier=save_partial,
+                        gpu_poll=gpu_poller.poll_nvml if gpu_poller is not None else None)
     say(f"sweep: tiers {','.join(map(str, plan.tiers))}, prompts {prompt_source}, max tokens {args.max_tokens}; "
         f"results in {out_dir}")
     try:
@@ -300,7 +315,21 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         record.stopped = "interrupted"
         finish(record, _server_method(record))  # the tiers measured so far are written
         return ExitCode.INTERRUPTED
+    finally:
+        if gpu_poller is not None:
+            gpu_poller.close()
     return finish(record, _server_method(record))
+
+
+def _gpu_poller() -> Any:
+    """NVML for the rounds' GPU conditions; None where the bindings cannot even be imported (a host
+    without GPUs still gets a poller: it reports "absent" and the rounds record no GPU)."""
+    try:
+        from specwatch.collectors.gpus import GpuPoller
+
+        return GpuPoller(dcgm=False)
+    except ImportError:
+        return None
 
 
 def check_bench_inputs(baseline_dir: str, speculative_dir: str) -> None:

@@ -13,6 +13,7 @@ from specwatch.sweep.report import SweepRecord
 __all__ = [
     "bench_side",
     "load_bench_dir",
+    "load_bench_rounds",
     "record_from_bench",
 ]
 
@@ -87,17 +88,17 @@ def bench_side(data: Any, name: str) -> tuple[int, dict[str, Any]]:
     return concurrency, side
 
 
-def load_bench_dir(directory: str | Path) -> tuple[dict[int, dict], list[str]]:
-    """Every bench result in a folder, by concurrency, and the problems met (bad files are skipped,
-    and two files for one tier keep the later by date). Raises SweepFileError when the folder itself
-    cannot be read."""
+def load_bench_rounds(directory: str | Path) -> tuple[dict[int, list[dict]], list[str]]:
+    """Every bench result in a folder, by concurrency: several files of one tier are its rounds,
+    oldest first (by the file's date, then its name). Bad files are skipped and named in the
+    problems. Raises SweepFileError when the folder itself cannot be read."""
     folder = Path(directory)
     if not folder.is_dir():
         raise SweepFileError(f"{folder}: not a folder of vllm bench serve --save-result files")
     files = sorted(p for p in folder.iterdir() if p.suffix == ".json" and p.is_file())
     if not files:
         raise SweepFileError(f"{folder}: no .json files in it")
-    tiers: dict[int, dict] = {}
+    tiers: dict[int, list[dict]] = {}
     errors: list[str] = []
     for path in files:
         try:
@@ -114,42 +115,56 @@ def load_bench_dir(directory: str | Path) -> tuple[dict[int, dict], list[str]]:
         except OSError as exc:
             errors.append(f"{path}: cannot read it ({exc.strerror or exc})")
             continue
-        if concurrency in tiers:
-            earlier = tiers[concurrency]
-            keep_new = (str(side.get("bench_date") or ""), side["bench_file"]) >= \
-                       (str(earlier.get("bench_date") or ""), earlier["bench_file"])
-            kept, dropped = (side, earlier) if keep_new else (earlier, side)
-            errors.append(f"{folder}: two results for concurrency {concurrency} "
-                          f"({Path(dropped['bench_file']).name}, {Path(kept['bench_file']).name}); "
-                          f"kept the later, {Path(kept['bench_file']).name}")
-            tiers[concurrency] = kept
-        else:
-            tiers[concurrency] = side
+        tiers.setdefault(concurrency, []).append(side)
+    for rounds in tiers.values():
+        rounds.sort(key=lambda side: (str(side.get("bench_date") or ""), side["bench_file"]))
+    return tiers, errors
+
+
+def load_bench_dir(directory: str | Path) -> tuple[dict[int, dict], list[str]]:
+    """One result per concurrency: the later by date where a folder holds two (and a problem saying
+    so). Raises SweepFileError when the folder itself cannot be read."""
+    rounds, errors = load_bench_rounds(directory)
+    tiers: dict[int, dict] = {}
+    for concurrency, sides in sorted(rounds.items()):
+        tiers[concurrency] = sides[-1]
+        if len(sides) > 1:
+            errors.append(f"{Path(directory)}: {len(sides)} results for concurrency {concurrency} "
+                          f"({', '.join(Path(s['bench_file']).name for s in sides[:-1])}, "
+                          f"{Path(sides[-1]['bench_file']).name}); kept the later, {Path(sides[-1]['bench_file']).name}")
     return tiers, errors
 
 
 def record_from_bench(baseline_dir: str | Path, speculative_dir: str | Path) -> SweepRecord:
-    """A sweep record from two folders of bench results; problems go to `errors`, and a folder that
-    cannot be used at all sets `stopped`."""
+    """A sweep record from two folders of bench results: several files of one tier are its rounds,
+    the i-th baseline file (by date) paired with the i-th speculative one. Problems go to `errors`,
+    and a folder that cannot be used at all sets `stopped`."""
     record = SweepRecord(source="bench")
-    record.settings = {"baseline_dir": str(baseline_dir), "speculative_dir": str(speculative_dir)}
-    sides: dict[str, dict[int, dict]] = {}
+    record.settings = {"baseline_dir": str(baseline_dir), "speculative_dir": str(speculative_dir),
+                       "round_order": "bench files paired by date"}
+    sides: dict[str, dict[int, list[dict]]] = {}
     for side, folder in zip(SIDES, (baseline_dir, speculative_dir)):
         try:
-            tiers, errors = load_bench_dir(folder)
+            tiers, errors = load_bench_rounds(folder)
         except SweepFileError as exc:
             record.stopped = str(exc)
             tiers, errors = {}, []
         sides[side] = tiers
         record.errors += errors
-        models = {t.get("model_id") for t in tiers.values() if t.get("model_id")}
+        models = {r.get("model_id") for rounds in tiers.values() for r in rounds if r.get("model_id")}
         record.servers[side] = {"bench_dir": str(folder), "model": sorted(models)[0] if len(models) == 1 else None}
     for side, tiers in sides.items():
-        for concurrency, figures in tiers.items():
-            record.put(concurrency, side, figures)
-    for concurrency, entry in sorted(record.tiers.items()):
+        for concurrency, rounds in sorted(tiers.items()):
+            for figures in rounds:
+                record.put(concurrency, side, figures)
+    for concurrency in sorted(record.rounds):
+        counts = {side: len(sides[side].get(concurrency, [])) for side in SIDES}
         for side in SIDES:
-            if entry[side] is None:
+            if counts[side] == 0:
                 record.errors.append(f"concurrency {concurrency} has no {side} result")
-    record.planned_tiers = tuple(sorted(record.tiers))
+        if all(counts.values()) and counts["baseline"] != counts["speculative"]:
+            record.errors.append(f"concurrency {concurrency}: {counts['baseline']} baseline results and "
+                                 f"{counts['speculative']} speculative; the rounds without a partner count "
+                                 f"for their side's figures, not for the speedup")
+    record.planned_tiers = tuple(sorted(record.rounds))
     return record

@@ -7,9 +7,12 @@ from specwatch.perf.decision import MAX_BATCH
 
 __all__ = [
     "SCHEMA",
+    "READABLE_SCHEMAS",
     "SIDES",
     "DEFAULT_TIERS",
     "MAX_TIERS",
+    "DEFAULT_REPEAT",
+    "MAX_ROUNDS",
     "JSON_NAME",
     "CSV_NAME",
     "PLOT_NAME",
@@ -28,10 +31,16 @@ __all__ = [
 ]
 
 
-SCHEMA = "specwatch.sweep/1"
+SCHEMA = "specwatch.sweep/2"
+# Earlier files `watch --sweep` still reads: tiers without rounds or intervals.
+READABLE_SCHEMAS = ("specwatch.sweep/1", SCHEMA)
 SIDES = ("baseline", "speculative")
 DEFAULT_TIERS = (1, 2, 4, 8, 16, 32, 64)
 MAX_TIERS = 64
+# Rounds per tier: three is the fewest whose t-interval is not dominated by its own quantile
+# (t = 12.7 at two rounds, 4.3 at three); the cap bounds an adaptive stop that cannot resolve.
+DEFAULT_REPEAT = 3
+MAX_ROUNDS = 50
 JSON_NAME = "sweep.json"
 CSV_NAME = "sweep.csv"
 PLOT_NAME = "sweep.txt"

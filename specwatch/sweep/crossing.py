@@ -11,6 +11,7 @@ __all__ = [
     "crossing_point",
     "tier_speedups",
     "crossings",
+    "crossing_intervals",
 ]
 
 
@@ -56,6 +57,27 @@ def crossings(tiers: Sequence[dict]) -> tuple[dict[str, float | None], dict[str,
     values: dict[str, float | None] = {}
     states: dict[str, str] = {}
     for key in ("throughput", "tpot"):
-        x, state = crossing_point([(t["concurrency"], tier_speedups(t)[key]) for t in tiers])
+        x, state = crossing_point([(t["concurrency"], (t.get("speedup") or tier_speedups(t))[key]) for t in tiers])
         values[key], states[key] = x, state
     return values, states
+
+
+def crossing_intervals(tiers: Sequence[dict]) -> dict[str, dict]:
+    """Where the crossing can lie, given each tier's speedup interval: the lower ends of the
+    intervals fall through 1 first (the earliest crossing the rounds allow), the upper ends last.
+    Each end comes with its state (a lower end that `never_pays` lies below the lowest tier, an
+    upper end that `pays_throughout` beyond the highest). Tiers without an interval (one round)
+    are left out, so a sweep of single rounds has no crossing interval (`no_data`)."""
+    out: dict[str, dict] = {}
+    for key in ("throughput", "tpot"):
+        ends: dict[str, tuple[float | None, str]] = {}
+        for end in ("low", "high"):
+            points = []
+            for t in tiers:
+                bound = ((t.get("speedup_interval") or {}).get(key) or {}).get(end)
+                if bound is not None:
+                    points.append((t["concurrency"], bound))
+            ends[end] = crossing_point(points)
+        out[key] = {"low": ends["low"][0], "low_state": ends["low"][1],
+                    "high": ends["high"][0], "high_state": ends["high"][1]}
+    return out

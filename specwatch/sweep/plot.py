@@ -8,10 +8,13 @@ from typing import Sequence
 
 from specwatch.sweep.common import NEVER_PAYS, PAYS_THROUGHOUT, PREDICTED_MAX_BATCH, SPEEDUP_PLOT_CLIP
 from specwatch.sweep.crossing import crossings
+from specwatch.sweep.files import crossing_interval_words
+from specwatch.sweep.intervals import COSTS, ONE_ROUND, PAYS, WITHIN_NOISE
 
 __all__ = [
     "render_plot",
     "summary_lines",
+    "interval_lines",
 ]
 
 
@@ -33,33 +36,43 @@ def _axis_number(value: float) -> str:
 
 def _panel(title: str, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], x_low: float, x_high: float,
            width: int, height: int, hline: float | None = None, marks: Sequence[tuple[str, float]] = (),
-           overlap: str | None = None, y_clip: float | None = None) -> list[str]:
+           overlap: str | None = None, y_clip: float | None = None,
+           bars: Sequence[tuple[float, float, float]] = ()) -> list[str]:
     """One chart: x is log2(concurrency), y linear; later series draw over earlier ones, or, with
-    `overlap`, a cell two series share shows that glyph. Values above `y_clip` sit on the top row."""
+    `overlap`, a cell two series share shows that glyph. Values above `y_clip` sit on the top row.
+    `bars` are (x, low, high) error bars, drawn as "|" behind the points."""
     margin = 7
     cols = max(width - margin - 1, 10)
     if y_clip is not None:
         series = [(glyph, [(x, min(y, y_clip)) for x, y in pts]) for glyph, pts in series]
-    ys = [y for _, pts in series for _, y in pts]
+    if y_clip is not None:
+        bars = [(x, min(lo, y_clip), min(hi, y_clip)) for x, lo, hi in bars]
+    ys = [y for _, pts in series for _, y in pts] + [y for _, lo, hi in bars for y in (lo, hi)]
     if hline is not None:
         ys.append(hline)
     if not ys:
         return [title, "  (no data)"]
     y_low, y_high = min(ys), max(ys)
     pad = (y_high - y_low) * 0.05 or max(abs(y_high) * 0.05, 0.05)
-    y_low, y_high = y_low - pad, y_high + pad
+    # speeds and speedups are never negative: the padding must not draw an axis below 0
+    y_low, y_high = (y_low - pad if y_low - pad >= 0 or y_low < 0 else 0.0), y_high + pad
     lx_low, lx_high = math.log2(x_low), math.log2(x_high)
     grid = [[" "] * cols for _ in range(height)]
     if hline is not None:
         row = height - 1 - _scale(hline, y_low, y_high, height)
         for col in range(cols):
             grid[row][col] = "-"
+    for x, lo, hi in bars:
+        col = _scale(math.log2(x), lx_low, lx_high, cols)
+        top, bottom = height - 1 - _scale(hi, y_low, y_high, height), height - 1 - _scale(lo, y_low, y_high, height)
+        for row in range(top, bottom + 1):
+            grid[row][col] = "|"
     for glyph, pts in series:
         for x, y in pts:
             col = _scale(math.log2(x), lx_low, lx_high, cols)
             row = height - 1 - _scale(y, y_low, y_high, height)
             # "." (the predicted curve) and "-" (break-even) are background: a measured point wins
-            if overlap is not None and grid[row][col] not in (" ", "-", ".", glyph):
+            if overlap is not None and grid[row][col] not in (" ", "-", ".", "|", glyph):
                 grid[row][col] = overlap
             else:
                 grid[row][col] = glyph
@@ -123,15 +136,21 @@ def render_plot(report: dict, width: int = 78, height: int = 12) -> str:
     if predicted.get("crossover") is not None and x_low <= predicted["crossover"] <= x_high:
         marks.append((f"predicted crossover ≈ {predicted['crossover']:.1f}", predicted["crossover"]))
     basis = predicted.get("basis")
+    bars = [(t["concurrency"], i["low"], i["high"]) for t in tiers
+            for i in [((t.get("speedup_interval") or {}).get("throughput") or {})]
+            if i.get("low") is not None and i.get("high") is not None]
     legend = "M = measured tokens/s   t = measured TPOT   * = both"
     if basis:
         legend += f"   . = predicted ({basis})"
-    clipped = any(y > SPEEDUP_PLOT_CLIP for _, pts in series for _, y in pts)
+    if bars:
+        legend += "\n| = the 95 % interval of M over the rounds"
+    clipped = any(y > SPEEDUP_PLOT_CLIP for _, pts in series for _, y in pts) or \
+        any(hi > SPEEDUP_PLOT_CLIP for _, _, hi in bars)
     title = "speedup, speculative / baseline (1.0 = break-even)"
     if clipped:
         title += f", above {SPEEDUP_PLOT_CLIP:g} drawn at {SPEEDUP_PLOT_CLIP:g}"
     lines += [""] + _panel(f"{title}\n{legend}", series, x_low, x_high, width, height, hline=1.0, marks=marks,
-                           overlap="*", y_clip=SPEEDUP_PLOT_CLIP)
+                           overlap="*", y_clip=SPEEDUP_PLOT_CLIP, bars=bars)
     lines.append(" " * 8 + "concurrency (log scale)")
     lines += ["", *(wrapped for line in summary_lines(report)
                     for wrapped in textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False))]
@@ -140,6 +159,43 @@ def render_plot(report: dict, width: int = 78, height: int = 12) -> str:
 
 def _fit_width(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+_VERDICT_WORDS = {PAYS: "pays", COSTS: "costs", WITHIN_NOISE: "within noise", ONE_ROUND: "one round, no interval"}
+
+
+def interval_lines(report: dict) -> list[str]:
+    """Each tier's tokens/s speedup with its interval and the verdict the interval supports, the
+    rounds flagged for unequal conditions, and what would resolve the tiers left within noise."""
+    lines = []
+    for t in report["tiers"]:
+        interval = (t.get("speedup_interval") or {}).get("throughput")
+        if not interval or interval.get("estimate") is None:
+            continue
+        where = "" if interval.get("low") is None else f", 95 % {interval['low']:.2f}–{interval['high']:.2f}"
+        words = _VERDICT_WORDS.get((t.get("verdict") or {}).get("throughput"), "—")
+        line = f"c={t['concurrency']}: tokens/s speedup {interval['estimate']:.2f}{where}, " \
+               f"{interval['n']} round{'s' if interval['n'] != 1 else ''}: {words}"
+        flagged = t.get("flagged_rounds") or []
+        if flagged:
+            line += f"; round{'s' if len(flagged) > 1 else ''} {', '.join(map(str, flagged))} ran under unequal conditions"
+        lines.append(line)
+        stop = t.get("stop") or {}
+        if (t.get("verdict") or {}).get("throughput") == WITHIN_NOISE:
+            if stop.get("rounds_to_resolve") is not None:
+                more = "" if stop.get("budget_to_resolve_s") is None else \
+                    f" (≈ {stop['budget_to_resolve_s']:.0f} s more)"
+                lines.append(f"  unresolved: ≈ {stop['rounds_to_resolve']} rounds in all{more} would clear 1 "
+                             f"if the spread holds")
+            else:
+                lines.append("  unresolved: the speedup is too close to 1 for more rounds to tell")
+        for r in t.get("rounds") or []:
+            for flag in r.get("flags") or []:
+                lines.append(f"  round {r['round']}: {flag}")
+    words = crossing_interval_words(report)
+    if words:
+        lines.append(f"tokens/s crossing interval: {words}")
+    return lines
 
 
 def _crossing_words(report: dict, key: str, what: str) -> str:
@@ -174,6 +230,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"{num(spec.get('output_tokens_per_s'), '.1f'):>10} {num(t['speedup']['throughput'], '.2f'):>7} "
                      f"{num(tpot_b, tpot_format) + '/' + num(tpot_s, tpot_format):>13} {num(spec.get('acceptance_length'), '.2f'):>8} "
                      f"{failed:>7}")
+    lines += interval_lines(report)
     lines.append(_crossing_words(report, "throughput", "tokens/s"))
     lines.append(_crossing_words(report, "tpot", "TPOT"))
     predicted = report.get("predicted")

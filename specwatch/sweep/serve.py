@@ -171,7 +171,10 @@ class LaunchedServer:
 
 
 async def sweep_serve(sweep: LiveSweep, servers: dict[str, LaunchedServer], served_model_name: str | None) -> SweepRecord:
-    """Launch the baseline, run every tier, stop it; then the same with speculation."""
+    """Launch the baseline, run every tier `plan.repeat` times, stop it; then the same with
+    speculation. One server runs at a time here (both may not fit on the GPUs), so the rounds cannot
+    be interleaved: round i pairs the i-th run of each side, and a drift between the two launches
+    is not cancelled (run two servers and give their URLs for interleaved rounds)."""
     for side in SIDES:
         server = servers[side]
         try:
@@ -184,8 +187,9 @@ async def sweep_serve(sweep: LiveSweep, servers: dict[str, LaunchedServer], serv
             await sweep.prepare(endpoint)
             sweep.record.servers[side]["command"] = server.command()
             for concurrency in sweep.plan.tiers:
-                if not await sweep.run_tier(endpoint, concurrency):
-                    return sweep.record
+                for _ in range(sweep.plan.repeat):
+                    if not await sweep.run_tier(endpoint, concurrency):
+                        return sweep.record
         except SweepError as exc:
             sweep.record.stopped = f"{side}: {exc}"
             return sweep.record
