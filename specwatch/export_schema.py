@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.perf import BOUND_STATES
+from specwatch.verdict import VERDICT_STATES
 
 __all__ = [
     "MetricName",
@@ -36,7 +37,7 @@ GPU_NAME = "name"
 SOURCE = "source"
 KIND = "kind"
 
-VERDICT_STATES = ("on", "off", "hold", "unknown")
+
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
                "method_assumed", "engine_stalled")

@@ -259,7 +259,7 @@ class PrometheusNodeSource:
 
 
 def node_detail(node: str, result: QueryResult) -> NodeDetail:
-    from specwatch.advisor import Verdict
+    from specwatch.verdict import Verdict
     from specwatch.perf import BoundEstimate, BoundSignal
 
     by_name = _group(result.samples)

@@ -20,7 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from specwatch.advisor import OFF, ON, UNKNOWN, Advisor, AdvisorConfig, Verdict, unknown_verdict
+from specwatch.advisor import Advisor, AdvisorConfig
+from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, unknown_verdict
 from specwatch.snapshot import Snapshot
 from specwatch.window import TargetWindow, Window
 

@@ -1,0 +1,474 @@
+"""From counters to figures: increases that survive counter resets and restarts, histogram
+quantiles from bucket deltas, acceptance, the tokens the engine's steps computed (vLLM's counter
+semantics), and one engine's figures over a span.
+
+Counters are turned into increases the way Prometheus' increase() does: pair by pair, and a counter
+that went down (or a server whose start time changed) restarted from zero, so its increase over that
+pair is its new value. A restarted server therefore never yields a negative rate. Histogram
+quantiles come from bucket deltas, interpolated linearly inside the bucket, as histogram_quantile().
+
+Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+
+import math
+from operator import itemgetter
+from operator import lt as _lt
+from operator import sub as _sub
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from specwatch.snapshot import EngineSample, Histogram
+
+
+__all__ = [
+    "DRAFTS",
+    "DRAFT_TOKENS",
+    "ACCEPTED",
+    "EMITTED_V0",
+    "ACCEPTANCE_RATE_V0",
+    "PROMPT_TOKENS",
+    "PROMPT_TOKENS_CACHED",
+    "GENERATION_TOKENS",
+    "RUNNING",
+    "WAITING",
+    "KV_USAGE",
+    "KV_CAPACITY_TOKENS",
+    "KV_BLOCKS",
+    "KV_BLOCK_SIZE",
+    "TTFT",
+    "TPOT",
+    "ITL",
+    "ITERATION_TOKENS",
+    "MFU_FLOPS",
+    "MFU_READ",
+    "MFU_WRITE",
+    "REQUEST_SUCCESS",
+    "PREEMPTIONS",
+    "counter_increase",
+    "histogram_increase",
+    "histogram_quantile",
+    "Increases",
+    "engine_restarted",
+    "increases_between",
+    "lifetime_increases",
+    "sum_increases",
+    "negative_zero",
+    "Acceptance",
+    "acceptance",
+    "StepTokens",
+    "step_tokens",
+    "EngineFigures",
+    "engine_figures",
+]
+
+# Family names, with the newer spelling first: the first one present is used.
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+EMITTED_V0 = "vllm:spec_decode_num_emitted_tokens"
+ACCEPTANCE_RATE_V0 = "vllm:spec_decode_draft_acceptance_rate"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"
+GENERATION_TOKENS = "vllm:generation_tokens"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+KV_CAPACITY_TOKENS = "vllm:cache_config_info:kv_cache_size_tokens"
+KV_BLOCKS = "vllm:cache_config_info:num_gpu_blocks"
+KV_BLOCK_SIZE = "vllm:cache_config_info:block_size"
+TTFT = "vllm:time_to_first_token_seconds"
+# Per-token decode time: the per-request TPOT histogram (0.11+) is per token even under speculation;
+# the step-level ITL histograms are the fallback (they measure time between steps, see vllm.md §1.4).
+TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds")
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# One observation per engine step of prompt tokens computed + tokens emitted: see computed_tokens.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+MFU_FLOPS = "vllm:estimated_flops_per_gpu"
+MFU_READ = "vllm:estimated_read_bytes_per_gpu"
+MFU_WRITE = "vllm:estimated_write_bytes_per_gpu"
+REQUEST_SUCCESS = "vllm:request_success"
+PREEMPTIONS = "vllm:num_preemptions"
+
+
+_first, _second = itemgetter(0), itemgetter(1)
+
+
+def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
+    """Prometheus increase() for one pair: a drop, or a known restart, means it began again at 0."""
+    if restarted or cur < prev:
+        return cur
+    return cur - prev
+
+
+def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False) -> Histogram:
+    if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
+        return cur
+    prev_buckets, cur_buckets = prev.buckets, cur.buckets
+    bounds = list(map(_first, cur_buckets))
+    if bounds == list(map(_first, prev_buckets)):
+        # the usual case, the same bounds in the same order: pair the buckets by position
+        deltas = map(_sub, map(_second, cur_buckets), map(_second, prev_buckets))
+        buckets = tuple([(le, d if d > 0.0 else 0.0) for le, d in zip(bounds, deltas)])
+    else:
+        prev_by_le = dict(prev_buckets)
+        buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur_buckets)
+    return Histogram(buckets, max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+
+
+def histogram_quantile(q: float, h: Histogram | None) -> float | None:
+    """The q-quantile of a (delta) histogram, as PromQL's histogram_quantile() computes it."""
+    if h is None or not h.buckets or h.count <= 0:
+        return None
+    total = h.buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in h.buckets:
+        if count >= rank:
+            if math.isinf(le):
+                # the quantile is past the last finite bound: report that bound, as Prometheus does
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def _add_histograms(a: Histogram | None, b: Histogram) -> Histogram:
+    if a is None:
+        return b
+    if [le for le, _ in a.buckets] != [le for le, _ in b.buckets]:
+        return b if b.count >= a.count else a  # bucket layouts changed mid-window: keep the larger
+    return Histogram(
+        tuple((le, ca + cb) for (le, ca), (_, cb) in zip(a.buckets, b.buckets)), a.sum + b.sum, a.count + b.count
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Increases:
+    """What one engine (or a sum of engines) did over a span: counter increases and histogram deltas."""
+
+    seconds: float
+    counters: dict[str, float] = field(default_factory=dict)
+    accepted_per_position: tuple[float, ...] = ()
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    restarts: int = 0
+
+    def counter(self, name: str) -> float | None:
+        return self.counters.get(name)
+
+    def histogram(self, *names: str) -> Histogram | None:
+        for n in names:
+            h = self.histograms.get(n)
+            if h is not None:
+                return h
+        return None
+
+
+def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
+    """One counter (or histogram count) going down means the engine restarted: every counter began
+    again at zero, even those that have already climbed past their old values."""
+    cur_counters, prev_counters = cur.counters, prev.counters
+    if cur_counters is not prev_counters:
+        if list(cur_counters) == list(prev_counters):
+            # the usual case, the same counters in the same order: compare them by position
+            if any(map(_lt, cur_counters.values(), prev_counters.values())):
+                return True
+        else:
+            for name, value in prev_counters.items():
+                if cur_counters.get(name, math.inf) < value:
+                    return True
+    for name, h in cur.histograms.items():
+        before = prev.histograms.get(name)
+        if before is not None and h.count < before.count:
+            return True
+    return False
+
+
+def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
+                      counters: dict[str, float], per_pos: list[float], histograms: dict[str, Histogram]) -> None:
+    """Add what happened from `first` to `last` with no restart in between (counters are cumulative,
+    so that is last − first), or from zero to `last` when the segment began with a restart."""
+    before = {} if from_zero else first.counters
+    for name, value in last.counters.items():
+        prev = before.get(name, 0.0)
+        # counter_increase(prev, value), inline: a drop means the counter began again at zero
+        counters[name] = counters.get(name, 0.0) + (value if value < prev else value - prev)
+    before_pos = () if from_zero else first.accepted_per_position
+    for i, value in enumerate(last.accepted_per_position):
+        if i >= len(per_pos):
+            per_pos.append(0.0)
+        per_pos[i] += counter_increase(before_pos[i] if i < len(before_pos) else 0.0, value)
+    for name, h in last.histograms.items():
+        before_h = None if from_zero else first.histograms.get(name)
+        delta = h if before_h is None else histogram_increase(before_h, h)
+        histograms[name] = _add_histograms(histograms.get(name), delta)
+
+
+def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]],
+                      restarts_checked: bool = False) -> Increases | None:
+    """What one engine did over consecutive readings. Each pair is (earlier, later, server_restarted).
+    With `restarts_checked` the flags already include engine restarts (engine_restarted), as the
+    Window computes them once per pair rather than once per pair per evaluation.
+
+    The same as summing Prometheus' increase() pair by pair, computed per stretch between restarts:
+    within a stretch the counters are cumulative, so only its ends matter, and a sliding window costs
+    one subtraction per stretch rather than one per pair.
+    """
+    if not pairs:
+        return None
+    counters: dict[str, float] = {}
+    per_pos: list[float] = []
+    histograms: dict[str, Histogram] = {}
+    restarts = 0
+    first, from_zero = pairs[0][0], False
+    for prev, cur, restarted in pairs:
+        if restarted or (not restarts_checked and engine_restarted(prev, cur)):
+            _segment_increase(first, prev, from_zero, counters, per_pos, histograms)
+            restarts += 1
+            first, from_zero = cur, True
+    _segment_increase(first, pairs[-1][1], from_zero, counters, per_pos, histograms)
+    return Increases(0.0, counters, tuple(per_pos), histograms, restarts)
+
+
+def lifetime_increases(engine: EngineSample) -> Increases:
+    """Totals since the server started: the counters as they stand."""
+    return Increases(0.0, dict(engine.counters), engine.accepted_per_position, dict(engine.histograms))
+
+
+def sum_increases(parts: Iterable[Increases], seconds: float) -> Increases:
+    counters: dict[str, float] = {}
+    per_pos: list[float] = []
+    histograms: dict[str, Histogram] = {}
+    restarts = 0
+    for inc in parts:
+        for n, v in inc.counters.items():
+            counters[n] = counters.get(n, 0.0) + v
+        for i, v in enumerate(inc.accepted_per_position):
+            if i >= len(per_pos):
+                per_pos.append(0.0)
+            per_pos[i] += v
+        for n, h in inc.histograms.items():
+            histograms[n] = _add_histograms(histograms.get(n), h)
+        restarts += inc.restarts
+    return Increases(seconds, counters, tuple(per_pos), histograms, restarts)
+
+
+def negative_zero(inc: Increases) -> bool:
+    return any(v == 0.0 and math.copysign(1.0, v) < 0.0
+               for v in (*inc.counters.values(), *inc.accepted_per_position))
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Speculative-decoding acceptance over a span (DESIGN §3)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None  # A/T
+    acceptance_length: float | None  # 1 + A/D, bonus token included
+    per_position: tuple[float, ...]  # a_i / D
+
+    def to_dict(self) -> dict:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_length": self.acceptance_length,
+            "per_position": list(self.per_position),
+        }
+
+
+def acceptance(inc: Increases) -> Acceptance | None:
+    """Acceptance from V1 counters, or from V0's emitted-tokens counter when that is all there is."""
+    accepted = inc.counter(ACCEPTED)
+    draft_tokens = inc.counter(DRAFT_TOKENS)
+    drafts = inc.counter(DRAFTS)
+    if drafts is None and accepted is not None and inc.counter(EMITTED_V0) is not None:
+        # V0: emitted = accepted + one bonus token per draft, so drafts = emitted − accepted.
+        drafts = max(0.0, inc.counters[EMITTED_V0] - accepted)
+    if accepted is None or drafts is None:
+        return None
+    draft_tokens = draft_tokens if draft_tokens is not None else 0.0
+    return Acceptance(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted,
+        acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
+        acceptance_length=1.0 + accepted / drafts if drafts > 0 else None,
+        per_position=tuple(a / drafts for a in inc.accepted_per_position) if drafts > 0 else (),
+    )
+
+
+def _mean(h: Histogram | None) -> float | None:
+    return h.sum / h.count if h is not None and h.count > 0 else None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den is not None and den > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class StepTokens:
+    """What the engine steps of a span computed and emitted, from the counters (vllm.md §1.3, §1.4).
+
+    vLLM V1 observes `vllm:iteration_tokens_total` once per engine step with the prompt tokens that
+    step prefilled (cached prefix tokens excluded) plus the tokens it EMITTED: on a speculative step
+    that is 1 + accepted per request, whatever the verifier computed. Its _count is the number of
+    steps, its _sum is Δprompt − Δprompt_cached + Δgeneration, and its mean is not what a step cost.
+
+    The positions the target's forward pass computed are counted from the counters instead:
+    - prompt: Δprompt_tokens − Δprompt_tokens_cached (the counter counts cached prefix tokens too);
+    - verified: Δdraft_tokens + Δdrafts. A request with a draft is verified over its draft tokens
+      plus one position (the bonus/correction token); a request whose drafter proposed nothing (an
+      n-gram miss) is not counted in drafts and decodes one position plainly; an n-gram proposal
+      shorter than k counts only its own tokens in draft_tokens. So draft_tokens, not drafts·k, is the
+      right count, and drafts·(k+1) holds only when every proposal is full length (a draft model);
+    - plain decode: Δgeneration − (Δdrafts + Δaccepted) − first tokens. A verify step emits
+      1 + accepted per draft; the first token of each request comes from its prefill, whose
+      positions are the prompt's (counted once per request by the TTFT histogram's _count; without
+      it, by finished requests).
+    Not visible in any counter: the positions a preempted request recomputes when it resumes.
+    """
+
+    steps: float
+    computed: float  # positions the target's forward passes computed
+    prompt_computed: float
+    verified: float  # positions computed by verify steps: draft tokens + one per draft
+    plain_decode: float
+    emitted: float  # output tokens (vllm:generation_tokens)
+    prompt_and_emitted: float  # what iteration_tokens_total sums: prompt computed + emitted
+
+    @property
+    def computed_per_step(self) -> float | None:
+        return self.computed / self.steps if self.steps > 0 else None
+
+    @property
+    def prompt_and_emitted_per_step(self) -> float | None:
+        return self.prompt_and_emitted / self.steps if self.steps > 0 else None
+
+
+def step_tokens(inc: Increases) -> StepTokens | None:
+    """The tokens the steps of a span computed and emitted; None without a step count or the
+    token counters."""
+    steps_h = inc.histogram(ITERATION_TOKENS)
+    generation = inc.counter(GENERATION_TOKENS)
+    prompt = inc.counter(PROMPT_TOKENS)
+    if steps_h is None or generation is None or prompt is None:
+        return None
+    prompt_computed = max(0.0, prompt - (inc.counter(PROMPT_TOKENS_CACHED) or 0.0))
+    acc = acceptance(inc)
+    verified = verify_emitted = 0.0
+    if acc is not None:
+        verified = acc.draft_tokens + acc.drafts
+        verify_emitted = acc.drafts + acc.accepted_tokens
+    ttft = inc.histogram(TTFT)
+    first_tokens = ttft.count if ttft is not None else (inc.counter(REQUEST_SUCCESS) or 0.0)
+    plain = max(0.0, generation - verify_emitted - first_tokens)
+    return StepTokens(
+        steps=float(steps_h.count),
+        computed=prompt_computed + verified + plain,
+        prompt_computed=prompt_computed,
+        verified=verified,
+        plain_decode=plain,
+        emitted=generation,
+        prompt_and_emitted=prompt_computed + generation,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    """The engine-level figures specwatch shows and the advisor reads, for one engine or a total."""
+
+    seconds: float
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    tpot_mean_s: float | None
+    itl_mean_s: float | None  # time between engine steps, as seen by a request
+    generation_tokens_per_s: float | None
+    prompt_tokens_per_s: float | None
+    prompt_to_output_ratio: float | None
+    # positions the target computed per step (prompt + verified + plain decode: StepTokens)
+    computed_tokens_per_step_mean: float | None
+    # vllm:iteration_tokens_total's mean: prompt tokens computed + tokens emitted, per step
+    prompt_and_emitted_tokens_per_step_mean: float | None
+    steps_per_s: float | None
+    mfu_intensity: float | None  # estimated FLOPs per byte moved (--enable-mfu-metrics)
+    mfu_flops_per_s: float | None
+    requests_finished: float | None
+    preemptions: float | None
+    kv_capacity_tokens: float | None  # the KV cache's size, from cache_config_info
+    context_tokens: float | None  # tokens held in the KV cache now: usage × capacity
+    acceptance: Acceptance | None
+    restarts: int = 0
+    step_tokens: StepTokens | None = None
+
+
+def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> EngineFigures:
+    """Figures from increases over `inc.seconds` and the latest gauges of the engines summed."""
+    seconds = inc.seconds
+
+    def gauge_sum(*names: str) -> float | None:
+        vals = [next((g[n] for n in names if n in g), None) for g in gauges]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) if vals else None
+
+    kv = [next((g[n] for n in KV_USAGE if n in g), None) for g in gauges]
+    kv = [v for v in kv if v is not None]
+    capacity = None
+    context = None
+    for g in gauges:
+        cap = g.get(KV_CAPACITY_TOKENS)
+        if cap is None and KV_BLOCKS in g and KV_BLOCK_SIZE in g:
+            cap = g[KV_BLOCKS] * g[KV_BLOCK_SIZE]
+        usage = next((g[n] for n in KV_USAGE if n in g), None)
+        if cap is not None:
+            capacity = (capacity or 0.0) + cap
+            if usage is not None:
+                context = (context or 0.0) + usage * cap
+    ttft = inc.histogram(TTFT)
+    steps = inc.histogram(ITERATION_TOKENS)
+    tokens = step_tokens(inc)
+    gen = inc.counter(GENERATION_TOKENS)
+    prompt = inc.counter(PROMPT_TOKENS)
+    flops = inc.counter(MFU_FLOPS)
+    moved = None
+    if inc.counter(MFU_READ) is not None:
+        moved = inc.counters[MFU_READ] + inc.counters.get(MFU_WRITE, 0.0)
+    return EngineFigures(
+        seconds=seconds,
+        running=gauge_sum(RUNNING),
+        waiting=gauge_sum(WAITING),
+        # engines are equal shares of one pool each: the node's usage is their mean
+        kv_cache_usage=sum(kv) / len(kv) if kv else None,
+        ttft_p50_s=histogram_quantile(0.5, ttft),
+        ttft_p95_s=histogram_quantile(0.95, ttft),
+        tpot_mean_s=_mean(inc.histogram(*TPOT)),
+        itl_mean_s=_mean(inc.histogram(*ITL)),
+        generation_tokens_per_s=_ratio(gen, seconds),
+        prompt_tokens_per_s=_ratio(prompt, seconds),
+        prompt_to_output_ratio=_ratio(prompt, gen),
+        computed_tokens_per_step_mean=tokens.computed_per_step if tokens is not None else None,
+        prompt_and_emitted_tokens_per_step_mean=_mean(steps),
+        steps_per_s=_ratio(steps.count if steps is not None else None, seconds),
+        mfu_intensity=_ratio(flops, moved),
+        mfu_flops_per_s=_ratio(flops, seconds),
+        requests_finished=inc.counter(REQUEST_SUCCESS),
+        preemptions=inc.counter(PREEMPTIONS),
+        kv_capacity_tokens=capacity,
+        context_tokens=context,
+        acceptance=acceptance(inc),
+        restarts=inc.restarts,
+        step_tokens=tokens,
+    )

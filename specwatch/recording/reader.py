@@ -1,0 +1,424 @@
+"""Reading a recording, up to any damage, through one reader per released format version."""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from specwatch import __version__
+from specwatch.recording.format import (
+    GZIP_MAGIC,
+    HEADER_KIND,
+    MAX_HEADER_BYTES,
+    READ_CHUNK,
+    SAME,
+    SNAPSHOT_KIND,
+    Recording,
+    RecordingError,
+    RecordingHeader,
+    decode_float,
+    format_time,
+)
+from specwatch.snapshot import (
+    SNAPSHOT_VERSION,
+    EngineSample,
+    GpuSample,
+    Histogram,
+    Snapshot,
+    SnapshotFormatError,
+    SourceStatus,
+    TargetSample,
+    speculation_from_dict,
+)
+
+__all__ = [
+    "iter_lines",
+    "open_snapshots",
+    "read_recording",
+]
+
+
+def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
+    """(member index, line) for every complete line, across gzip members.
+
+    Damage (a corrupt or truncated member) ends the iteration with a warning: what came before it
+    was already yielded. A line cut off by truncation is dropped.
+    """
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise RecordingError(f"cannot open {path}: {exc.strerror or exc}") from None
+    with f:
+        first = f.read(2)
+        if not first:
+            raise RecordingError(f"{path} is empty: it is not a recording (nothing was ever written to it)")
+        if first != GZIP_MAGIC:
+            raise RecordingError(f"{path} is not a specwatch recording (it is not gzip-compressed)")
+        f.seek(0)
+        member = 0
+        decompressor = zlib.decompressobj(31)
+        fed = False  # whether the current member has been given any bytes
+        seen_first_line = False
+        partial = b""
+        pending = b""
+        while True:
+            chunk = pending or f.read(READ_CHUNK)
+            pending = b""
+            if not chunk:
+                break
+            fed = True
+            try:
+                data = decompressor.decompress(chunk)
+            except zlib.error as exc:
+                if member == 0 and not seen_first_line:
+                    raise RecordingError(f"{path} is not a readable recording: its compressed data are corrupt "
+                                         f"({exc})") from None
+                warnings.append(f"{path} is damaged in part {member + 1} ({exc}): replayed up to the damage")
+                return
+            if not seen_first_line and (partial + data)[:1] not in (b"", b"{"):
+                raise RecordingError(f"{path} is not a specwatch recording (a gzip file, but not of JSON lines)")
+            lines = (partial + data).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                seen_first_line = True
+                if line:
+                    yield member, line
+            if not seen_first_line and len(partial) > MAX_HEADER_BYTES:
+                raise RecordingError(f"{path} is not a specwatch recording (no header line)")
+            if decompressor.eof:
+                rest = decompressor.unused_data
+                if partial:
+                    warnings.append(f"{path}: part {member + 1} ends inside a line; that line was dropped")
+                    partial = b""
+                member += 1
+                decompressor = zlib.decompressobj(31)
+                fed = False
+                if rest:
+                    if rest[:2] != GZIP_MAGIC[:len(rest[:2])]:
+                        warnings.append(f"{path} has unreadable data after part {member}: ignored")
+                        return
+                    pending = rest
+        if fed and not decompressor.eof:
+            # the last member never finished: a recorder still running, killed, or a cut copy
+            if partial:
+                warnings.append(f"{path} is truncated (its last line is incomplete and was dropped): "
+                                "replayed up to the damage")
+            else:
+                warnings.append(f"{path} ends without its closing marker (the recorder was stopped abruptly "
+                                "or is still running): replayed everything written")
+
+
+def _parse_header(path: Path, line: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: absurdly nested JSON
+        obj = None
+    if not isinstance(obj, dict) or obj.get("kind") != HEADER_KIND:
+        raise RecordingError(f"{path} is not a specwatch recording (a gzip file, but without a specwatch header)")
+    return obj
+
+
+def _header_from_dict(path: Path, d: dict[str, Any]) -> RecordingHeader:
+    try:
+        return RecordingHeader(
+            data=str(d["data"]),
+            host=str(d.get("host") or ""),
+            targets=tuple(str(t) for t in d.get("targets") or ()),
+            gpus=tuple(str(g) for g in d.get("gpus") or ()),
+            notes=str(d.get("notes") or ""),
+            interval_s=None if d.get("interval_s") is None else float(d["interval_s"]),
+            created=None if d.get("created") is None else float(d["created"]),
+            advisor=dict(d.get("advisor") or {}),
+            specwatch_version=str(d.get("specwatch_version", "?")),
+            snapshot_version=int(d["snapshot_version"]),
+            format_version=int(d["format_version"]),
+        )
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: int(1e999)
+        raise RecordingError(f"{path} has a malformed header ({exc!s})") from None
+
+
+class _SnapshotDecoderV1:
+    """Format 1 Snapshot lines → Snapshots, reusing the objects of entries marked "same"."""
+
+    def __init__(self) -> None:
+        self._previous: dict[str, tuple[Any, ...]] = {}
+
+    def reset(self) -> None:
+        self._previous = {}
+
+    def decode(self, obj: Any) -> Snapshot:
+        if not isinstance(obj, dict) or obj.get("kind") != SNAPSHOT_KIND:
+            raise SnapshotFormatError("a line that is not a Snapshot")
+        try:
+            targets = self._entries(obj, "targets", TargetSample.from_dict)
+            gpus = self._entries(obj, "gpus", GpuSample.from_dict)
+            sources = self._entries(obj, "sources", SourceStatus.from_dict)
+            return Snapshot(time=float(obj["time"]), targets=targets, gpus=gpus, sources=sources)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+            raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
+
+    def _entries(self, obj: dict[str, Any], name: str, decode: Callable[[Any], Any]) -> tuple[Any, ...]:
+        before = self._previous.get(name, ())
+        out = []
+        for i, entry in enumerate(obj.get(name, ())):
+            if entry == SAME:
+                out.append(before[i])  # IndexError when the reference points nowhere: a bad file
+            else:
+                out.append(decode(entry))
+        entries = tuple(out)
+        self._previous[name] = entries
+        return entries
+
+
+_scan_once = json.JSONDecoder().scan_once
+
+
+def _loads_line(line: bytes) -> Any:
+    """json.loads(line), without its per-call overhead for the lines the writer makes (one object,
+    UTF-8, no surrounding whitespace). Anything else, errors included, goes through json.loads."""
+    if line[:1] == b"{":
+        try:
+            text = line.decode()
+            obj, end = _scan_once(text, 0)
+            if end == len(text):
+                return obj
+        except Exception:  # noqa: BLE001 - json.loads below says what is wrong, as it always did
+            pass
+    return json.loads(line)
+
+
+def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHeader,
+             warnings: list[str], decoder: _SnapshotDecoderV1 | None = None) -> Iterator[Snapshot]:
+    """Format version 1: header lines open each member; Snapshot lines may refer to the previous one."""
+    if header.snapshot_version != SNAPSHOT_VERSION:
+        raise RecordingError(
+            f"{path} holds snapshot layout {header.snapshot_version}; this specwatch reads layout "
+            f"{SNAPSHOT_VERSION} (recorded by specwatch {header.specwatch_version})"
+        )
+    decoder = decoder or _SnapshotDecoderV1()
+    current_member = 0
+    last_time: float | None = None
+    for member, line in lines:
+        if member != current_member:
+            current_member = member
+            decoder.reset()
+        try:
+            obj = _loads_line(line)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            warnings.append(f"{path} has an unreadable line after {format_time(last_time)}: replayed up to it")
+            return
+        if isinstance(obj, dict) and obj.get("kind") == HEADER_KIND:
+            continue  # each member repeats the header
+        try:
+            snapshot = decoder.decode(obj)
+        except SnapshotFormatError as exc:
+            warnings.append(f"{path} has a damaged Snapshot after {format_time(last_time)} ({exc}): "
+                            "replayed up to it")
+            return
+        last_time = snapshot.time
+        yield snapshot
+
+
+def _gpu(written: Any, before: tuple[GpuSample, ...], i: int) -> GpuSample:
+    """A GPU as written: whole, or as the values that changed since the earlier reading."""
+    changed = written.get("changed")
+    if changed is None:
+        return GpuSample.from_dict(written)
+    old = before[i]  # IndexError when there is no earlier reading: a bad file
+    values = dict(old.values)
+    if not changed.keys() <= values.keys():
+        raise ValueError("a GPU value that was not read before")
+    for k, v in changed.items():
+        values[k] = v if v.__class__ is float else decode_float(v)
+    return GpuSample(index=old.index, name=old.name, uuid=old.uuid, source=old.source, values=values,
+                     errors=old.errors, lost=old.lost, throttle_reasons=old.throttle_reasons,
+                     processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode)
+
+
+def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
+    """Counters or gauges as written by against."""
+    if written.__class__ is list:
+        if len(before) != len(written):  # TypeError when there is no earlier reading: a bad file
+            raise ValueError("values do not match the engine's earlier reading")
+        return dict(zip(before, [v if v.__class__ is float else decode_float(v) for v in written]))
+    if written == SAME:
+        if before is None:
+            raise ValueError("\"same\" with no earlier reading")
+        return before
+    return {k: v if v.__class__ is float else decode_float(v) for k, v in written.items()}
+
+
+class _SnapshotDecoderV2(_SnapshotDecoderV1):
+    """Format 2: format 1, plus engines written against their previous reading in the member and
+    histograms as compact lists against their bucket bounds (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._engines: dict[tuple[str, str, Any], EngineSample] = {}
+        self._layouts: dict[tuple[Any, str], tuple[float, ...]] = {}
+        # url → (the "speculation" entry as written, its reading): it is the same on almost every line
+        self._speculation: dict[str, tuple[Any, Any]] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._engines = {}
+        self._layouts = {}
+        self._speculation = {}
+
+    def decode(self, obj: Any) -> Snapshot:
+        if not isinstance(obj, dict) or obj.get("kind") != SNAPSHOT_KIND:
+            raise SnapshotFormatError("a line that is not a Snapshot")
+        try:
+            previous = self._previous
+            out = []
+            for name, decode in (("targets", self._target), ("gpus", None), ("sources", SourceStatus.from_dict)):
+                raw = obj.get(name, ())
+                if raw == SAME:
+                    entries = previous[name]  # KeyError when there is no previous Snapshot: a bad file
+                else:
+                    before = previous.get(name, ())
+                    # IndexError when a "same" points nowhere: a bad file
+                    entries = tuple([before[i] if e == SAME else decode(e) if decode is not None
+                                     else _gpu(e, before, i) for i, e in enumerate(raw)])
+                previous[name] = entries
+                out.append(entries)
+            return Snapshot(time=float(obj["time"]), targets=out[0], gpus=out[1], sources=out[2])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+            raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
+
+    def _target(self, d: dict[str, Any]) -> TargetSample:
+        url = str(d["url"])
+        return TargetSample(
+            url=url,
+            state=str(d["state"]),
+            message=str(d.get("message", "")),
+            version=d.get("version"),
+            engines=tuple([self._engine(url, e) for e in d.get("engines", ())]),
+            process_start_time=d.get("process_start_time"),
+            scrape_seconds=d.get("scrape_seconds"),
+            payload_bytes=d.get("payload_bytes"),
+            speculation=self._speculation_of(url, d.get("speculation")),
+            engine=None if d.get("engine") is None else str(d["engine"]),
+        )
+
+    def _speculation_of(self, url: str, written: Any) -> Any:
+        before = self._speculation.get(url)
+        if before is not None and before[0] == written:
+            return before[1]
+        config = speculation_from_dict(written)
+        self._speculation[url] = (written, config)
+        return config
+
+    def _engine(self, url: str, d: dict[str, Any]) -> EngineSample:
+        engine, model_name = str(d["engine"]), d.get("model_name")
+        key = (url, engine, model_name)
+        before = self._engines.get(key)
+        # AttributeError below when there is no earlier reading to refer to: a bad file
+        counters = _values_against(d.get("counters", {}), before.counters if before is not None else None)
+        gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
+        histograms = {}
+        layouts = self._layouts
+        written = d.get("histograms", {})
+        if written.__class__ is list:  # the families of the earlier reading, in its order
+            names = before.histograms
+            if len(names) != len(written):
+                raise ValueError("histograms do not match the engine's earlier reading")
+            written = zip(names, written)
+        else:
+            written = written.items()
+        for name, h in written:
+            if h.__class__ is list:
+                bounds = layouts[key, name]  # KeyError when no bounds were written: a bad file
+            elif h == SAME:
+                histograms[name] = before.histograms[name]
+                continue
+            elif "le" in h:
+                bounds = layouts[key, name] = tuple([le if le.__class__ is float else decode_float(le) for le in h["le"]])
+                h = h["h"]
+            else:
+                histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1
+                continue
+            # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
+            # repeat the last one written
+            counts = [c if c.__class__ is float else float(c) for c in h[2:]]
+            missing = len(bounds) - len(counts)
+            if missing > 0:
+                counts += [counts[-1]] * missing  # IndexError when none was written: a bad file
+            elif missing < 0:
+                raise ValueError("more bucket counts than bucket bounds")
+            count = h[1]
+            histograms[name] = Histogram(tuple(zip(bounds, counts)), float(h[0]),
+                                         counts[-1] if count is None else float(count))
+        sample = EngineSample(
+            engine=engine,
+            model_name=model_name,
+            counters=counters,
+            gauges=gauges,
+            histograms=histograms,
+            accepted_per_position=tuple([v if v.__class__ is float else float(v)
+                                         for v in d.get("accepted_per_position", ())]),
+        )
+        self._engines[key] = sample
+        return sample
+
+
+def _read_v2(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHeader,
+             warnings: list[str]) -> Iterator[Snapshot]:
+    """Format version 2: format 1's layout, with engines and histograms written compactly."""
+    return _read_v1(path, lines, header, warnings, _SnapshotDecoderV2())
+
+
+_READERS: dict[int, Callable[[Path, Iterator[tuple[int, bytes]], RecordingHeader, list[str]], Iterator[Snapshot]]] = {
+    1: _read_v1,
+    2: _read_v2,
+}
+
+
+def open_snapshots(path: str | os.PathLike[str], warnings: list[str] | None = None
+                   ) -> tuple[RecordingHeader, Iterator[Snapshot]]:
+    """The header, and a lazy iterator over the Snapshots: for long recordings read as a stream.
+
+    Raises RecordingError when the file is not a readable recording at all; damage found later is
+    appended to `warnings` and ends the iteration.
+    """
+    p = Path(path)
+    warnings = warnings if warnings is not None else []
+    lines = iter_lines(p, warnings)
+    try:
+        first = next(lines, None)
+    except EOFError:
+        first = None
+    if first is None:
+        if warnings:
+            raise RecordingError(f"{p} is not a readable recording: {warnings[-1]}")
+        raise RecordingError(f"{p} is not a specwatch recording, or was cut off before its header ended")
+    raw = _parse_header(p, first[1])
+    version = raw.get("format_version")
+    if not isinstance(version, int):
+        raise RecordingError(f"{p} has a malformed header (no format version)")
+    reader = _READERS.get(version)
+    if reader is None:
+        newest = max(_READERS)
+        if version > newest:
+            raise RecordingError(f"{p} was recorded in format {version} by specwatch "
+                                 f"{raw.get('specwatch_version', '?')}; this specwatch ({__version__}) reads "
+                                 f"formats up to {newest}: upgrade specwatch to replay it")
+        raise RecordingError(f"{p} is in format {version}, which no released specwatch wrote")
+    header = _header_from_dict(p, raw)
+    return header, reader(p, lines, header, warnings)
+
+
+def read_recording(path: str | os.PathLike[str]) -> Recording:
+    """The whole recording in memory. Raises RecordingError; damage becomes `warnings`."""
+    warnings: list[str] = []
+    header, snapshots = open_snapshots(path, warnings)
+    try:
+        items = list(snapshots)
+    except RecordingError:
+        raise
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return Recording(Path(path), header, items, warnings)
