@@ -8,11 +8,10 @@ command's flags and exit statuses live in `specwatch.commands.predict`. No I/O h
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any, TextIO
+from typing import Any
 
 from specwatch import perf
 from specwatch.hardware import (
@@ -25,7 +24,7 @@ from specwatch.hardware import (
     lookup_model,
 )
 
-__all__ = ["PredictInputError", "predict", "add_predict_arguments", "run_predict", "parse_quantity"]
+__all__ = ["PredictInputError", "predict", "parse_quantity"]
 
 SCHEMA = "specwatch.predict/1"
 

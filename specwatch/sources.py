@@ -2,7 +2,8 @@
 
 - LiveSource: vLLM targets over HTTP plus NVML/dcgm-exporter (this module);
 - ReplaySource: a recording played back (specwatch.collectors.replay);
-- a Prometheus source for remote nodes (the fleet work).
+(`fleet` reads remote nodes' verdicts through Prometheus queries, specwatch.collectors.prometheus,
+not through Snapshots.)
 
 A front end awaits `read()` for the next Snapshot, re-arming its poll only after the previous read
 completed (so a slow node never piles up requests), and closes the source when done.

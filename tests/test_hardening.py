@@ -30,7 +30,7 @@ from specwatch.collectors.gpus import GpuPoller
 from specwatch.collectors.nvml import NvmlCollector
 from specwatch.collectors.prometheus import PrometheusClient
 from specwatch.collectors.vllm import VllmSource, VllmTarget, make_client, scrape_target
-from specwatch.exposition import MAX_POSITIONS, ExpositionError, parse_payload
+from specwatch.exposition import MAX_POSITIONS, parse_payload
 from specwatch.monitor import Monitor
 from specwatch.recording import RecordingError, read_recording
 from specwatch.snapshot import Snapshot

@@ -17,7 +17,7 @@ from specwatch.hardware import lookup_model
 from specwatch.monitor import DEFAULT_DWELL_S, Monitor
 from specwatch.commands.check import exit_status
 from specwatch.commands.options import ExitCode
-from specwatch.snapshot import Snapshot, TargetSample
+from specwatch.snapshot import TargetSample
 from step_law import LLAMA_1B, LawNode, generate, tiers_load, true_crossover
 
 START = 1_900_000_000.0

@@ -33,7 +33,7 @@ from specwatch.perf.costs import (
     request_speedup,
     verify_attention_s,
 )
-from specwatch.perf.speedup import Crossover, KChoice
+from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
 from specwatch.perf.steptime import StepTimeFit, StepTimeModel
 
 
@@ -228,21 +228,8 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crosso
 
     if excess(1.0) < 0:
         return Crossover(None, "never_pays", max_batch)
-    points = 48  # a factor of 1.16 between grid points up to 1024, then bisection to 1e-10
-    previous = 1.0
-    for step in range(1, points + 1):
-        b = max_batch ** (step / points)
-        if excess(b) < 0:
-            low, high = previous, b
-            for _ in range(34):
-                middle = 0.5 * (low + high)
-                if excess(middle) >= 0:
-                    low = middle
-                else:
-                    high = middle
-            return Crossover(0.5 * (low + high), "crosses", max_batch)
-        previous = b
-    return Crossover(None, "pays_throughout", max_batch)
+    # a factor of 1.16 between grid points up to 1024, then bisection to 1e-10
+    return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34)
 
 
 def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:

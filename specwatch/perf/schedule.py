@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specwatch.perf.acceptance import acceptance_length, length_at_k
+from specwatch.perf.acceptance import length_at_k
 from specwatch.perf.steptime import StepTimeModel
-from specwatch.perf.speedup import best_k, speedup
+from specwatch.perf.speedup import speedup
 
 
 __all__ = [

@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 
 from specwatch.perf.acceptance import LengthAtK, check_k, length_at_k, length_at_k_iid
 from specwatch.perf.draft import break_even_length
@@ -20,6 +19,7 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 
 __all__ = [
+    "first_fall_through_one",
     "verify_ratio",
     "speedup",
     "break_even_length_at_load",
@@ -131,19 +131,26 @@ def crossover_concurrency(
         if crossing is None:
             return Crossover(None, "pays_throughout", max_batch)
         return Crossover(crossing, "crosses", max_batch)
-    grid = np.geomspace(1.0, max_batch, 96)
+    return first_fall_through_one(excess, max_batch, grid_points=96, bisections=60)
+
+
+def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int) -> Crossover:
+    """The first b in (1, max_batch] where `excess(b)` = S(b) − 1 falls below 0 (S(1) ≥ 1 is the
+    caller's to check): a log grid of `grid_points`, then bisection inside the first cell that
+    falls. S is not monotone in general (KV reads, caps), so the grid finds the first fall."""
     previous = 1.0
-    for b in grid[1:]:
-        if excess(float(b)) < 0:
-            low, high = previous, float(b)
-            for _ in range(60):
+    for step in range(1, grid_points + 1):
+        b = max_batch ** (step / grid_points)
+        if excess(b) < 0:
+            low, high = previous, b
+            for _ in range(bisections):
                 middle = 0.5 * (low + high)
                 if excess(middle) >= 0:
                     low = middle
                 else:
                     high = middle
             return Crossover(0.5 * (low + high), "crosses", max_batch)
-        previous = float(b)
+        previous = b
     return Crossover(None, "pays_throughout", max_batch)
 
 

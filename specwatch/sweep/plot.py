@@ -7,7 +7,6 @@ import textwrap
 from typing import Sequence
 
 from specwatch.sweep.common import NEVER_PAYS, PAYS_THROUGHOUT, PREDICTED_MAX_BATCH, SPEEDUP_PLOT_CLIP
-from specwatch.sweep.crossing import crossings
 from specwatch.sweep.files import crossing_interval_words
 from specwatch.sweep.intervals import COSTS, ONE_ROUND, PAYS, WITHIN_NOISE
 
