@@ -197,26 +197,33 @@ def test_a_frozen_engine_core_is_a_stalled_engine_and_check_exits_3(ngram_server
     for t in threads:
         t.start()
     try:
-        time.sleep(3.0)
         # stop the engine where its last published step left requests running (a stop that lands
-        # between two requests freezes running at 0: let it go and stop it again)
-        for _attempt in range(10):
+        # between two requests freezes running at 0: let it go and stop it again). On a loaded
+        # machine the requests take a while to get going, so wait for them before each stop.
+        seen = []
+        for _attempt in range(30):
+            deadline = time.monotonic() + 60.0
+            while _running_gauge(ngram_server) <= 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
             for pid in cores:
                 os.kill(pid, signal.SIGSTOP)
             time.sleep(1.0)  # the last outputs of the engine reach the API server
-            if _running_gauge(ngram_server) > 0:
+            seen.append(_running_gauge(ngram_server))
+            if seen[-1] > 0:
                 break
             for pid in cores:
                 os.kill(pid, signal.SIGCONT)
-            time.sleep(0.3)
         else:
-            raise AssertionError("the engine never stopped with requests running")
+            raise AssertionError(f"the engine never stopped with requests running (running gauge after "
+                                 f"each stop: {seen})")
         try:
             code, report, _ = run_check(ngram_server.url, 4.0, "--method", "ngram")
         finally:
             for pid in cores:
                 os.kill(pid, signal.SIGCONT)
     finally:
+        for pid in cores:  # never leave the shared server's engine stopped, whatever failed
+            os.kill(pid, signal.SIGCONT)
         stop.set()
         for t in threads:
             t.join(timeout=150)
