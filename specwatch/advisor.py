@@ -412,6 +412,21 @@ class Advisor:
             reasons.append("no drafts in this window: acceptance is the lifetime figure")
             flags.append("stale_acceptance")
 
+        if gpu is None and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
+            # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
+            # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
+            # position costs a token's compute. When the answer flips between the two, say so
+            # rather than give the optimistic end with confidence.
+            pessimistic = length / (k + 1)
+            if pessimistic < 1.0:
+                flags.append("gpu_unidentified")
+                reasons.insert(0, f"no GPU identified (no NVML driver, no dcgm-exporter, no --gpu): the expected "
+                                  f"speedup lies between {pessimistic:.2f}× (every verified position costs a "
+                                  f"token's compute, as on a CPU or past the knee) and {s_now:.2f}× (below a "
+                                  f"GPU's knee); give --gpu, or traffic at several loads, to decide")
+                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
+                                     be=be_here, low_be=low_be, length=length,
+                                     details={"prior": prior_words, "speedup_range": (pessimistic, s_now)})
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
         if step_model.confidence(n_verify) < 0.2:
@@ -619,6 +634,17 @@ def _engine_caveats(tw: TargetWindow, reasons: list[str], flags: list[str],
                        "metric: judged as if speculation were off")
         flags.append("acceptance_not_exposed")
     return reasons, flags, confidence
+
+
+def _shape_measured(step_model: perf.StepTimeModel, plain_tokens: float, verify_tokens: float) -> bool:
+    """Whether live step times cover the token counts a speedup compares (plain and verified, each
+    within a factor of 2), so that the step time's shape between them is measured, not assumed."""
+    if not isinstance(step_model, perf.StepTimeFit) or step_model.n_samples < 3:
+        return False
+    low, high = step_model.tokens_min, step_model.tokens_max
+    if low is None or high is None or high < 2.0 * low:
+        return False
+    return low <= 2.0 * max(plain_tokens, 1.0) and high >= 0.5 * verify_tokens
 
 
 def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:
