@@ -83,6 +83,7 @@ def _binary(name: str) -> str:
 
 
 def test_kustomization_lists_every_manifest_and_nothing_missing() -> None:
+    # (production-stack/ is its own kustomization, for the chart's post-renderer)
     listed = set(_kustomization()["resources"])
     on_disk = {p.name for p in KUBE.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == on_disk
@@ -252,3 +253,30 @@ def test_sidecar_arguments_parse_as_the_export_command() -> None:
     args = build_parser().parse_args(["export", *container["args"]])
     assert args.urls == ["http://localhost:8000"] and args.no_nvml and args.allow_remote
     assert args.listen == "0.0.0.0:9464" and args.dcgm == "http://$(HOST_IP):9400/metrics"
+
+
+# ---- the vLLM production-stack chart, through the Helm post-renderer ------------------------------
+
+
+def test_production_stack_engines_get_the_sidecar_and_the_router_does_not(tmp_path: Path) -> None:
+    kubectl = _binary("kubectl")
+    overlay = tmp_path / "production-stack"
+    shutil.copytree(KUBE / "production-stack", overlay)
+    chart_output = (Path(__file__).parent / "data" / "production-stack-render.yaml").read_text()
+    # what Helm does: the chart's manifests on stdin, the post-renderer's stdout applied
+    result = subprocess.run(["sh", str(overlay / "post-renderer.sh")], input=chart_output, capture_output=True,
+                            text=True, timeout=60, env=dict(os.environ, PATH=f"{Path(kubectl).parent}:{os.environ['PATH']}"))
+    assert result.returncode == 0, result.stderr
+    rendered = {d["metadata"]["name"]: d for d in yaml.safe_load_all(result.stdout) if d}
+    engine, router = rendered["vllm-llama3-deployment-vllm"], rendered["vllm-deployment-router"]
+    engine_pod = engine["spec"]["template"]
+    assert sorted(c["name"] for c in engine_pod["spec"]["containers"]) == ["specwatch", "vllm"]
+    _, sidecar = _sidecar()
+    [patched] = [c for c in engine_pod["spec"]["containers"] if c["name"] == "specwatch"]
+    assert patched == sidecar
+    assert engine_pod["metadata"]["labels"]["specwatch/agent"] == "sidecar"
+    # the chart's own labels and selector are kept: a changed selector would be refused on upgrade
+    assert engine["spec"]["selector"] == yaml.safe_load(chart_output.split("---")[0])["spec"]["selector"]
+    assert [c["name"] for c in router["spec"]["template"]["spec"]["containers"]] == ["router-container"]
+    for obj in rendered.values():
+        _validate(obj)

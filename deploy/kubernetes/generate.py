@@ -1,4 +1,4 @@
-"""Writes the Kubernetes copies of the alert rules and the Grafana dashboard from deploy/'s originals.
+"""Writes the Kubernetes copies of the alert rules, the Grafana dashboard and the sidecar patch.
 
     python deploy/kubernetes/generate.py          # rewrite the generated files
     python deploy/kubernetes/generate.py --check  # exit 1, naming the files, when they differ
@@ -6,7 +6,9 @@
 deploy/prometheus/specwatch-alerts.yml and deploy/grafana/specwatch-dashboard.json are the only
 sources: the PrometheusRule carries the rule file's groups unchanged, and the ConfigMap carries the
 dashboard's JSON text byte for byte, so editing either original and not re-running this script
-fails tests/test_kubernetes.py. Needs PyYAML.
+fails tests/test_kubernetes.py. Likewise the production-stack patch carries the `specwatch` container,
+the pod label and the volume of vllm-with-specwatch.yaml's pod, so the sidecar is written once.
+Needs PyYAML.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ ALERTS = DEPLOY / "prometheus" / "specwatch-alerts.yml"
 DASHBOARD = DEPLOY / "grafana" / "specwatch-dashboard.json"
 PROMETHEUS_RULE = HERE / "prometheusrule.yaml"
 DASHBOARD_CONFIGMAP = HERE / "grafana-dashboard-configmap.yaml"
+EXAMPLE_POD = HERE / "vllm-with-specwatch.yaml"
+SIDECAR_PATCH = HERE / "production-stack" / "specwatch-sidecar-patch.yaml"
+SIDECAR = "specwatch"
+POD_LABEL = "specwatch/agent"
 LABELS = {"app.kubernetes.io/name": "specwatch", "app.kubernetes.io/component": "monitoring"}
 
 
@@ -78,7 +84,27 @@ def dashboard_configmap() -> str:
     return _header("deploy/grafana/specwatch-dashboard.json") + _dump(document)
 
 
-GENERATED = {PROMETHEUS_RULE: prometheus_rule, DASHBOARD_CONFIGMAP: dashboard_configmap}
+def sidecar_patch() -> str:
+    """A strategic-merge patch that adds the sidecar to any Deployment's pod (kustomize merges
+    containers and volumes by name, labels by key)."""
+    pod = yaml.safe_load(EXAMPLE_POD.read_text())["spec"]["template"]
+    [container] = [c for c in pod["spec"]["containers"] if c["name"] == SIDECAR]
+    mounted = {m["name"] for m in container.get("volumeMounts", ())}
+    document = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        # kustomize applies the patch to every Deployment its target selects, whatever this name
+        "metadata": {"name": "vllm-engine"},
+        "spec": {"template": {
+            "metadata": {"labels": {POD_LABEL: pod["metadata"]["labels"][POD_LABEL]}},
+            "spec": {"containers": [container],
+                     "volumes": [v for v in pod["spec"].get("volumes", ()) if v["name"] in mounted]},
+        }},
+    }
+    return _header("deploy/kubernetes/vllm-with-specwatch.yaml (its specwatch container)") + _dump(document)
+
+
+GENERATED = {PROMETHEUS_RULE: prometheus_rule, DASHBOARD_CONFIGMAP: dashboard_configmap, SIDECAR_PATCH: sidecar_patch}
 
 
 def stale() -> list[Path]:
