@@ -8,7 +8,8 @@ their full work each poll), starts `specwatch export --url <fake> --interval 1 -
 in a subprocess, scrapes the agent's /metrics every few seconds the way Prometheus would, and reads
 the agent's CPU time (user + system, from /proc) over the measured span after a warm-up.
 
-Budget: at most 0.5 % of one core. Exit status 1 when over it. NVML is off because this machine may
+Also prints the agent's resident memory and its peak (what deploy/kubernetes/ sizes the container
+from). Budget: at most 0.5 % of one core. Exit status 1 when over it. NVML is off because this machine may
 have no GPU; on a GPU node add --nvml to include the NVML thread (its own cost is in bench_nvml.py).
 """
 
@@ -93,6 +94,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def memory_kib(pid: int) -> dict[str, int]:
+    """Resident set now (VmRSS) and its peak (VmHWM) of a process, in KiB, from /proc/PID/status."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measured span (default %(default)s)")
@@ -129,6 +140,7 @@ def main() -> int:
             time.sleep(0.05)
         wall, cpu = time.monotonic() - wall0, cpu_seconds(agent.pid) - cpu0
         polls = vllm.scrapes[0] - start_polls
+        memory = memory_kib(agent.pid)
     finally:
         agent.send_signal(signal.SIGTERM)
         try:
@@ -143,6 +155,8 @@ def main() -> int:
           f"verdict {verdict_line.group(1) if verdict_line else '?'}")
     print(f"  CPU {cpu:.3f} s = {fraction:.3%} of one core ({cpu / max(polls, 1) * 1000:.2f} ms per poll); "
           f"budget {BUDGET_CORE_FRACTION:.1%}: {'OK' if fraction <= BUDGET_CORE_FRACTION else 'OVER'}")
+    # what a container's memory request and limit are sized from (deploy/kubernetes/)
+    print(f"  memory: resident {memory.get('VmRSS', 0) / 1024:.1f} MiB, peak {memory.get('VmHWM', 0) / 1024:.1f} MiB")
     return 0 if fraction <= BUDGET_CORE_FRACTION else 1
 
 

@@ -12,6 +12,11 @@ shows the verdict with the dashboard's VerdictBanner (the figures Prometheus hol
 that banner reads) and a plain table for the rest: the dashboard's other panels read raw Snapshots
 (counters, histograms), which Prometheus does not hold.
 
+On Kubernetes (a PodMonitor or ServiceMonitor of the Prometheus Operator) every series also carries
+the target's `namespace` and `pod`: a node is then named namespace/pod and selected by those two
+labels, so replicas that share a hostname stay apart and an agent Prometheus cannot scrape is named
+by its pod rather than its pod IP.
+
 Keys: q quit, r refresh, Enter drill into a node, Escape back.
 """
 
@@ -39,6 +44,23 @@ RANK_MISALIGNED, RANK_COSTING, RANK_EXPORTER_DOWN, RANK_GPU_LOST, RANK_SOURCE_DO
     RANK_WOULD_PAY, RANK_HOLD, RANK_FINE = range(9)
 
 
+# Target labels the Prometheus Operator puts on every series it scrapes from a pod
+NAMESPACE, POD = "namespace", "pod"
+Selector = tuple[tuple[str, str], ...]
+
+
+def node_identity(labels: dict[str, str]) -> tuple[str, Selector]:
+    """The name a node goes by in the fleet, and the label matchers that select its series.
+
+    namespace/pod when Prometheus carries both (Kubernetes service discovery), else the agent's own
+    `node` label."""
+    namespace, pod = labels.get(NAMESPACE, ""), labels.get(POD, "")
+    if namespace and pod:
+        return f"{namespace}/{pod}", ((NAMESPACE, namespace), (POD, pod))
+    node = labels.get(NODE, "")
+    return node, ((NODE, node),)
+
+
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
@@ -63,6 +85,7 @@ class FleetRow:
     gpus_lost: int = 0
     sources_down: tuple[str, ...] = ()  # "dcgm http://... (connection_refused)"
     exporter_up: bool = True
+    selector: Selector = ()  # label matchers of this node's series; empty: node="<node>"
 
     @property
     def key(self) -> str:
@@ -122,9 +145,15 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
     """Rows from the specwatch_* series and the agents' `up` series, sorted by attention."""
     by_name = _group(series)
     fields: dict[tuple[str, str], dict[str, Any]] = {}
+    selectors: dict[str, Selector] = {}
+
+    def name(labels: dict[str, str]) -> str:
+        node, selector = node_identity(labels)
+        selectors.setdefault(node, selector)
+        return node
 
     def where(labels: dict[str, str]) -> tuple[str, str]:
-        return labels.get(NODE, ""), labels.get(TARGET, "")
+        return name(labels), labels.get(TARGET, "")
 
     def row(labels: dict[str, str]) -> dict[str, Any]:
         return fields.setdefault(where(labels), {})
@@ -157,21 +186,25 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
     lost: dict[str, int] = {}
     for s in by_name.get(schema.GPU_LOST.series, ()):
         if s.value == 1:
-            lost[s.labels.get(NODE, "")] = lost.get(s.labels.get(NODE, ""), 0) + 1
+            lost[name(s.labels)] = lost.get(name(s.labels), 0) + 1
     down: dict[str, list[str]] = {}
     for s in by_name.get(schema.SOURCE_UP.series, ()):
         if s.value == 0:
-            down.setdefault(s.labels.get(NODE, ""), []).append(
+            down.setdefault(name(s.labels), []).append(
                 f"{s.labels.get(SOURCE, '?')} ({s.labels.get(STATE, '?')})")
     rows = []
     for (node, target), values in fields.items():
         rows.append(FleetRow(node=node, target=target, flags=tuple(sorted(flags.get((node, target), ()))),
                              gpus_lost=lost.get(node, 0), sources_down=tuple(sorted(down.get(node, ()))),
-                             **values))
-    # an agent Prometheus cannot scrape has no specwatch_* series left: list it by its instance
+                             selector=selectors[node], **values))
+    # an agent Prometheus cannot scrape has no specwatch_* series left: list it by its pod, or else
+    # by its instance
     for s in up:
         if s.value == 0:
-            rows.append(FleetRow(node=s.labels.get("instance", "?"), target="", exporter_up=False))
+            node, selector = node_identity(s.labels)
+            if selector[0][0] == NODE:
+                node, selector = s.labels.get("instance", "?"), ()
+            rows.append(FleetRow(node=node, target="", exporter_up=False, selector=selector))
     return sorted(rows, key=FleetRow.sort_key)
 
 
@@ -243,16 +276,17 @@ class PrometheusNodeSource:
 
     kind = "PROMETHEUS"
 
-    def __init__(self, client: PrometheusClient, node: str) -> None:
+    def __init__(self, client: PrometheusClient, node: str, selector: Selector = ()) -> None:
         self.client = client
         self.node = node
+        self.selector = selector or ((NODE, node),)
 
     def describe(self) -> str:
         return f"node {self.node} through {self.client.describe()}"
 
     async def read(self) -> NodeDetail:
-        selector = schema.SERIES_SELECTOR.removesuffix("}") + f', {NODE}="{_escape(self.node)}"}}'
-        result = await self.client.query(selector)
+        matchers = "".join(f', {label}="{_escape(value)}"' for label, value in self.selector)
+        result = await self.client.query(schema.SERIES_SELECTOR.removesuffix("}") + matchers + "}")
         if not result.ok:
             return NodeDetail(self.node, result.state, result.message)
         return node_detail(self.node, result)
@@ -569,7 +603,7 @@ class FleetApp(App[None]):
             self.notify(f"{row.node}: Prometheus cannot scrape this agent, so there is nothing to show",
                         severity="warning")
             return
-        self.push_screen(NodeScreen(PrometheusNodeSource(self.client, row.node), self.refresh_s))
+        self.push_screen(NodeScreen(PrometheusNodeSource(self.client, row.node, row.selector), self.refresh_s))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # DataTable takes Enter for itself and says so with RowSelected: drill from there
