@@ -38,6 +38,8 @@ DCGM_FIELD_MAP: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("util_gpu", 0.01),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_memory", 0.01),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    # cumulative energy since the driver loaded, in mJ (dcgm_fields.h): joules over a span
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 0.001),
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
