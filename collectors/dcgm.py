@@ -129,6 +129,9 @@ def parse_dcgm_metrics(text: str) -> DcgmReading:
             name = sample.name
             if not name.startswith("DCGM_FI_"):
                 continue
+            if name.endswith("_total") and family.type == "counter" and name not in DCGM_FIELD_MAP:
+                # the exporter types the energy field a counter without `_total`; the parser adds it
+                name = name[: -len("_total")]
             labels = sample.labels
             index_text = labels.get("gpu")
             if index_text is None or not index_text.strip().isdigit():
