@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from specwatch.figures import GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile
+from specwatch.figures import GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens
 from specwatch.snapshot import Histogram
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "RequestShape", "request_shape", "finish_reasons",
     "Goodput", "goodput",
     "GpuEnergy", "Energy", "energy_per_token", "energy_counter_increase",
-    "HealthFigures", "health_figures",
+    "HealthFigures", "health_figures", "decode_positions_per_token", "health_report",
 ]
 
 E2E = "vllm:e2e_request_latency_seconds"
@@ -294,3 +294,40 @@ def health_figures(inc: Increases) -> HealthFigures:
     return HealthFigures(latency_table(inc), request_shape(inc), finish_reasons(inc),
                          inc.counter(GENERATION_TOKENS))
 
+
+
+def decode_positions_per_token(inc: Increases) -> float | None:
+    """Decode positions the target computed per output token: verified (draft tokens + one per draft)
+    plus plain decode, over the tokens emitted. Near 1 without speculation; with it, above 1 by the
+    rejected draft positions: the compute (and energy) spent on tokens never emitted."""
+    tokens = step_tokens(inc)
+    if tokens is None or tokens.emitted <= 0:
+        return None
+    return (tokens.verified + tokens.plain_decode) / tokens.emitted
+
+
+def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int, float],
+                  slo_ttft_s: float | None, slo_tpot_s: float | None,
+                  speculation_on: bool, expected_speedup: float | None) -> dict:
+    """The health block of `check --json` (and what the exporter serves): latency breakdown, request
+    shape, finish reasons, goodput and energy per output token over the window.
+
+    `expected_speedup` is the advisor's per-token speedup of speculation at this load; with
+    speculation on, switching it off makes each token `expected_speedup` times slower, and with it
+    off, switching it on makes each token that much faster."""
+    toggled_tpot_ratio = toggled_speed = None
+    if expected_speedup is not None and expected_speedup > 0:
+        toggled_tpot_ratio = expected_speedup if speculation_on else 1.0 / expected_speedup
+        toggled_speed = 1.0 / toggled_tpot_ratio
+    block: dict = {"window_s": seconds, "speculation_toggled_to": "off" if speculation_on else "on",
+                   "latency": {}, "request_shape": None, "finish_reasons": {}, "truncated_share": None,
+                   "goodput": None, "energy": None}
+    if inc is None:
+        return block
+    block.update(health_figures(inc).to_dict())
+    g = goodput(inc, slo_ttft_s, slo_tpot_s, toggled_tpot_ratio)
+    block["goodput"] = g.to_dict() if g is not None else None
+    e = energy_per_token(gpu_joules, inc.counter(GENERATION_TOKENS), seconds,
+                         decode_positions_per_token(inc), toggled_speed)
+    block["energy"] = e.to_dict() if e is not None else None
+    return block

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from specwatch.health import health_report
 from specwatch.perf import BoundEstimate
 from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
 from specwatch.window import EngineFigures, TargetWindow, Window
@@ -110,11 +111,14 @@ def check_report(
     verdict: dict[str, Any],
     bound: BoundEstimate,
     config: SpeculationConfig | None = None,
+    slo: tuple[float | None, float | None] = (None, None),
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
-    judged with (Advisor.speculation), when the target's own does not say everything."""
+    judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
+    (TTFT, TPOT) targets in seconds that goodput counts against."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
+    gpu_joules, _ = window.gpu_energy()
     target = latest.target(url) if latest else None
     reachable = bool(target and target.ok)
     return {
@@ -129,6 +133,9 @@ def check_report(
         "sources": sources_block(latest.sources if latest else ()),
         "bound": bound.to_dict(),
         "verdict": verdict,
+        "health": health_report(tw.increases if tw else None, tw.seconds if tw else 0.0, gpu_joules,
+                                slo[0], slo[1], bool(tw and tw.speculation_configured),
+                                verdict.get("expected_speedup")),
     }
 
 

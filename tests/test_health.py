@@ -6,7 +6,8 @@ import pytest
 from payloads import NGRAM_K4, read
 from specwatch.exposition import parse_payload
 from specwatch.figures import lifetime_increases
-from specwatch.health import energy_counter_increase, energy_per_token, goodput, health_figures, share_at_or_below
+from specwatch.health import (energy_counter_increase, energy_per_token, goodput, health_figures, health_report,
+                              share_at_or_below)
 from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, TargetSample
 from specwatch.window import Window
 
@@ -126,3 +127,29 @@ def test_window_without_energy_readings():
     w.add(_snap(100.0, 0.0, [_gpu(0)]))
     w.add(_snap(105.0, 10.0, [_gpu(0)]))
     assert w.gpu_energy() == ({}, 0.0)
+
+
+def test_health_report_from_the_capture_by_hand(capture_increases):
+    # 572 J on one GPU over the 1144 output tokens of the capture; speculation on, 1.25× at this load
+    block = health_report(capture_increases, 30.0, {0: 572.0}, 0.05, None, speculation_on=True,
+                          expected_speedup=1.25)
+    assert block["speculation_toggled_to"] == "off"
+    e = block["energy"]
+    assert e["joules_per_token"] == pytest.approx(0.5)
+    assert e["joules_per_token_if_toggled"] == pytest.approx(0.5 * 1.25)  # off: each token 1.25× longer
+    # decode positions: verified 1037 draft tokens + 301 drafts, plain 1144 − (301 + 272) − 20 first
+    # tokens = 551; over 1144 output tokens
+    assert e["computed_per_emitted"] == pytest.approx((1037 + 301 + 551) / 1144)
+    assert block["goodput"]["ttft_share"] == pytest.approx(0.4)
+    assert block["goodput"]["estimate"] == "from histogram bucket boundaries"
+    assert block["finish_reasons"] == {"length": 20.0} and block["truncated_share"] == 1.0
+    assert block["latency"]["e2e"]["p90_s"] == pytest.approx(1.25)
+    assert block["request_shape"]["input_output_ratio"] == pytest.approx(1194 / 1144)
+    # speculation off now: switching on at 1.25× makes each token 0.8× as long
+    off = health_report(capture_increases, 30.0, {0: 572.0}, None, 0.005, speculation_on=False,
+                        expected_speedup=1.25)
+    assert off["energy"]["joules_per_token_if_toggled"] == pytest.approx(0.5 / 1.25)
+    assert off["goodput"]["tpot_share_if_toggled"] == pytest.approx(
+        share_at_or_below(capture_increases.histogram("vllm:request_time_per_output_token_seconds"), 0.005 * 1.25))
+    empty = health_report(None, 0.0, {}, 0.05, None, True, None)
+    assert empty["energy"] is None and empty["goodput"] is None and empty["latency"] == {}
