@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from specwatch.figures import GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens
 from specwatch.snapshot import Histogram
@@ -24,6 +24,7 @@ __all__ = [
     "Goodput", "goodput",
     "GpuEnergy", "Energy", "energy_per_token", "energy_counter_increase",
     "HealthFigures", "health_figures", "decode_positions_per_token", "health_report",
+    "node_output_tokens",
 ]
 
 E2E = "vllm:e2e_request_latency_seconds"
@@ -308,13 +309,16 @@ def decode_positions_per_token(inc: Increases) -> float | None:
 
 def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int, float],
                   slo_ttft_s: float | None, slo_tpot_s: float | None,
-                  speculation_on: bool, expected_speedup: float | None) -> dict:
+                  speculation_on: bool, expected_speedup: float | None,
+                  node_output_tokens: float | None = None) -> dict:
     """The health block of `check --json` (and what the exporter serves): latency breakdown, request
     shape, finish reasons, goodput and energy per output token over the window.
 
     `expected_speedup` is the advisor's per-token speedup of speculation at this load; with
     speculation on, switching it off makes each token `expected_speedup` times slower, and with it
-    off, switching it on makes each token that much faster."""
+    off, switching it on makes each token that much faster. `node_output_tokens`: the output tokens
+    of every target on the node's GPUs over the window (the energy is all of theirs); this target's
+    when None."""
     toggled_tpot_ratio = toggled_speed = None
     if expected_speedup is not None and expected_speedup > 0:
         toggled_tpot_ratio = expected_speedup if speculation_on else 1.0 / expected_speedup
@@ -327,7 +331,15 @@ def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int
     block.update(health_figures(inc).to_dict())
     g = goodput(inc, slo_ttft_s, slo_tpot_s, toggled_tpot_ratio)
     block["goodput"] = g.to_dict() if g is not None else None
-    e = energy_per_token(gpu_joules, inc.counter(GENERATION_TOKENS), seconds,
+    tokens = node_output_tokens if node_output_tokens is not None else inc.counter(GENERATION_TOKENS)
+    e = energy_per_token(gpu_joules, tokens, seconds,
                          decode_positions_per_token(inc), toggled_speed)
     block["energy"] = e.to_dict() if e is not None else None
     return block
+
+
+def node_output_tokens(increases: Iterable[Increases | None]) -> float | None:
+    """The output tokens of every target over the window: what the node's GPU energy bought."""
+    values = [inc.counter(GENERATION_TOKENS) for inc in increases if inc is not None]
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from specwatch.health import health_report
+from specwatch.health import health_report, node_output_tokens
 from specwatch.perf import BoundEstimate
 from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
 from specwatch.window import EngineFigures, TargetWindow, Window
@@ -135,7 +135,9 @@ def check_report(
         "verdict": verdict,
         "health": health_report(tw.increases if tw else None, tw.seconds if tw else 0.0, gpu_joules,
                                 slo[0], slo[1], bool(tw and tw.speculation_configured),
-                                verdict.get("expected_speedup")),
+                                verdict.get("expected_speedup"),
+                                node_output_tokens(t.increases for t in map(window.target, window.target_urls())
+                                                   if t is not None)),
     }
 
 
