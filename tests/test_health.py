@@ -153,3 +153,29 @@ def test_health_report_from_the_capture_by_hand(capture_increases):
         share_at_or_below(capture_increases.histogram("vllm:request_time_per_output_token_seconds"), 0.005 * 1.25))
     empty = health_report(None, 0.0, {}, 0.05, None, True, None)
     assert empty["energy"] is None and empty["goodput"] is None and empty["latency"] == {}
+
+
+def test_health_panel_fits_80_columns_and_says_what_the_capture_says(capture_increases):
+    from rich.console import Console
+
+    from specwatch.widgets.health import HealthPanel
+    from specwatch.widgets.view import DashboardView, SourceInfo
+
+    block = health_report(capture_increases, 30.0, {0: 572.0}, 0.05, 0.005, speculation_on=True,
+                          expected_speedup=1.25)
+    view = DashboardView(source=SourceInfo("live", "test"), health=block)
+    console = Console(width=78, record=True, color_system=None)  # 80 less the panel's border
+    console.print(HealthPanel().render_view(view, 78))
+    lines = console.export_text().rstrip("\n").split("\n")
+    assert len(lines) <= 14 and all(len(line) <= 78 for line in lines)
+    text = "\n".join(lines)
+    assert "length 100%" in text and "cut at max_tokens" in text
+    # 40 % within TTFT, 50 % within TPOT: both, between 0 and 40 %; off, TPOT×1.25: 40 % within
+    assert "0%–40% within TTFT≤50 ms TPOT≤5.0 ms · spec off: 0%–40%" in text
+    assert "0.5 J per output token · spec off: 0.625 J" in text
+    e2e = next(line for line in lines if line.strip().startswith("e2e"))
+    assert "1.25 s" in e2e  # p90 from (1.0, 1.5]
+    empty = DashboardView(source=SourceInfo("live", "test"))
+    console = Console(width=78, record=True, color_system=None)
+    console.print(HealthPanel().render_view(empty, 78))
+    assert "two readings" in console.export_text()
