@@ -198,6 +198,20 @@ def format_summary(report: dict[str, Any]) -> str:
     for s in report["sources"]:
         if s["state"] not in ("ok", "absent"):
             lines.append(f"  {s['name']}: {s['message'] or s['state']}")
+    health = report.get("health") or {}
+    reasons = health.get("finish_reasons") or {}
+    if reasons:
+        total = sum(reasons.values())
+        lines.append("  finished: " + ", ".join(f"{reason} {count / total:.0%}" for reason, count in reasons.items())
+                     + (" (most requests cut at max_tokens)" if (health.get("truncated_share") or 0) >= 0.5 else ""))
+    goodput = health.get("goodput")
+    if goodput is not None:
+        low, high = goodput["share_low"], goodput["share_high"]
+        share = f"{high:.0%}" if abs(high - low) < 0.005 else f"{low:.0%}–{high:.0%}"
+        lines.append(f"  goodput: {share} of requests within the SLO (estimated from histogram buckets)")
+    energy = health.get("energy")
+    if energy is not None and energy["joules_per_token"] is not None:
+        lines.append(f"  energy: {energy['joules_per_token']:.3g} J per output token over the window")
     v = report["verdict"]
     lines.append(f"  bound: {report['bound']['state']}")
     lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")
