@@ -38,6 +38,8 @@ DCGM_FIELD_MAP: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_GPU_UTIL": ("util_gpu", 0.01),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("util_memory", 0.01),
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    # cumulative energy since the driver loaded, in mJ (dcgm_fields.h): joules over a span
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 0.001),
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_w", 1.0),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
     "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
@@ -127,6 +129,9 @@ def parse_dcgm_metrics(text: str) -> DcgmReading:
             name = sample.name
             if not name.startswith("DCGM_FI_"):
                 continue
+            if name.endswith("_total") and family.type == "counter" and name not in DCGM_FIELD_MAP:
+                # the exporter types the energy field a counter without `_total`; the parser adds it
+                name = name[: -len("_total")]
             labels = sample.labels
             index_text = labels.get("gpu")
             if index_text is None or not index_text.strip().isdigit():

@@ -562,6 +562,10 @@ class NvmlCollector:
         power_mw = self._read(dev, errors, ("power_w",), "nvmlDeviceGetPowerUsage")
         if power_mw is not None:
             values["power_w"] = float(power_mw) / 1000.0
+        # cumulative energy since the driver loaded, in mJ (Volta and newer): joules over a span
+        energy_mj = self._read(dev, errors, ("energy_j",), "nvmlDeviceGetTotalEnergyConsumption")
+        if energy_mj is not None:
+            values["energy_j"] = float(energy_mj) / 1000.0
         sm = self._read(dev, errors, ("sm_clock_mhz",), "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
         if sm is not None:
             values["sm_clock_mhz"] = float(sm)

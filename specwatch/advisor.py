@@ -25,6 +25,7 @@ from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup
 from specwatch.snapshot import GpuSample, SpeculationConfig, resolve_speculation
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
+from specwatch.health import Goodput, goodput
 from specwatch.window import EngineFigures, TargetWindow
 
 
@@ -67,6 +68,9 @@ class AdvisorConfig:
     gpu: GpuSpec | None = None  # overrides the GPU read from NVML/DCGM
     model: ModelSpec | None = None  # enables the datasheet step-time prior
     tp: int = 1
+    # the operator's service-level targets: goodput is the share of requests within them
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
     dtype: str = "bf16"
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
     confirm_windows: int = 3  # consecutive updates before a flip
@@ -427,6 +431,11 @@ class Advisor:
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
                                      be=be_here, low_be=low_be, length=length,
                                      details={"prior": prior_words, "speedup_range": (pessimistic, s_now)})
+        # speculation is on: switched off, each token takes s_now times as long
+        slo = _slo_goodput(self.config, tw, tpot_ratio_if_toggled=s_now, toggled_words="with speculation off")
+        if slo is not None:
+            reasons.append(slo[0])
+
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
         if step_model.confidence(n_verify) < 0.2:
@@ -440,7 +449,8 @@ class Advisor:
                              best=best, change=change,
                              details={"prior": prior_words, "carried_by": decision.carried_by,
                                       "level_error": decision.level_error,
-                                      "request_speedup": decision.request_speedup})
+                                      "request_speedup": decision.request_speedup,
+                                      **({"goodput": slo[1]} if slo is not None else {})})
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
         """The draft's pricing for the decision: the same as predict's for the same method."""
@@ -483,10 +493,14 @@ class Advisor:
             reasons.append("whether it pays depends on the drafter's acceptance on this traffic: measure it "
                            "(specwatch sweep) before turning it on")
             confidence = 0.0
+        # acceptance is not measured here, so neither is what speculation would do to TPOT
+        slo = _slo_goodput(self.config, tw)
+        if slo is not None:
+            reasons.append(slo[0])
         # acceptance is not measured here: a typical drafter's is a guess, so never above 0.6
         return self._verdict(state, min(confidence, UNCONFIGURED_CONFIDENCE_CAP), time, reasons, bound, flags, tw,
                              running=running, be=needed, change=change, required=needed,
-                             details={"prior": prior_words})
+                             details={"prior": prior_words, **({"goodput": slo[1]} if slo is not None else {})})
 
     def _load_words(self, running, k, n_verify, step_model, gpu, figures) -> str:
         knee = step_model.knee_tokens
@@ -671,3 +685,40 @@ def _method_words(method: str | None) -> str:
     if method is None:
         return "the drafter"
     return perf.METHOD_WORDS.get(method, method)
+
+
+def _slo_words(config: AdvisorConfig) -> str:
+    parts = []
+    if config.slo_ttft_s is not None:
+        parts.append(f"TTFT ≤ {_seconds_words(config.slo_ttft_s)}")
+    if config.slo_tpot_s is not None:
+        parts.append(f"TPOT ≤ {_seconds_words(config.slo_tpot_s)}")
+    return ", ".join(parts)
+
+
+def _seconds_words(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1.0 else f"{seconds:.3g} s"
+
+
+def _share_words(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "unknown"
+    if abs(high - low) < 0.005:
+        return f"{high:.0%}"
+    return f"{low:.0%}–{high:.0%}"
+
+
+def _slo_goodput(config: AdvisorConfig, tw: TargetWindow, tpot_ratio_if_toggled: float | None = None,
+                 toggled_words: str = "") -> tuple[str, Goodput] | None:
+    """The reason naming the SLO, and the goodput behind it; None without an SLO or requests.
+    TPOT follows the per-token speedup when speculation is switched; TTFT does not (the prefill)."""
+    if (config.slo_ttft_s is None and config.slo_tpot_s is None) or tw.increases is None:
+        return None
+    g = goodput(tw.increases, config.slo_ttft_s, config.slo_tpot_s, tpot_ratio_if_toggled)
+    if g is None:
+        return None
+    words = (f"SLO {_slo_words(config)}: {_share_words(g.share_low, g.share_high)} of requests within it "
+             "over the window (estimated from histogram buckets)")
+    if g.share_high_if_toggled is not None and toggled_words:
+        words += f"; {toggled_words} at this load: {_share_words(g.share_low_if_toggled, g.share_high_if_toggled)}"
+    return words, g

@@ -411,6 +411,22 @@ class SpecwatchApp(App[int]):
             recording_stopped=self.recording_stopped,
         )
 
+    def _health(self, url: str | None) -> dict | None:
+        """The selected target's health block over the window (None before two readings)."""
+        from specwatch.health import health_report, node_output_tokens
+
+        window = self.monitor.window
+        tw = window.target(url) if url else None
+        if tw is None or tw.increases is None:
+            return None
+        state = self.states.get(url)
+        config = self.monitor.advisor_config
+        gpu_joules, _ = window.gpu_energy()
+        tokens = node_output_tokens(t.increases for t in map(window.target, window.target_urls()) if t is not None)
+        return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
+                             tw.speculation_configured,
+                             state.verdict.expected_speedup if state is not None else None, tokens)
+
     def view(self) -> DashboardView:
         """The view of the selected target and engine; rebuilt only after something changed."""
         if self._view is not None and not self._view_dirty:
@@ -445,6 +461,7 @@ class SpecwatchApp(App[int]):
             unconfigured_k=UNCONFIGURED_K,
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
+            health=self._health(url),
         )
         self._view_dirty = False
         return self._view

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from specwatch import __version__
 from specwatch import export_schema as schema
 from specwatch.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
+from specwatch.health import health_report, node_output_tokens
 from specwatch.monitor import Monitor, TargetState
 from specwatch.snapshot import Snapshot, SpeculationConfig
 
@@ -126,6 +127,9 @@ class ExportFrame:
     last_success: dict[str, float] = field(default_factory=dict)
     # target URL → the speculation config its verdict was judged with
     speculation: dict[str, SpeculationConfig | None] = field(default_factory=dict)
+    # target URL → its health block over the window (specwatch.health.health_report)
+    health: dict[str, dict] = field(default_factory=dict)
+    slo: tuple[float | None, float | None] = (None, None)
 
 
 def _finite(value: float | None) -> bool:
@@ -150,6 +154,7 @@ class SpecwatchCollector(Collector):
         node = frame.node
         yield from self._agent(frame)
         yield from self._targets(node, frame)
+        yield from self._health(node, frame)
         yield from self._gpus(node, frame.snapshot)
         yield from self._sources(node, frame)
 
@@ -217,6 +222,50 @@ class SpecwatchCollector(Collector):
                     running, bound, signal, flag, spec_info, stalled)
 
     @staticmethod
+    def _health(node: str, frame: ExportFrame) -> Iterable[Metric]:
+        slo, goodput, toggled = gauge(schema.SLO), gauge(schema.GOODPUT), gauge(schema.GOODPUT_IF_TOGGLED)
+        latency, finish, io_ratio = gauge(schema.LATENCY), gauge(schema.FINISH_REASON), gauge(schema.INPUT_OUTPUT)
+        energy, energy_toggled, gpu_energy = gauge(schema.ENERGY_PER_TOKEN), gauge(schema.ENERGY_IF_TOGGLED), \
+            gauge(schema.GPU_ENERGY_PER_TOKEN)
+        for kind, value in zip(("ttft", "tpot"), frame.slo):
+            if _finite(value):
+                slo.add_metric([node, kind], float(value))  # type: ignore[arg-type]
+        gpu_names = {g.index: g.name for g in frame.snapshot.gpus} if frame.snapshot is not None else {}
+        node_energy = None
+        for url, block in sorted(frame.health.items()):
+            key = [node, public_url(url)]
+            g = block.get("goodput")
+            if g is not None:
+                for bound in ("low", "high"):
+                    if _finite(g[f"share_{bound}"]):
+                        goodput.add_metric(key + [bound], float(g[f"share_{bound}"]))
+                    if _finite(g[f"share_{bound}_if_toggled"]):
+                        toggled.add_metric(key + [bound], float(g[f"share_{bound}_if_toggled"]))
+            for phase, row in block["latency"].items():
+                for q, quantile in (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99")):
+                    if _finite(row[f"{q}_s"]):
+                        latency.add_metric(key + [phase, quantile], float(row[f"{q}_s"]))
+            finished = sum(block["finish_reasons"].values())
+            for reason, count in block["finish_reasons"].items():
+                finish.add_metric(key + [reason], count / finished)
+            shape = block["request_shape"]
+            if shape is not None and _finite(shape["input_output_ratio"]):
+                io_ratio.add_metric(key, float(shape["input_output_ratio"]))
+            e = block["energy"]
+            if e is not None:
+                node_energy = e  # the node's GPUs over the node's tokens: the same for every target
+                if _finite(e["joules_per_token_if_toggled"]):
+                    energy_toggled.add_metric(key, float(e["joules_per_token_if_toggled"]))
+        if node_energy is not None:
+            if _finite(node_energy["joules_per_token"]):
+                energy.add_metric([node], float(node_energy["joules_per_token"]))
+            for gpu in node_energy["gpus"]:
+                if _finite(gpu["joules_per_token"]):
+                    gpu_energy.add_metric([node, str(gpu["index"]), gpu_names.get(gpu["index"], "unknown")],
+                                          float(gpu["joules_per_token"]))
+        yield from (slo, goodput, toggled, latency, finish, io_ratio, energy, energy_toggled, gpu_energy)
+
+    @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:
         dram, tensor, sm, lost = gauge(schema.GPU_DRAM), gauge(schema.GPU_TENSOR), gauge(schema.GPU_SM), \
             gauge(schema.GPU_LOST)
@@ -278,9 +327,22 @@ class ExportAgent:
             advisor = self.monitor.advisor_of(target.url)
             judged = advisor.speculation if advisor is not None else None
             speculation[target.url] = judged if judged is not None else target.speculation
+        states = self.monitor.states
+        config = self.monitor.advisor_config
+        slo = (config.slo_ttft_s, config.slo_tpot_s)
+        # the window as of this Snapshot (a state keeps the window of its last shown verdict)
+        window = self.monitor.window
+        gpu_joules, _ = window.gpu_energy()
+        windows = {url: window.target(url) for url in states}
+        tokens = node_output_tokens(tw.increases for tw in windows.values() if tw is not None)
+        health = {
+            url: health_report(tw.increases, tw.seconds, gpu_joules, slo[0], slo[1],
+                               states[url].verdict.configured, states[url].verdict.expected_speedup, tokens)
+            for url, tw in windows.items() if tw is not None
+        }
         frame = ExportFrame(node=self._frame.node, mode=self._frame.mode, snapshot=snapshot,
-                            states=self.monitor.states, received_at=now, poll_seconds=poll_seconds,
-                            last_success=last_success, speculation=speculation)
+                            states=states, received_at=now, poll_seconds=poll_seconds,
+                            last_success=last_success, speculation=speculation, health=health, slo=slo)
         self._frame = frame  # one assignment: the scrape thread sees the old frame or the new one
         self.polls += 1
         return frame

@@ -36,6 +36,10 @@ GPU = "gpu"
 GPU_NAME = "name"
 SOURCE = "source"
 KIND = "kind"
+PHASE = "phase"
+QUANTILE = "quantile"
+BOUND_LABEL = "bound"
+REASON = "reason"
 
 
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
@@ -107,6 +111,38 @@ SPECULATION = MetricName(
 FLAGS = MetricName("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
                    _TARGET + (FLAG,))
 
+# -- the node's health, per vLLM target, over the window -------------------------------------------------
+SLO = MetricName("specwatch_slo_seconds", "The service-level targets goodput counts against (kind: ttft, tpot).",
+                 (NODE, KIND))
+GOODPUT = MetricName(
+    "specwatch_goodput_ratio",
+    "Share of requests within the SLO over the window, estimated from histogram buckets. With both a TTFT and "
+    "a TPOT target the share meeting both lies between bound=low and bound=high.", _TARGET + (BOUND_LABEL,))
+GOODPUT_IF_TOGGLED = MetricName(
+    "specwatch_goodput_if_toggled_ratio",
+    "The same with speculation switched the other way at this load: TPOT scaled by the expected speedup, "
+    "TTFT unchanged.", _TARGET + (BOUND_LABEL,))
+LATENCY = MetricName(
+    "specwatch_request_latency_seconds",
+    "Latency quantiles over the window from bucket deltas (phase: e2e, queue, ttft, prefill, decode, tpot, itl).",
+    _TARGET + (PHASE, QUANTILE))
+FINISH_REASON = MetricName("specwatch_finish_reason_ratio",
+                           "Share of the requests finished in the window by reason (stop, length, abort, ...).",
+                           _TARGET + (REASON,))
+INPUT_OUTPUT = MetricName("specwatch_request_input_output_ratio",
+                          "Mean prompt tokens over mean output tokens of the requests finished in the window.",
+                          _TARGET)
+ENERGY_PER_TOKEN = MetricName(
+    "specwatch_energy_per_token_joules",
+    "Energy of all GPUs over the window (NVML/DCGM total-energy counters) per output token of all targets.",
+    (NODE,))
+ENERGY_IF_TOGGLED = MetricName(
+    "specwatch_energy_per_token_if_toggled_joules",
+    "Energy per output token with this target's speculation switched the other way at this load, at the same "
+    "power draw.", _TARGET)
+GPU_ENERGY_PER_TOKEN = MetricName("specwatch_gpu_energy_per_token_joules",
+                                  "One GPU's energy over the window per output token of the node.", _GPU)
+
 # -- per GPU -----------------------------------------------------------------------------------------
 GPU_DRAM = MetricName("specwatch_gpu_dram_active_ratio",
                       "DRAM bandwidth utilisation, 0..1 (GPM or DCGM_FI_PROF_DRAM_ACTIVE).", _GPU)
@@ -124,7 +160,8 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
-               BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+               BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
+               FINISH_REASON, INPUT_OUTPUT, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 
 # Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
 SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'

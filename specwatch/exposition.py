@@ -58,6 +58,15 @@ WANTED: dict[str, str] = {
     "vllm:time_per_output_token_seconds": HISTOGRAM,
     "vllm:request_time_per_output_token_seconds": HISTOGRAM,
     "vllm:iteration_tokens_total": HISTOGRAM,
+    # the request's life, V1 (0.7+): end to end, and its queue / prefill / decode / inference parts
+    "vllm:e2e_request_latency_seconds": HISTOGRAM,
+    "vllm:request_queue_time_seconds": HISTOGRAM,
+    "vllm:request_prefill_time_seconds": HISTOGRAM,
+    "vllm:request_decode_time_seconds": HISTOGRAM,
+    "vllm:request_inference_time_seconds": HISTOGRAM,
+    # request shape: one observation per finished request
+    "vllm:request_prompt_tokens": HISTOGRAM,
+    "vllm:request_generation_tokens": HISTOGRAM,
     # MFU counters (--enable-mfu-metrics)
     "vllm:estimated_flops_per_gpu": COUNTER,
     "vllm:estimated_read_bytes_per_gpu": COUNTER,
@@ -71,6 +80,10 @@ WANTED: dict[str, str] = {
 PER_POSITION_FAMILY = "vllm:spec_decode_num_accepted_tokens_per_pos"
 START_TIME_FAMILY = "process_start_time_seconds"
 CACHE_INFO_FAMILY = "vllm:cache_config_info"
+# request_success carries a finished_reason label: besides the family total, each reason is kept as
+# its own counter "<family>:<reason>" (stop, length, abort, ...), the shares an operator reads.
+FINISH_REASON_FAMILY = "vllm:request_success"
+FINISH_REASON_LABEL = "finished_reason"
 # The numeric cache_config_info labels kept, as gauges named "<family>:<label>".
 CACHE_INFO_LABELS = ("num_gpu_blocks", "block_size", "kv_cache_size_tokens")
 # Draft positions beyond this are ignored: vLLM creates one per speculative token (k is a few, at most
@@ -389,6 +402,10 @@ class _EngineBuilder:
         if kind == COUNTER:
             # series with extra labels (finished_reason, ...) are summed into the family total
             self.counters[family] = self.counters.get(family, 0.0) + value
+            reason = labels.get(FINISH_REASON_LABEL) if family == FINISH_REASON_FAMILY else None
+            if reason and reason.isascii() and reason.isidentifier():
+                per_reason = f"{family}:{reason}"
+                self.counters[per_reason] = self.counters.get(per_reason, 0.0) + value
         elif kind == GAUGE:
             self.gauges[family] = self.gauges.get(family, 0.0) + value
         elif role == "bucket":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from specwatch.health import health_report, node_output_tokens
 from specwatch.perf import BoundEstimate
 from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
 from specwatch.window import EngineFigures, TargetWindow, Window
@@ -110,11 +111,14 @@ def check_report(
     verdict: dict[str, Any],
     bound: BoundEstimate,
     config: SpeculationConfig | None = None,
+    slo: tuple[float | None, float | None] = (None, None),
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
-    judged with (Advisor.speculation), when the target's own does not say everything."""
+    judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
+    (TTFT, TPOT) targets in seconds that goodput counts against."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
+    gpu_joules, _ = window.gpu_energy()
     target = latest.target(url) if latest else None
     reachable = bool(target and target.ok)
     return {
@@ -129,6 +133,11 @@ def check_report(
         "sources": sources_block(latest.sources if latest else ()),
         "bound": bound.to_dict(),
         "verdict": verdict,
+        "health": health_report(tw.increases if tw else None, tw.seconds if tw else 0.0, gpu_joules,
+                                slo[0], slo[1], bool(tw and tw.speculation_configured),
+                                verdict.get("expected_speedup"),
+                                node_output_tokens(t.increases for t in map(window.target, window.target_urls())
+                                                   if t is not None)),
     }
 
 
@@ -189,6 +198,20 @@ def format_summary(report: dict[str, Any]) -> str:
     for s in report["sources"]:
         if s["state"] not in ("ok", "absent"):
             lines.append(f"  {s['name']}: {s['message'] or s['state']}")
+    health = report.get("health") or {}
+    reasons = health.get("finish_reasons") or {}
+    if reasons:
+        total = sum(reasons.values())
+        lines.append("  finished: " + ", ".join(f"{reason} {count / total:.0%}" for reason, count in reasons.items())
+                     + (" (most requests cut at max_tokens)" if (health.get("truncated_share") or 0) >= 0.5 else ""))
+    goodput = health.get("goodput")
+    if goodput is not None:
+        low, high = goodput["share_low"], goodput["share_high"]
+        share = f"{high:.0%}" if abs(high - low) < 0.005 else f"{low:.0%}–{high:.0%}"
+        lines.append(f"  goodput: {share} of requests within the SLO (estimated from histogram buckets)")
+    energy = health.get("energy")
+    if energy is not None and energy["joules_per_token"] is not None:
+        lines.append(f"  energy: {energy['joules_per_token']:.3g} J per output token over the window")
     v = report["verdict"]
     lines.append(f"  bound: {report['bound']['state']}")
     lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")

@@ -321,6 +321,7 @@ def speculation_from_dict(d: Any) -> SpeculationConfig | None:
 
 # GPU field names, shared by every GPU source. Activity and utilisation fields are fractions in
 # 0..1; power in W; clocks in MHz; memory in bytes; temperature in °C; PCIe/NVLink in bytes/s.
+GPU_ENERGY = "energy_j"
 GPU_FIELDS = (
     "sm_active",
     "sm_occupancy",
@@ -330,6 +331,7 @@ GPU_FIELDS = (
     "util_memory",
     "power_w",
     "power_limit_w",
+    "energy_j",  # cumulative since the driver loaded: an increase over a span is that span's energy
     "sm_clock_mhz",
     "sm_clock_max_mhz",
     "mem_clock_mhz",

@@ -19,6 +19,7 @@ and accepted tokens count as vLLM's spec-decode counters do.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -30,6 +31,9 @@ from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, Sou
 
 ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
                      16384.0, math.inf)
+# vLLM's request-length buckets (1, 2, 5 per decade up to its max_model_len; here to 100k)
+LENGTH_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+                  20000.0, 50000.0, 100000.0, math.inf)
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                    10.0, 20.0, 40.0, 80.0, math.inf)
 
@@ -80,6 +84,11 @@ class _Totals:
     tpot_sum: float = 0.0
     itl: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS))
     itl_sum: float = 0.0
+    e2e: list[float] = field(default_factory=lambda: [0.0] * len(LATENCY_BUCKETS))
+    e2e_sum: float = 0.0
+    prompt_lengths: list[float] = field(default_factory=lambda: [0.0] * len(LENGTH_BUCKETS))
+    output_lengths: list[float] = field(default_factory=lambda: [0.0] * len(LENGTH_BUCKETS))
+    energy_j: float = 1.0e6  # the GPUs' total-energy counters (each GPU draws the same)
 
 
 def _observe(buckets: list[float], bounds: Sequence[float], value: float, count: float) -> None:
@@ -146,9 +155,16 @@ def generate(
             totals.tpot_sum += tpot * started
             _observe(totals.itl, LATENCY_BUCKETS, step_time, steps * b)
             totals.itl_sum += step_time * steps * b
+            e2e = ttft + tpot * max(0.0, node.output_tokens_per_request - 1.0)
+            _observe(totals.e2e, LATENCY_BUCKETS, e2e, started)
+            totals.e2e_sum += e2e * started
+            _observe(totals.prompt_lengths, LENGTH_BUCKETS, node.prompt_tokens_per_request, started)
+            _observe(totals.output_lengths, LENGTH_BUCKETS, node.output_tokens_per_request, started)
         t = start_time + i * interval_s
-        yield Snapshot(time=t, targets=(_target(node, totals, b, context),),
-                       gpus=_gpus(node, b, context, tokens_per_step),
+        gpus = _gpus(node, b, context, tokens_per_step)
+        totals.energy_j += gpus[0].values["power_w"] * interval_s if gpus else 0.0
+        gpus = tuple(dataclasses.replace(g, values={**g.values, "energy_j": totals.energy_j}) for g in gpus)
+        yield Snapshot(time=t, targets=(_target(node, totals, b, context),), gpus=gpus,
                        sources=(SourceStatus("nvml", "ok", "synthetic"),))
 
 
@@ -158,6 +174,8 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
         "vllm:prompt_tokens": totals.prompt,
         "vllm:prompt_tokens_cached": totals.prompt_cached,
         "vllm:request_success": totals.finished,
+        # every synthetic request ends at its end-of-sequence token, none at a length cap
+        "vllm:request_success:stop": totals.finished,
         "vllm:num_preemptions": 0.0,
     }
     if node.speculation:
@@ -177,6 +195,11 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
         "vllm:time_to_first_token_seconds": _histogram(totals.ttft, LATENCY_BUCKETS, totals.ttft_sum),
         "vllm:request_time_per_output_token_seconds": _histogram(totals.tpot, LATENCY_BUCKETS, totals.tpot_sum),
         "vllm:inter_token_latency_seconds": _histogram(totals.itl, LATENCY_BUCKETS, totals.itl_sum),
+        "vllm:e2e_request_latency_seconds": _histogram(totals.e2e, LATENCY_BUCKETS, totals.e2e_sum),
+        "vllm:request_prompt_tokens": _histogram(totals.prompt_lengths, LENGTH_BUCKETS,
+                                                 totals.finished * node.prompt_tokens_per_request),
+        "vllm:request_generation_tokens": _histogram(totals.output_lengths, LENGTH_BUCKETS,
+                                                     totals.finished * node.output_tokens_per_request),
     }
     engine = EngineSample(
         engine="0",

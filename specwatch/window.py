@@ -12,8 +12,9 @@ from itertools import islice
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specwatch.snapshot import TARGET_OK, EngineSample, Snapshot, TargetSample
+from specwatch.snapshot import GPU_ENERGY, TARGET_OK, EngineSample, Snapshot, TargetSample
 from specwatch.figures import *  # noqa: F401,F403 - the figures are read through the window too
+from specwatch.health import HealthFigures, energy_counter_increase, health_figures
 from specwatch.figures import ACCEPTANCE_RATE_V0, DRAFTS, EMITTED_V0, EngineFigures, Increases, RUNNING, acceptance, engine_figures, engine_restarted, increases_between, lifetime_increases, negative_zero, sum_increases
 
 
@@ -37,7 +38,15 @@ class TargetWindow:
     running_at_start: float | None = None
     # the engines of the latest reading (when it succeeded), and the lifetime figures once computed
     latest_engines: tuple[EngineSample, ...] = field(default=(), repr=False, compare=False)
+    # all engines' increases over the window (None with fewer than two readings): what goodput
+    # against an SLO is computed from
+    increases: Increases | None = field(default=None, repr=False, compare=False)
     _lifetime: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def health(self) -> HealthFigures | None:
+        """Latency breakdown, request shape and finish reasons over the window."""
+        return health_figures(self.increases) if self.increases is not None and self.seconds > 0 else None
 
     @property
     def lifetime(self) -> EngineFigures | None:
@@ -318,4 +327,26 @@ class Window:
             k=k_of(ref_engines, total_inc),
             running_at_start=running_at_start,
             latest_engines=tuple(latest_engines.values()),
+            increases=total_inc,
         )
+
+    def gpu_energy(self) -> tuple[dict[int, float], float]:
+        """Each GPU's energy over the window in joules (by GPU index), from its cumulative energy
+        counter, and the seconds it covers. Pair by pair: a pair where the counter went down (a
+        driver reset) or a reading is missing adds nothing, and a GPU with no usable pair is absent."""
+        joules: dict[int, float] = {}
+        first_t = last_t = None
+        prev: Snapshot | None = None
+        for snap in self._snapshots:
+            if prev is not None:
+                before = {g.index: g.get(GPU_ENERGY) for g in prev.gpus if not g.lost}
+                for g in snap.gpus:
+                    if g.lost:
+                        continue
+                    delta = energy_counter_increase(before.get(g.index), g.get(GPU_ENERGY))
+                    if delta is not None:
+                        joules[g.index] = joules.get(g.index, 0.0) + delta
+                        first_t = prev.time if first_t is None else first_t
+                        last_t = snap.time
+            prev = snap
+        return joules, (last_t - first_t) if first_t is not None and last_t is not None else 0.0

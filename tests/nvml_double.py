@@ -58,6 +58,7 @@ class FakeGpu:
     util_gpu_pct: int = 0
     util_memory_pct: int = 0
     power_mw: int = 60_000
+    energy_mj: int = 5_000_000  # the total-energy counter, in mJ
     power_limit_mw: int = 700_000
     sm_clock_mhz: int = 1980
     mem_clock_mhz: int = 2619
@@ -311,6 +312,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         return self._enter("nvmlDeviceGetPowerUsage", handle).power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:
+        return self._enter("nvmlDeviceGetTotalEnergyConsumption", handle).energy_mj
 
     def nvmlDeviceGetClockInfo(self, handle: _Handle, type: int) -> int:  # noqa: A002
         return self._clock_of(self._enter("nvmlDeviceGetClockInfo", handle), type, maximum=False)

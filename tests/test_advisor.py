@@ -193,3 +193,24 @@ def test_with_no_gpu_identified_a_speedup_that_flips_with_the_hardware_is_unknow
     # told the GPU, the advisor reasons with its roofline again (and the flag is gone)
     told = run(node, [1.0] * 90, config=AdvisorConfig(method="ngram", gpu=lookup("H100")))[-1][1]
     assert told.speculation in ("on", "off", "hold") and "gpu_unidentified" not in told.flags
+
+
+def test_the_verdict_names_the_slo_and_what_speculation_does_to_it():
+    config = AdvisorConfig(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.01)
+    window = Window(10.0)
+    advisor = Advisor(config)
+    for snap in generate(NODE, [4.0] * 30):
+        window.add(snap)
+        verdict = advisor.update(window.target(NODE.url), snap.gpus)
+    assert verdict.speculation == "on"  # at 4 running, far below the crossover
+    (words,) = [r for r in verdict.reasons if r.startswith("SLO ")]
+    assert "TTFT ≤ 2 s, TPOT ≤ 10 ms" in words and "estimated from histogram buckets" in words
+    g = verdict.details["goodput"]
+    assert (g.slo_ttft_s, g.slo_tpot_s) == (2.0, 0.01)
+    # on at low load speculation pays: switched off, every token is slower, so no more requests
+    # meet the TPOT target than now; TTFT (the prefill) is the same either way
+    assert g.tpot_share_if_toggled is not None and g.tpot_share_if_toggled <= g.tpot_share
+    assert "with speculation off at this load" in words
+    # without an SLO the reasons say nothing of one
+    plain = run(NODE, [4.0] * 12)[-1][1]
+    assert not any(r.startswith("SLO ") for r in plain.reasons) and "goodput" not in plain.details

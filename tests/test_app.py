@@ -699,3 +699,20 @@ async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
         source.feed(data[2:])
         await until(pilot, lambda: app.polls == len(data), "every poll")
     assert read_recording(path).snapshots == data[2:]
+
+
+async def test_the_view_carries_the_targets_health_over_the_window():
+    app = make_app(ScriptedSource(snapshots(LOW)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        health = app.view().health
+        window = app.monitor.window
+    tw = window.target(NODE.url)
+    # the synthetic node's requests: 1000-token prompts, 300-token outputs, all ending at a stop
+    assert health["request_shape"]["input_output_ratio"] == pytest.approx(1000 / 300)
+    assert health["finish_reasons"] == {"stop": pytest.approx(tw.increases.counter("vllm:request_success"))}
+    joules, _ = window.gpu_energy()
+    assert health["energy"]["joules_per_token"] == pytest.approx(
+        sum(joules.values()) / tw.increases.counter("vllm:generation_tokens"))
+    assert health["speculation_toggled_to"] == "off"

@@ -172,6 +172,26 @@ def test_replay_flags_win_over_the_header(recording):
     assert _replay_config(recording, "--tp", "1").tp == 1  # an explicit default still wins
 
 
+def test_the_slo_comes_from_the_header_and_the_flags_win(tmp_path):
+    from specwatch.commands.options import UsageError, advisor_config, advisor_settings
+
+    path = tmp_path / "slo.swrec"
+    header = RecordingHeader(data="synthetic", interval_s=1.0,
+                             advisor={"method": "ngram", "slo_ttft_s": 0.5, "slo_tpot_s": 0.05})
+    write_recording(path, header, generate(NODE, [4.0] * 3))
+    config = _replay_config(path)
+    assert (config.slo_ttft_s, config.slo_tpot_s) == (0.5, 0.05)
+    config = _replay_config(path, "--slo-tpot", "0.02")
+    assert (config.slo_ttft_s, config.slo_tpot_s) == (0.5, 0.02)
+    # what a live run stores in its recording's header
+    args = build_parser().parse_args(["record", "-o", "out.swrec", "--slo-ttft", "0.3"])
+    assert advisor_settings(args)["slo_ttft_s"] == 0.3
+    with pytest.raises(UsageError):
+        advisor_config(None, {"slo_tpot_s": -1})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["check", "--slo-ttft", "0"])
+
+
 def test_tune_from_a_recording_takes_the_header_and_the_flags_win(recording, capsys):
     assert run_main(["tune", "--from", str(recording), "--json"]) == ExitCode.OK
     stored = json.loads(capsys.readouterr().out)["inputs"]

@@ -350,3 +350,9 @@ def test_poller_with_dcgm_disabled_and_absent_default() -> None:
     gpus, sources = asyncio.run(go(GpuPoller(collector)))
     assert len(gpus) == 1 and sources[1].state == "absent"
     assert gpus[0].values["memory_total_bytes"] == 80 * GIB
+
+
+def test_total_energy_from_the_real_capture_in_joules() -> None:
+    # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION 4742776 (mJ since boot) on the idle L4
+    (gpu,) = parse_dcgm_metrics(L4_IDLE).samples
+    assert gpu.values["energy_j"] == pytest.approx(4742.776)

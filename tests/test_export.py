@@ -296,3 +296,39 @@ def _hinge():
     from specwatch import perf
 
     return perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-8B"), tp=1).hinge()
+
+
+def test_the_exporter_serves_the_health_block_it_computed() -> None:
+    """Goodput, latency, finish reasons and energy served as the check report computes them: the
+    served values equal the health block of the same window, and the node's energy per token is its
+    GPUs' energy over the window divided by its output tokens."""
+    from specwatch.advisor import AdvisorConfig
+    from specwatch.export import ExportAgent, build_registry
+    from specwatch.monitor import Monitor
+    from specwatch.perf import HingeParameters
+    from specwatch.synthetic import SyntheticNode, generate
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    node = SyntheticNode(step=HingeParameters(0.02, 134.0, 0.02 / 134, 0.0, 0.0), gpus=2)
+    agent = ExportAgent(source=None, monitor=Monitor(10.0, AdvisorConfig(method="ngram", slo_tpot_s=0.02)),
+                        node="n", mode="replay", clock=lambda: 0.0)
+    for snapshot in generate(node, [8.0] * 20):
+        agent.ingest(snapshot)
+    text = generate_latest(build_registry(agent, process_metrics=False)).decode()
+    served = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for f in text_string_to_metric_families(text) for s in f.samples}
+    window = agent.monitor.window
+    joules, _ = window.gpu_energy()
+    tokens = window.target(node.url).increases.counter("vllm:generation_tokens")
+    assert served[("specwatch_energy_per_token_joules", (("node", "n"),))] == pytest.approx(sum(joules.values()) / tokens)
+    assert len(joules) == 2 and joules[0] == joules[1] > 0
+    block = agent.frame.health[node.url]
+    target = (("bound", "high"), ("node", "n"), ("target", node.url))
+    assert served[("specwatch_goodput_ratio", target)] == pytest.approx(block["goodput"]["share_high"])
+    assert served[("specwatch_finish_reason_ratio", (("node", "n"), ("reason", "stop"), ("target", node.url)))] == 1.0
+    p90 = (("node", "n"), ("phase", "e2e"), ("quantile", "0.9"), ("target", node.url))
+    assert served[("specwatch_request_latency_seconds", p90)] == pytest.approx(block["latency"]["e2e"]["p90_s"])
+    # 1000-token prompts and 300-token outputs
+    assert served[("specwatch_request_input_output_ratio", (("node", "n"), ("target", node.url)))] == \
+        pytest.approx(1000 / 300)

@@ -67,8 +67,9 @@ NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(
 def served_samples() -> tuple[list[PromSample], ExportAgent]:
     """What an export agent serves on /metrics after a run with a lost GPU and a source down,
     parsed as Prometheus parses it, each sample labelled as Prometheus stores it (with `__name__`)."""
-    agent = ExportAgent(source=None, monitor=Monitor(10.0, AdvisorConfig(method="ngram")), node="node-a",
-                        mode="replay", clock=lambda: 1000.0)
+    config = AdvisorConfig(method="ngram", slo_ttft_s=1.0, slo_tpot_s=0.01)
+    agent = ExportAgent(source=None, monitor=Monitor(10.0, config), node="node-a", mode="replay",
+                        clock=lambda: 1000.0)
     for snapshot in generate(NODE, [8.0] * 30):
         agent.ingest(snapshot, poll_seconds=0.01)
     last = agent.frame.snapshot

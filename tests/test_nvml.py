@@ -528,3 +528,20 @@ def test_fields_are_never_nan() -> None:
         for g in collector.poll()[0]:
             assert all(math.isfinite(v) for v in g.values.values())
         clock.advance(1.0)
+
+
+def test_total_energy_counter_in_joules_or_a_reason() -> None:
+    gpu = hopper_gpu(energy_mj=12_345_678)
+    nvml, collector, clock = make([gpu])
+    (sample,), _ = collector.poll()
+    assert sample.values["energy_j"] == pytest.approx(12345.678)
+    gpu.energy_mj += 700_000  # 700 J later
+    clock.advance(1.0)
+    (sample,), _ = collector.poll()
+    assert sample.values["energy_j"] == pytest.approx(13045.678)
+
+    old = ampere_gpu(0, errors={"nvmlDeviceGetTotalEnergyConsumption": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    _, collector, _ = make([old])
+    (sample,), _ = collector.poll()
+    assert "energy_j" not in sample.values
+    assert sample.errors["energy_j"] == REASON_NOT_SUPPORTED

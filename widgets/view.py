@@ -167,6 +167,8 @@ class DashboardView:
     window_s: float | None = None
     history_minutes: float = 10.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the selected target's health over the window (specwatch.health.health_report), when computed
+    health: dict | None = None
 
     @property
     def url(self) -> str | None:

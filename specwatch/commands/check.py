@@ -74,7 +74,9 @@ async def _check(session: Any, args: argparse.Namespace) -> list[dict[str, Any]]
         # the method and draft come from the samples (/server_info, else the flags), as in every front end
         advisor = Advisor(session.monitor.advisor_config)
         verdict = advisor.update(window.target(url), window.latest.gpus)
-        reports.append(check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation))
+        config = session.monitor.advisor_config
+        reports.append(check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
+                                    slo=(config.slo_ttft_s, config.slo_tpot_s)))
     return reports
 
 

@@ -186,6 +186,10 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
                    help="the served model's architecture (Llama-3.1-70B, Qwen2.5-7B, ...): "
                         f"enables the datasheet step-time prior{over}")
     p.add_argument("--tp", type=whole_number(1), metavar="N", help=f"tensor-parallel degree (default 1){over}")
+    p.add_argument("--slo-ttft", type=positive_number, metavar="SECONDS",
+                   help=f"time-to-first-token target: goodput counts the requests within it{over}")
+    p.add_argument("--slo-tpot", type=positive_number, metavar="SECONDS",
+                   help=f"time-per-output-token target: goodput counts the requests within it{over}")
 
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
@@ -245,7 +249,8 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 
 # flag attribute → the key a recording's header stores it under
 _ADVISOR_FLAGS = (("method", "method"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
-                  ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"))
+                  ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
+                  ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"))
 
 
 def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -287,10 +292,12 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     try:
         draft_ratio = None if settings.get("draft_ratio") is None else float(settings["draft_ratio"])
         tp = int(settings.get("tp") or 1)
-    except (TypeError, ValueError) as exc:
+        slo = {key: positive_number(str(settings[key])) if settings.get(key) is not None else None
+               for key in ("slo_ttft_s", "slo_tpot_s")}
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp)
+                         gpu=gpu, model=model, tp=tp, **slo)
 
 
 # ==================================================================================================

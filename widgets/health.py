@@ -1,0 +1,107 @@
+"""The health panel: the latency breakdown, the request shape and finish reasons, goodput against the
+SLO and energy per output token of the selected target over the window, each with what switching
+speculation would do at this load. Fits 80 columns in 14 lines."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from specwatch.widgets.format import MISSING, num, pct, seconds
+from specwatch.widgets.panel import Panel
+from specwatch.widgets.view import DashboardView
+
+LATENCY_ROWS = ("e2e", "queue", "ttft", "prefill", "decode", "tpot", "itl")
+
+
+def _line(label: str, *parts: tuple[str, str]) -> Text:
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{label:<9}", style="dim")
+    for text, style in parts:
+        line.append(text, style=style)
+    return line
+
+
+def latency_lines(block: dict) -> list[Text]:
+    rows = block.get("latency") or {}
+    if not rows:
+        return [_line("latency", ("no requests finished in the window", "dim"))]
+    lines = [_line("latency", (f"{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}", "dim"))]
+    for name in LATENCY_ROWS:
+        row = rows.get(name)
+        if row is None:
+            continue
+        lines.append(_line(f"  {name}", ("".join(f"{seconds(row[k]):>9}" for k in ("p50_s", "p90_s", "p99_s", "mean_s")),
+                                          "bold")))
+    return lines
+
+
+def shape_line(block: dict) -> Text:
+    shape = block.get("request_shape")
+    reasons = block.get("finish_reasons") or {}
+    total = sum(reasons.values())
+    finished = ", ".join(f"{reason} {count / total:.0%}" for reason, count in
+                         sorted(reasons.items(), key=lambda kv: -kv[1])) if total else MISSING
+    if shape is None:
+        return _line("requests", ("finished: ", "dim"), (finished, "bold"))
+    ratio = shape["input_output_ratio"]
+    line = _line("requests", (f"{num(shape['requests'])}", "bold"),
+                 (" · prompt ", "dim"), (num(shape["prompt_mean_tokens"]), "bold"),
+                 (" / out ", "dim"), (num(shape["output_mean_tokens"]), "bold"),
+                 (f" tok ({ratio:.1f}:1)" if ratio is not None else " tok", "dim"),
+                 (" · ", "dim"), (finished, "bold"))
+    if block.get("truncated_share") is not None and block["truncated_share"] >= 0.5:
+        line.append("  cut at max_tokens", style="bold")
+    return line
+
+
+def goodput_line(block: dict) -> Text:
+    g = block.get("goodput")
+    if g is None:
+        return _line("goodput", ("no SLO given (--slo-ttft, --slo-tpot)", "dim"))
+    slo = " ".join(part for part in (
+        f"TTFT≤{seconds(g['slo_ttft_s'])}" if g["slo_ttft_s"] is not None else "",
+        f"TPOT≤{seconds(g['slo_tpot_s'])}" if g["slo_tpot_s"] is not None else "") if part)
+    parts: list[tuple[str, str]] = [(_share(g["share_low"], g["share_high"]), "bold"), (f" within {slo}", "dim")]
+    if g.get("share_high_if_toggled") is not None:
+        parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"),
+                  (_share(g["share_low_if_toggled"], g["share_high_if_toggled"]), "bold")]
+    return _line("goodput", *parts)
+
+
+def energy_line(block: dict) -> Text:
+    e = block.get("energy")
+    if e is None:
+        return _line("energy", ("no GPU energy counter read", "dim"))
+    parts: list[tuple[str, str]] = [(_joules(e["joules_per_token"]), "bold"), (" per output token", "dim")]
+    if e.get("joules_per_token_if_toggled") is not None:
+        parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"), (_joules(e["joules_per_token_if_toggled"]), "bold")]
+    if e.get("computed_per_emitted") is not None:
+        parts += [(" · ", "dim"), (f"{e['computed_per_emitted']:.2f}", "bold"), (" computed/emitted", "dim")]
+    return _line("energy", *parts)
+
+
+def _share(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return MISSING
+    return pct(high) if abs(high - low) < 0.005 else f"{pct(low)}–{pct(high)}"
+
+
+def _joules(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.3g} J"
+
+
+class HealthPanel(Panel):
+    BORDER_TITLE = "Health"
+
+    def layout_key(self, view: DashboardView) -> object:
+        block = view.health
+        return None if block is None else tuple(sorted(block.get("latency") or {}))
+
+    def render_view(self, view: DashboardView, width: int) -> RenderableType:
+        block = view.health
+        if block is None:
+            return Text("health figures need two readings a window apart", style="dim")
+        footer = Text(f"window {block['window_s']:.0f} s · quantiles and goodput estimated from histogram buckets", style="dim",
+                      no_wrap=True, overflow="ellipsis")
+        return Group(*latency_lines(block), shape_line(block), goodput_line(block), energy_line(block), footer)
