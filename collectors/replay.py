@@ -23,7 +23,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from specwatch.recording import (
     Recording,
