@@ -8,15 +8,20 @@ datasheet prior, n-gram k=4, the load ramping 1 → 256 → 1 every 20 minutes, 
 with the recorder as a live recorder would (one flush per Snapshot: the worst case for size), then
 times (a) reading the file back and (b) the headless replay: reading plus the Monitor, evaluating
 every --evaluate-every seconds of data time, in wall time (the budget) and in this process's CPU
-time (the same on an idle machine; on a busy one, the part that is specwatch's). Prints one JSON
+time (the same on an idle machine; on a busy one, the part that is specwatch's), (c) the streamed
+replay's index (built on open) and a seek to the start of every hour through ReplaySource, and (d)
+the peak memory of a headless `specwatch replay` of the file in a child process. Prints one JSON
 object.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +86,27 @@ def main() -> int:
     for snapshot in snapshots:
         changes += len(monitor.ingest(snapshot))
     replay_s, replay_cpu_s = time.perf_counter() - t, time.process_time() - cpu
+    from specwatch.collectors.replay import ReplaySource
+
+    t = time.perf_counter()
+    source = ReplaySource(path, speed=100.0, paused=True)
+    index_s = time.perf_counter() - t
+    seeks = []
+    for hour in range(int(args.hours) or 1):
+        t = time.perf_counter()
+        # the last second of a member (10 min each): every Snapshot of that member is decoded
+        source.seek(source.start + hour * 3600 + 599)
+        source.step()
+        asyncio.run(source.read())
+        seeks.append(time.perf_counter() - t)
+
+    # a headless replay as a user runs it, alone in its process: its peak resident memory
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "specwatch", "replay", str(path), "--headless", "--json"],
+                   check=True, stdout=subprocess.DEVNULL)
+    headless_s = time.perf_counter() - t
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
     evaluations = seconds / args.evaluate_every
     result = {
         "hours": args.hours, "snapshots": count, "gpus": node.gpus,
@@ -97,6 +123,10 @@ def main() -> int:
         "read_cpu_s": round(read_cpu_s, 2), "replay_cpu_s": round(replay_cpu_s, 2),
         "replay_budget_met": replay_s * 86400 / seconds <= BUDGET_REPLAY_S,
         "verdict_changes": changes,
+        "index_s": round(index_s, 2),
+        "seek_s_max": round(max(seeks), 3), "seek_s_median": round(sorted(seeks)[len(seeks) // 2], 3),
+        "headless_replay_command_s": round(headless_s, 2),
+        "headless_replay_peak_mb": round(peak_kib / 1024, 1),
     }
     print(json.dumps(result, indent=2))
     if not args.keep:

@@ -6,6 +6,11 @@ is waiting takes effect at once, and the event loop is never blocked: the only b
 the file, happens in `ReplaySource.open()` in a worker thread (or in the constructor, for callers
 that already run off the loop).
 
+A recording given by path is streamed: `RecordingIndex` (built by decompressing the file once on
+open, without decoding it) says where each gzip member begins and its first data time, so memory
+stays bounded whatever the recording's length, and a seek decodes at most one member (10 minutes
+of data by default). A Recording already in memory is played from its list.
+
 Time goes backwards when a replay loops or seeks back; the Window and the Monitor start their
 windows over when that happens, so nothing mixes two passes.
 """
@@ -20,11 +25,104 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from specwatch.recording import Recording, RecordingHeader, format_time, read_recording
+from specwatch.recording import (
+    Recording,
+    RecordingError,
+    RecordingHeader,
+    RecordingIndex,
+    format_time,
+    index_recording,
+    open_snapshots,
+)
 from specwatch.snapshot import Snapshot
 
 MIN_SPEED = 0.5
 MAX_SPEED = 100.0
+
+
+class _ListCursor:
+    """The Snapshots of a Recording in memory, one after another."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.header = recording.header
+        self._snapshots = recording.snapshots
+        self._times = [s.time for s in self._snapshots]
+        self._index = 0
+        self.start = self._times[0] if self._times else None
+        self.end = self._times[-1] if self._times else None
+        self.count = len(self._times)
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.recording.warnings)
+
+    def peek(self) -> Snapshot | None:
+        return self._snapshots[self._index] if self._index < len(self._snapshots) else None
+
+    def advance(self) -> None:
+        self._index += 1
+
+    def seek(self, data_time: float) -> None:
+        self._index = min(bisect.bisect_left(self._times, data_time), max(0, len(self._times) - 1))
+
+
+class _FileCursor:
+    """A recording streamed from its file: one member's reader open at a time, one Snapshot ahead."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._index_warnings: list[str] = []
+        self._stream_warnings: list[str] = []
+        self.index: RecordingIndex = index_recording(path, self._index_warnings)
+        self.header, self._snapshots = open_snapshots(path, self._stream_warnings)
+        self._next: Snapshot | None = None
+        self._fill()
+        self.start = self.index.start if self.index.start is not None else (
+            self._next.time if self._next is not None else None)
+        self.end = self.index.end if self.index.end is not None else self.start
+        self.count = self.index.count
+
+    @property
+    def warnings(self) -> list[str]:
+        # the index and the stream meet the same damage, in the same words: say it once
+        return list(dict.fromkeys(self._index_warnings + self._stream_warnings))
+
+    def _fill(self) -> None:
+        try:
+            self._next = next(self._snapshots, None)
+        except (RecordingError, OSError) as exc:
+            self._stream_warnings.append(f"{self._path} could not be read on: {exc}")
+            self._next = None
+
+    def peek(self) -> Snapshot | None:
+        return self._next
+
+    def advance(self) -> None:
+        self._fill()
+
+    def seek(self, data_time: float) -> None:
+        if self.start is None:
+            return
+        data_time = min(max(data_time, self.start), self.end if self.end is not None else data_time)
+        # a fresh list: damage met before is met again on the way, and said once
+        warnings: list[str] = []
+        try:
+            _, self._snapshots = open_snapshots(self._path, warnings, start=self.index.member_at(data_time))
+        except RecordingError as exc:
+            self._stream_warnings.append(str(exc))
+            self._next = None
+            return
+        self._stream_warnings = warnings
+        self._fill()
+        last = self._next
+        while self._next is not None and self._next.time < data_time:
+            last = self._next
+            self._fill()
+        if self._next is None and last is not None:
+            # past the last Snapshot that could be read: play that one, as a seek to the end does
+            self._next = last
+            self._snapshots = iter(())
 
 
 class ReplaySource:
@@ -41,14 +139,16 @@ class ReplaySource:
         paused: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.recording = recording if isinstance(recording, Recording) else read_recording(recording)
-        self._snapshots = self.recording.snapshots
-        self._times = [s.time for s in self._snapshots]
+        if isinstance(recording, Recording):
+            self._cursor: _ListCursor | _FileCursor = _ListCursor(recording)
+            self._path = recording.path
+        else:
+            self._path = Path(recording)
+            self._cursor = _FileCursor(self._path)
         self._speed = _check_speed(speed)
         self.loop = loop
         self._paused = paused
         self._clock = clock
-        self._index = 0  # the next Snapshot to release
         self._steps = 0  # single steps requested while paused
         self._anchor: tuple[float, float] | None = None  # (wall clock, data time) of the pacing origin
         self._changed: asyncio.Event | None = None
@@ -58,31 +158,37 @@ class ReplaySource:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **kwargs: object) -> ReplaySource:
-        """Read the file in a worker thread, then build the source: for use from the event loop."""
-        recording = await asyncio.to_thread(read_recording, path)
-        return cls(recording, **kwargs)  # type: ignore[arg-type]
+        """Index the file in a worker thread, then build the source: for use from the event loop."""
+        return await asyncio.to_thread(lambda: cls(path, **kwargs))  # type: ignore[arg-type]
 
     # -- what the front end shows -----------------------------------------------------------------
 
     @property
     def header(self) -> RecordingHeader:
-        return self.recording.header
+        return self._cursor.header
 
     @property
     def path(self) -> Path:
-        return self.recording.path
+        return self._path
 
     @property
     def warnings(self) -> list[str]:
-        return list(self.recording.warnings)
+        return self._cursor.warnings
 
     @property
     def start(self) -> float | None:
-        return self._times[0] if self._times else None
+        return self._cursor.start
 
     @property
     def end(self) -> float | None:
-        return self._times[-1] if self._times else None
+        return self._cursor.end
+
+    def first_snapshot(self) -> Snapshot | None:
+        """The recording's first Snapshot (read again from the file when streamed)."""
+        if isinstance(self._cursor, _ListCursor):
+            return self._cursor.recording.snapshots[0] if self._cursor.count else None
+        _, snapshots = open_snapshots(self._path, [])
+        return next(snapshots, None)
 
     @property
     def position(self) -> float | None:
@@ -91,7 +197,7 @@ class ReplaySource:
 
     @property
     def finished(self) -> bool:
-        return not self.loop and self._index >= len(self._snapshots)
+        return not self.loop and self._cursor.peek() is None
 
     @property
     def paused(self) -> bool:
@@ -116,14 +222,16 @@ class ReplaySource:
     def interval_s(self) -> float:
         if self.header.interval_s:
             return self.header.interval_s
-        gaps = sorted(b - a for a, b in zip(self._times, self._times[1:]) if b > a)
-        return gaps[len(gaps) // 2] if gaps else 1.0
+        start, end, count = self._cursor.start, self._cursor.end, self._cursor.count
+        if start is None or end is None or count < 2 or end <= start:
+            return 1.0
+        return (end - start) / (count - 1)
 
     def describe(self) -> str:
         label = "SYNTHETIC data" if self.header.synthetic else "real data"
         gpus = f"{len(self.header.gpus)} GPU" + ("s" if len(self.header.gpus) != 1 else "") \
             if self.header.gpus else "no GPU"
-        span = f"{format_time(self.start)} – {format_time(self.end)}" if self._times else "no Snapshots"
+        span = f"{format_time(self.start)} – {format_time(self.end)}" if self.start is not None else "no Snapshots"
         host = f" from {self.header.host}" if self.header.host else ""
         return f"replay of {self.path.name}{host}, recorded {span} · {label} · {gpus} · {self._speed:g}×"
 
@@ -149,7 +257,7 @@ class ReplaySource:
 
     def seek(self, data_time: float) -> None:
         """Continue from the first Snapshot at or after `data_time` (clamped to the recording)."""
-        self._index = min(bisect.bisect_left(self._times, data_time), max(0, len(self._times) - 1))
+        self._cursor.seek(data_time)
         self._anchor = None
         self._wake()
 
@@ -165,15 +273,18 @@ class ReplaySource:
 
     async def read(self) -> Snapshot | None:
         while True:
-            if self._closed or not self._snapshots:
+            if self._closed or self._cursor.start is None:
                 return None
-            if self._index >= len(self._snapshots):
+            snapshot = self._cursor.peek()
+            if snapshot is None:
                 if not self.loop:
                     return None
-                self._index = 0
+                self._cursor.seek(self._cursor.start)
                 self._anchor = None
                 self.loops += 1
-            snapshot = self._snapshots[self._index]
+                snapshot = self._cursor.peek()
+                if snapshot is None:
+                    return None
             if self._steps > 0:
                 self._steps -= 1
                 self._anchor = None
@@ -198,7 +309,7 @@ class ReplaySource:
     # -- internals ------------------------------------------------------------------------------
 
     def _release(self, snapshot: Snapshot) -> Snapshot:
-        self._index += 1
+        self._cursor.advance()
         self.last = snapshot
         return snapshot
 

@@ -195,3 +195,77 @@ def test_record_an_unreachable_target_keeps_a_valid_file(tmp_path, capsys):
     assert len(rec.snapshots) >= 2 and all(not s.targets[0].ok for s in rec.snapshots)
     assert rec.warnings == []
     assert main(args) == ExitCode.UNREADABLE  # the file exists now and --force was not given
+
+
+def _many_member_recording(path: Path, seconds: int = 400, member_seconds: float = 60.0) -> list:
+    snapshots = list(generate(NODE, [1 + (i // 20) % 8 for i in range(seconds)], seed=3))
+    header = RecordingHeader(data="synthetic", interval_s=1.0)
+    with RecordingWriter(path, header, member_seconds=member_seconds) as writer:
+        for snapshot in snapshots:
+            writer.write(snapshot)
+    return snapshots
+
+
+def test_the_index_finds_every_member_and_agrees_with_a_full_read(tmp_path):
+    from specwatch.recording import index_recording
+
+    path = tmp_path / "members.swrec"
+    snapshots = _many_member_recording(path)
+    index = index_recording(path)
+    assert index.count == len(snapshots)
+    assert index.start == snapshots[0].time and index.end == snapshots[-1].time
+    # a member every 60 s of data: 400 s make 7, each starting at a Snapshot of the recording
+    assert len(index.offsets) == 7 and index.offsets[0] == 0
+    assert list(index.times) == [snapshots[i].time for i in range(0, 400, 60)]
+    # each offset is where a member begins: reading from it yields that member's Snapshots on
+    from specwatch.recording import open_snapshots
+    for offset, t in zip(index.offsets, index.times):
+        _, from_there = open_snapshots(path, start=offset)
+        assert list(from_there) == [s for s in snapshots if s.time >= t]
+
+
+def test_a_streamed_replay_seeks_like_one_in_memory(tmp_path):
+    path = tmp_path / "members.swrec"
+    snapshots = _many_member_recording(path)
+    t0 = snapshots[0].time
+
+    async def drive() -> None:
+        streamed = ReplaySource(path, speed=100.0, paused=True)
+        in_memory = ReplaySource(read_recording(path), speed=100.0, paused=True)
+        assert (streamed.start, streamed.end, streamed.interval_s) == (in_memory.start, in_memory.end, 1.0)
+        for target in (t0 + 250.5, t0 - 10, t0 + 59, t0 + 60, t0 + 61, t0 + 399, t0 + 5000, t0 + 120):
+            got = []
+            for source in (streamed, in_memory):
+                source.seek(target)
+                source.step(3)
+                got.append([(await source.read()) for _ in range(min(3, 1 + sum(s.time >= target for s in snapshots)))])
+            assert got[0] == got[1], target
+        # from the last seek (t0 + 120, 3 read) to the end, then None
+        streamed.resume()
+        rest = [s async for s in _drain(streamed)]
+        assert rest == snapshots[123:] and streamed.finished
+
+    asyncio.run(drive())
+
+
+async def _drain(source):
+    while (snapshot := await source.read()) is not None:
+        yield snapshot
+
+
+def test_a_truncated_recording_streams_up_to_the_damage_and_says_so(tmp_path):
+    path = tmp_path / "members.swrec"
+    snapshots = _many_member_recording(path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.swrec"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    whole = read_recording(cut)
+    assert 0 < len(whole.snapshots) < len(snapshots) and whole.warnings
+
+    async def drive() -> list:
+        source = ReplaySource(cut, speed=100.0)
+        assert source.end == whole.snapshots[-1].time and source.warnings == whole.warnings
+        source.seek(source.end + 100)  # past the damage: the last Snapshot that could be read
+        return [s async for s in _drain(source)]
+
+    assert asyncio.run(drive()) == whole.snapshots[-1:]

@@ -5,14 +5,17 @@ panel on a hidden tab costs nothing until it is shown again (and is then given t
 
 Two keys keep a 1 Hz refresh cheap: a panel whose `content_key` did not change is not repainted at
 all, and only a change of `layout_key` (the panel's line count could differ) asks Textual for a
-relayout; any other update is a repaint of that panel alone.
+relayout; any other update is a repaint of that panel alone. A panel that keeps the default
+content key (the view, new on every poll) is compared by its picture instead: the text and styles
+it would draw, when it draws Text (alone or grouped), so the same numbers a second later are not
+painted again.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
@@ -48,6 +51,10 @@ class Panel(Widget):
         """Take a new view; repaint only if the picture changed. Returns whether it repaints."""
         self.view = view
         content, layout = self.content_key(view), self.layout_key(view)
+        if content is view:
+            picture = picture_key(self.render_view(view, self._render_width()))
+            if picture is not None:
+                content = (picture, self._render_width())
         if content == self._content_key and layout == self._layout_key:
             return False
         relayout = layout != self._layout_key
@@ -58,7 +65,24 @@ class Panel(Widget):
     def render(self) -> RenderableType:
         if self.view is None:
             return Text("waiting for the first reading…", style="dim")
-        return self.render_view(self.view, max(10, self.content_size.width or self.size.width or 80))
+        return self.render_view(self.view, self._render_width())
+
+    def _render_width(self) -> int:
+        return max(10, self.content_size.width or self.size.width or 80)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         raise NotImplementedError  # every panel defines its own picture
+
+
+def picture_key(renderable: RenderableType) -> Any:
+    """What a renderable draws, as a comparable value: for Text (plain text, spans, style, layout
+    settings) and Groups of them; None for anything else (then it cannot be compared)."""
+    if isinstance(renderable, Text):
+        return (renderable.plain, tuple(renderable.spans), str(renderable.style), renderable.justify,
+                renderable.overflow, renderable.no_wrap, renderable.end)
+    if isinstance(renderable, Group):
+        parts = tuple(picture_key(r) for r in renderable.renderables)
+        return None if any(p is None for p in parts) else ("group", renderable.fit, parts)
+    if isinstance(renderable, str):
+        return ("str", renderable)
+    return None

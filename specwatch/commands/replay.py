@@ -247,6 +247,6 @@ def build_demo(scenarios: Sequence[Any], args: argparse.Namespace) -> tuple[Any,
     monitor.target_configs = {
         PlaylistSource.target_url(url, name): advisor_config(args, src.header.advisor)
         for src, name in zip(sources, names)
-        for url in {t.url for snap in src.recording.snapshots[:1] for t in snap.targets}
+        for snap in [src.first_snapshot()] if snap is not None for url in {t.url for t in snap.targets}
     }
     return PlaylistSource(sources, names), monitor

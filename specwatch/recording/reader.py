@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,14 +37,19 @@ from specwatch.snapshot import (
 )
 
 __all__ = [
+    "RecordingIndex",
+    "index_recording",
     "iter_lines",
     "open_snapshots",
     "read_recording",
 ]
 
 
-def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
-    """(member index, line) for every complete line, across gzip members.
+def iter_lines(path: Path, warnings: list[str], start: int = 0,
+               member_offsets: list[int] | None = None) -> Iterator[tuple[int, bytes]]:
+    """(member index, line) for every complete line, across gzip members, from byte `start` (the
+    beginning of a member, as in a RecordingIndex; members are counted from there). The byte offset
+    of each member met is appended to `member_offsets` when given.
 
     Damage (a corrupt or truncated member) ends the iteration with a warning: what came before it
     was already yielded. A line cut off by truncation is dropped.
@@ -57,7 +64,14 @@ def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
             raise RecordingError(f"{path} is empty: it is not a recording (nothing was ever written to it)")
         if first != GZIP_MAGIC:
             raise RecordingError(f"{path} is not a specwatch recording (it is not gzip-compressed)")
-        f.seek(0)
+        if start:
+            f.seek(start)
+            if f.read(2) != GZIP_MAGIC:
+                raise RecordingError(f"{path} changed since it was indexed: no part begins at byte {start}")
+        f.seek(start)
+        consumed = start  # the file's bytes read so far
+        if member_offsets is not None:
+            member_offsets.append(start)
         member = 0
         decompressor = zlib.decompressobj(31)
         fed = False  # whether the current member has been given any bytes
@@ -65,10 +79,13 @@ def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
         partial = b""
         pending = b""
         while True:
-            chunk = pending or f.read(READ_CHUNK)
+            chunk = pending
             pending = b""
             if not chunk:
-                break
+                chunk = f.read(READ_CHUNK)
+                consumed += len(chunk)
+                if not chunk:
+                    break
             fed = True
             try:
                 data = decompressor.decompress(chunk)
@@ -101,6 +118,8 @@ def iter_lines(path: Path, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
                         warnings.append(f"{path} has unreadable data after part {member}: ignored")
                         return
                     pending = rest
+                    if member_offsets is not None:
+                        member_offsets.append(consumed - len(rest))
         if fed and not decompressor.eof:
             # the last member never finished: a recorder still running, killed, or a cut copy
             if partial:
@@ -377,16 +396,19 @@ _READERS: dict[int, Callable[[Path, Iterator[tuple[int, bytes]], RecordingHeader
 }
 
 
-def open_snapshots(path: str | os.PathLike[str], warnings: list[str] | None = None
+def open_snapshots(path: str | os.PathLike[str], warnings: list[str] | None = None, start: int = 0,
                    ) -> tuple[RecordingHeader, Iterator[Snapshot]]:
     """The header, and a lazy iterator over the Snapshots: for long recordings read as a stream.
+
+    `start` is the byte offset of a member to begin at (RecordingIndex.offsets): every member
+    begins with a header and refers to nothing before it.
 
     Raises RecordingError when the file is not a readable recording at all; damage found later is
     appended to `warnings` and ends the iteration.
     """
     p = Path(path)
     warnings = warnings if warnings is not None else []
-    lines = iter_lines(p, warnings)
+    lines = iter_lines(p, warnings, start)
     try:
         first = next(lines, None)
     except EOFError:
@@ -422,3 +444,73 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from None
     return Recording(Path(path), header, items, warnings)
+
+
+@dataclass(frozen=True)
+class RecordingIndex:
+    """Where each member of a recording begins, and the data time of its first Snapshot: enough to
+    start reading at any time without decoding what comes before it.
+
+    `offsets[i]` is the byte offset of the i-th member holding Snapshots, `times[i]` its first
+    Snapshot's time; `end` is the last Snapshot's time and `count` the number of Snapshots."""
+
+    offsets: tuple[int, ...]
+    times: tuple[float, ...]
+    end: float | None
+    count: int
+
+    @property
+    def start(self) -> float | None:
+        return self.times[0] if self.times else None
+
+    def member_at(self, data_time: float) -> int:
+        """The byte offset of the member that holds the first Snapshot at or after `data_time`
+        (the last member starting at or before it)."""
+        i = max(0, bisect.bisect_right(self.times, data_time) - 1)
+        return self.offsets[i] if self.offsets else 0
+
+
+def _snapshot_time(line: bytes) -> float | None:
+    try:
+        obj = _loads_line(line)
+        return float(obj["time"]) if obj.get("kind") == SNAPSHOT_KIND else None
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _last_time(line: bytes, before: float | None) -> float | None:
+    t = _snapshot_time(line) if line else None
+    return before if t is None else t
+
+
+def index_recording(path: str | os.PathLike[str], warnings: list[str] | None = None) -> RecordingIndex:
+    """Index a recording by decompressing it once, decoding only the first and last Snapshot line of
+    each member: the members' offsets and first times, the last time and the count. Memory stays
+    bounded by one read chunk.
+
+    Raises RecordingError as open_snapshots does; damage found on the way becomes `warnings`, as the
+    reader words it, and ends the index where the reader would stop."""
+    p = Path(path)
+    warnings = warnings if warnings is not None else []
+    open_snapshots(p, [])  # says plainly what is wrong with a file that is no recording
+    member_offsets: list[int] = []
+    offsets: list[int] = []
+    times: list[float] = []
+    count = 0
+    end: float | None = None
+    current = -1
+    last_line = b""
+    for member, line in iter_lines(p, warnings, member_offsets=member_offsets):
+        if member != current:
+            end = _last_time(last_line, end)
+            current, last_line = member, b""
+            continue  # a member's first line is its header
+        if not last_line:
+            t = _snapshot_time(line)
+            if t is not None:
+                offsets.append(member_offsets[member])
+                times.append(t)
+        last_line = line
+        count += 1
+    end = _last_time(last_line, end)
+    return RecordingIndex(tuple(offsets), tuple(times), end, count)

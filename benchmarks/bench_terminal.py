@@ -1,0 +1,278 @@
+"""What `specwatch watch` costs as a real process in a real terminal, beside a peer in the same run.
+
+    python benchmarks/bench_terminal.py [--seconds 60] [--settle 10] [--sizes 80x24,160x45]
+                                        [--engines 1,8] [--vllmstat PATH] [--profile DIR]
+
+A loopback HTTP server serves the real vLLM 0.32 payload in tests/data/ with its counters moving on
+every scrape (each counter and histogram sample grows by 1 % of its captured value per scrape, so
+rates stay constant and histograms stay cumulative), and an 8-engine version of it (the samples of
+engine 0 repeated for engines 0–7) with an 8-GPU dcgm-exporter payload (the captured L4 lines
+repeated for GPUs 0–7, their utilisation moving). For each terminal size and engine count,
+`specwatch watch --interval 1` runs in a tmux session of that size; when a vllmstat executable is
+found (--vllmstat, or `vllmstat` on PATH) it runs in a second tmux session of the same size,
+polling the same server, during the same minute. After --settle seconds of start-up, the CPU ticks
+(utime + stime) of each process tree are read from /proc, again --seconds later: the share of one
+core each took, and the ratio specwatch / vllmstat. Prints one JSON object.
+
+The machine's other load slows both the same way within one run: quote the ratio. It is a
+benchmark, not a test: it asserts nothing. With --profile DIR, specwatch runs under cProfile and
+writes DIR/specwatch-ENGINESe-WxH.prof (its CPU figures then include the profiler's overhead).
+
+vllmstat is installed in a virtual environment of its own, outside the repository:
+    python3 -m venv VENV && VENV/bin/pip install vllmstat
+    python benchmarks/bench_terminal.py --vllmstat VENV/bin/vllmstat
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+VLLM_PAYLOAD = DATA / "vllm-0.32-cpu-ngram-k4.metrics.txt"
+DCGM_PAYLOAD = DATA / "dcgm-exporter-L4-idle.prom"
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+SAMPLE = re.compile(r"^([^\s{]+)(\{[^}]*\})?\s+(\S+)(.*)$")
+GROWTH_PER_SCRAPE = 0.01
+
+
+class MovingPayload:
+    """A captured exposition whose counters grow on every render; gauges named in `wobble` move
+    around their captured value."""
+
+    def __init__(self, text: str, wobble: tuple[str, ...] = ()) -> None:
+        self.parts: list[tuple[str, float, str]] = []  # (text before the value, value, how it moves)
+        counters: set[str] = set()
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split(None, 3)
+                if kind in ("counter", "histogram", "summary"):
+                    counters.add(name)
+            match = SAMPLE.match(line) if not line.startswith("#") else None
+            if match is None:
+                self.parts.append((line + "\n", 0.0, "text"))
+                continue
+            name, labels, value, rest = match.groups()
+            family = re.sub(r"(_total|_bucket|_sum|_count)$", "", name)
+            moving = "counter" if (family in counters or name in counters) and not name.endswith("_created") \
+                else "wobble" if any(name.startswith(w) for w in wobble) else "still"
+            self.parts.append((f"{name}{labels or ''} ", float(value), moving))
+        self.scrapes = 0
+
+    def render(self) -> bytes:
+        self.scrapes += 1
+        n = self.scrapes
+        out = []
+        for prefix, value, moving in self.parts:
+            if moving == "text":
+                out.append(prefix)
+            elif moving == "counter":
+                out.append(f"{prefix}{value * (1 + GROWTH_PER_SCRAPE * n)!r}\n")
+            elif moving == "wobble":
+                out.append(f"{prefix}{value * (1 + 0.2 * ((n % 7) - 3) / 3) + (n % 5)!r}\n")
+            else:
+                out.append(f"{prefix}{value!r}\n")
+        return "".join(out).encode()
+
+
+def eight_engines(text: str) -> str:
+    """The payload with every engine="0" sample repeated for engines 0–7, under one HELP/TYPE."""
+    out = []
+    for line in text.splitlines():
+        if 'engine="0"' in line and not line.startswith("#"):
+            out.extend(line.replace('engine="0"', f'engine="{i}"') for i in range(8))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def eight_gpus(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("DCGM_FI") and 'gpu="0"' in line:
+            for i in range(8):
+                out.append(line.replace('gpu="0"', f'gpu="{i}"').replace("GPU-c2f76b33", f"GPU-c2f76b3{i}")
+                           .replace('device="nvidia0"', f'device="nvidia{i}"'))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+class LoopbackServer:
+    """/metrics, /8/metrics (eight engines) and /dcgm (eight GPUs) on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        vllm = VLLM_PAYLOAD.read_text()
+        wobble = ("vllm:num_requests_running", "vllm:kv_cache_usage_perc")
+        self.routes = {
+            "/metrics": MovingPayload(vllm, wobble),
+            "/8/metrics": MovingPayload(eight_engines(vllm), wobble),
+            "/dcgm": MovingPayload(eight_gpus(DCGM_PAYLOAD.read_text()),
+                                   ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")),
+        }
+        self.lock = threading.Lock()
+        routes, lock = self.routes, self.lock
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server spelling
+                payload = routes.get(self.path.split("?")[0])
+                if payload is None:
+                    self.send_error(404)
+                    return
+                with lock:
+                    body = payload.render()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, utime + stime in ticks) of a live process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def tree_ticks(root: int) -> int:
+    """CPU ticks of `root` and every live descendant."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            s = _stat(int(entry))
+            if s is not None:
+                stats[int(entry)] = s
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+class TmuxPane:
+    """A command in a detached tmux session of its own, on a server of its own."""
+
+    def __init__(self, command: list[str], width: int, height: int, env: dict[str, str]) -> None:
+        self.socket = f"specwatch-bench-{uuid.uuid4().hex[:8]}"
+        exports = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
+        line = f"exec env {exports} " + " ".join(_quote(c) for c in command)
+        subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-s", "bench",
+                        "-x", str(width), "-y", str(height), line], check=True)
+        out = subprocess.run(["tmux", "-L", self.socket, "list-panes", "-t", "bench", "-F", "#{pane_pid}"],
+                             check=True, capture_output=True, text=True).stdout
+        self.pid = int(out.split()[0])
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "capture-pane", "-p", "-t", "bench"],
+                              capture_output=True, text=True).stdout
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "send-keys", "-t", "bench", "q"], capture_output=True)
+        time.sleep(1.0)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def run_case(server: LoopbackServer, engines: int, width: int, height: int, args: argparse.Namespace,
+             vllmstat: str | None) -> dict[str, object]:
+    url = server.url("/metrics" if engines == 1 else "/8/metrics")
+    gpu_flags = ["--no-dcgm"] if engines == 1 else ["--dcgm", server.url("/dcgm")]
+    python = [sys.executable]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        python += ["-m", "cProfile", "-o", str(args.profile / f"specwatch-{engines}e-{width}x{height}.prof")]
+    specwatch = python + ["-m", "specwatch", "watch", "--url", url, "--interval", "1", "--no-nvml", *gpu_flags]
+    env = {"TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
+    panes = {"specwatch": TmuxPane(specwatch, width, height, env)}
+    if vllmstat:
+        base = url[: -len("/metrics")]
+        panes["vllmstat"] = TmuxPane([vllmstat, "-u", base, "-i", "1", "--no-gpu", *args.vllmstat_args.split()],
+                                     width, height, env)
+    try:
+        time.sleep(args.settle)
+        before = {name: tree_ticks(p.pid) for name, p in panes.items()}
+        t0 = time.monotonic()
+        time.sleep(args.seconds)
+        after = {name: tree_ticks(p.pid) for name, p in panes.items()}
+        wall = time.monotonic() - t0
+        screens = {name: p.screen() for name, p in panes.items()}
+    finally:
+        for p in panes.values():
+            p.close()
+    result: dict[str, object] = {"engines": engines, "size": f"{width}x{height}", "seconds": round(wall, 1)}
+    for name in panes:
+        result[f"{name}_core_pct"] = round(100 * (after[name] - before[name]) / TICKS_PER_S / wall, 2)
+        # a pane that shows a traceback or an error measured nothing: show its top lines to tell
+        result[f"{name}_screen_top"] = [line.rstrip() for line in screens[name].splitlines() if line.strip()][:2]
+    if vllmstat and result["vllmstat_core_pct"]:
+        result["ratio_specwatch_to_vllmstat"] = round(
+            float(result["specwatch_core_pct"]) / float(result["vllmstat_core_pct"]), 3)  # type: ignore[arg-type]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="the measured span (default 60)")
+    parser.add_argument("--settle", type=float, default=10.0, help="start-up left out first (default 10)")
+    parser.add_argument("--sizes", default="80x24,160x45")
+    parser.add_argument("--engines", default="1,8")
+    parser.add_argument("--vllmstat", help="the vllmstat executable (default: vllmstat on PATH, if any)")
+    parser.add_argument("--vllmstat-args", default="",
+                        help="more arguments for vllmstat (it is run with -u URL -i 1 --no-gpu)")
+    parser.add_argument("--profile", type=Path, help="run specwatch under cProfile, writing .prof files here")
+    args = parser.parse_args()
+    if shutil.which("tmux") is None:
+        print(json.dumps({"error": "tmux is not installed"}))
+        return 1
+    vllmstat = args.vllmstat or shutil.which("vllmstat")
+    server = LoopbackServer()
+    results = []
+    try:
+        for engines in (int(e) for e in args.engines.split(",")):
+            for size in args.sizes.split(","):
+                width, height = (int(v) for v in size.lower().split("x"))
+                results.append(run_case(server, engines, width, height, args, vllmstat))
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    finally:
+        server.close()
+    print(json.dumps({"vllmstat": vllmstat, "cases": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
