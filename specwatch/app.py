@@ -578,28 +578,44 @@ class SpecwatchApp(App[int]):
 
     @work(group="control", exit_on_error=False)
     async def action_seek(self, direction: int) -> None:
-        if not self.replay or self.latest is None:
-            return
+        """Ten seconds back or forward from the reading shown: playing, paused or ended alike.
+
+        Paused or ended, the reading at the new position is read and shown at once (the display
+        stays paused), so ← ← ← walks back through a post-mortem one screen at a time; an ended
+        replay plays again from there unless paused."""
+        if not self.replay or self.latest is None or (self._poll_in_flight and not self._reading):
+            return  # an ingest is under way: the next key press seeks from the reading it shows
         try:
             await maybe_await(self.source.seek(self.latest.time + direction * SEEK_STEP_S))
         except Exception as exc:  # noqa: BLE001
             self.notify(f"seek: {exc}", severity="error")
             return
-        if not self.paused and not self._poll_in_flight:
+        if self.ended:
+            self.ended = False
+            self._view_dirty = True
+        if self.paused:
+            await self._read_one("seek")
+        elif not self._poll_in_flight:
             self._start_poll()
 
     @work(group="control", exit_on_error=False)
     async def action_step(self) -> None:
-        """While a replay is paused: one reading forward. step() may hand back the Snapshot, or
-        ready the next read()."""
+        """While a replay is paused: one reading forward."""
         if not self.replay or not self.paused or self._poll_in_flight:
+            return
+        await self._read_one("step")
+
+    async def _read_one(self, what: str) -> None:
+        """Read and show one reading of a paused replay. step() may hand back the Snapshot, or
+        ready the next read()."""
+        if self._poll_in_flight:
             return
         self._poll_in_flight = True
         try:
             result = await maybe_await(self.source.step())
             snapshot = result if isinstance(result, Snapshot) else await self.source.read()
         except Exception as exc:  # noqa: BLE001
-            self.post_message(PollFailed(f"step: {type(exc).__name__}: {exc}"))
+            self.post_message(PollFailed(f"{what}: {type(exc).__name__}: {exc}"))
             return
         if snapshot is None:
             self.post_message(SourceEnded())

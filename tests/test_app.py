@@ -478,12 +478,45 @@ async def test_replay_controls_pause_step_seek_and_speed():
         assert source.calls[-1] == ("step",)
         assert app.query_one("#ov-engine", EnginePanel).view.time == data[10].time  # the step is shown
         await pilot.press("left")
-        await until(pilot, lambda: source.calls[-1][0] == "seek", "a seek")
-        assert source.calls[-1] == ("seek", data[10].time - 10.0)
+        await until(pilot, lambda: ("seek", data[10].time - 10.0) in source.calls, "a seek")
+        # paused, the seek reads the reading at the new position and shows it
+        await until(pilot, lambda: app.polls == 12, "the reading at the seek")
+        assert source.calls[-2:] == [("seek", data[10].time - 10.0), ("step",)]
         await pilot.press("right_square_bracket")
         assert source.speed == 2.0
         await pilot.press("space")
         assert source.calls[-1] == ("resume",)
+
+
+async def test_an_ended_replay_rewinds_and_paused_arrows_move_the_screen(tmp_path):
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots(LOW[:40])
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    source = ReplaySource(path, speed=100.0)
+    app = make_app(source)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        assert end == data[-1].time and "ENDED" in text_of(app.query_one(HeaderBar))
+        await pilot.press("space")  # pause, then walk back through the incident
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+        assert not app.ended and "ENDED" not in text_of(app.query_one(HeaderBar))
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 20.0, "the screen 20 s back")
+        await pilot.pause()
+        assert app.query_one("#ov-engine", EnginePanel).view.time == end - 20.0  # shown although paused
+        await pilot.press("right")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s forward")
+        await pilot.press("space")  # resume: plays out to the end again
+        await until(pilot, lambda: app.ended and app.latest.time == end, "the replay to end again")
+        # ended and not paused: ← plays again from 10 s before the end
+        polls = app.polls
+        await pilot.press("left")
+        await until(pilot, lambda: app.ended and app.polls >= polls + 10, "a second play-out from 10 s back")
 
 
 # -- SVG snapshots ---------------------------------------------------------------------------------
