@@ -237,6 +237,8 @@ class SpecwatchApp(App[int]):
         self.engine: str | None = None
         self.events: deque[VerdictChange] = deque(maxlen=MAX_EVENTS)
         self._histories: dict[str, History] = {}
+        self._last_good: dict[str, float] = {}  # url → data time of its last successful reading
+        self._down_since: dict[str, float] = {}  # url → data time of its first failure after one
         self._poll_timer: Timer | None = None
         self._poll_in_flight = False
         self._recording_thread: RecordingThread | None = None
@@ -365,6 +367,14 @@ class SpecwatchApp(App[int]):
             current = self.target_urls[self.target_index] if self.target_urls else None
             self.target_urls = urls
             self.target_index = urls.index(current) if current in urls else 0
+        for target in snapshot.targets:
+            if target.ok:
+                self._last_good[target.url] = snapshot.time
+                self._down_since.pop(target.url, None)
+            elif target.url in self._last_good:
+                earlier = self._down_since.get(target.url)
+                if earlier is None or earlier > snapshot.time:  # a replay seeks back: start over
+                    self._down_since[target.url] = snapshot.time
         for url in urls:
             history = self._histories.get(url)
             if history is None:
@@ -445,6 +455,10 @@ class SpecwatchApp(App[int]):
             unconfigured_k=UNCONFIGURED_K,
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
+            last_good=self._last_good.get(url) if url else None,
+            down_since=self._down_since.get(url) if url else None,
+            others_down=tuple(t.url for t in snapshot.targets if not t.ok and t.url != url)
+            if snapshot is not None else (),
         )
         self._view_dirty = False
         return self._view

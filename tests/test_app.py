@@ -278,6 +278,43 @@ async def test_unreachable_target_shows_each_sources_state_and_points_to_demo():
     assert "connection refused" in screen and "specwatch demo" in screen
 
 
+SECOND = "http://10.0.0.8:8001"
+
+
+def two_targets_one_dies(dies_at: int = 12, count: int = 20) -> list[Snapshot]:
+    """Two vLLM servers on one node; the second answers until reading `dies_at`, then refuses."""
+    out = []
+    for i, snapshot in enumerate(snapshots(LOW[:count])):
+        first = snapshot.targets[0]
+        second = dataclasses.replace(first, url=SECOND) if i < dies_at else TargetSample(
+            SECOND, "connection_refused", f"vLLM at {SECOND}: connection refused (is the server running?)")
+        out.append(dataclasses.replace(snapshot, targets=(first, second)))
+    return out
+
+
+async def test_a_target_that_dies_is_down_since_with_its_last_good_reading_and_marked_from_the_other():
+    data = two_targets_one_dies()
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        header = text_of(app.query_one(HeaderBar))
+        assert "10.0.0.8:8001 DOWN" in header  # seen from the first target, which is fine
+        await pilot.press("t")
+        await until(pilot, lambda: app.query_one(VerdictBanner).view.url == SECOND, "the second target shown")
+        await pilot.pause()
+        banner = flat(text_of(app.query_one(VerdictBanner)))
+        screen = screen_text(app)
+    died, last = clock_text(data[12].time), clock_text(data[11].time)
+    assert f"DOWN since {died} (connection refused), last good reading" in banner, banner
+    assert f"last good reading {last}" in banner, banner
+    assert "specwatch demo" not in banner and "DOWN since" in screen
+
+
+def clock_text(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
 async def test_a_real_live_source_on_a_closed_port_still_opens_the_dashboard(unused_port):
     from specwatch.collectors.vllm import VllmSource
     from specwatch.sources import LiveSource
@@ -548,6 +585,23 @@ async def _played_out(pilot) -> None:
 )
 def test_layouts_snapshot(snap_compare, node, load, size):
     assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shown", ["the_live_one", "the_down_one"])
+def test_multi_target_with_one_down_snapshot(snap_compare, shown, size):
+    app = make_app(ScriptedSource(two_targets_one_dies()), history_minutes=1.0)
+
+    async def played_out_then_select(pilot) -> None:
+        await _played_out(pilot)
+        if shown == "the_down_one":
+            await pilot.press("t")
+            await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                        "every panel on screen shows the down target")
+            for _ in range(5):
+                await pilot.pause(0.05)
+
+    assert snap_compare(app, terminal_size=size, run_before=played_out_then_select)
 
 
 async def test_no_color_keeps_the_verdict_readable(monkeypatch):

@@ -167,6 +167,12 @@ class DashboardView:
     window_s: float | None = None
     history_minutes: float = 10.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The selected target's health over time (data time): its last successful reading, and since
+    # when it has failed after having been read (None while it answers, or if it never did).
+    last_good: float | None = None
+    down_since: float | None = None
+    # The other targets of a multi-target watch that cannot be read now, by URL.
+    others_down: tuple[str, ...] = ()
 
     @property
     def url(self) -> str | None:
@@ -199,9 +205,10 @@ class DashboardView:
 
     @property
     def nothing_reachable(self) -> bool:
-        """No target answered and no GPU was read: the screen should point to `specwatch demo`."""
+        """No target ever answered and no GPU was read: the screen should point to `specwatch demo`.
+        A target that answered before and died is down, not "nothing to read"."""
         targets_down = self.target is None or not self.target.ok
-        return targets_down and not self.gpus
+        return targets_down and not self.gpus and self.last_good is None
 
 
 def initial_view(source: SourceInfo) -> DashboardView:
