@@ -467,6 +467,34 @@ async def test_target_and_engine_selectors():
         assert app.engine is None
 
 
+async def test_the_per_engine_view_shows_that_engines_own_lifetime_length():
+    # two engines behind one server: one drafts at L = 1 + 0.5 + 0.25 + 0.15 + 0.1 = 2.0, the other at
+    # L = 1 + 0.9 + 0.8 + 0.7 + 0.6 = 4.0; the total lies between
+    good = dataclasses.replace(NODE, per_position=(0.9, 0.8, 0.7, 0.6))
+    merged = []
+    for x, y in zip(snapshots(LOW[:12]), snapshots(LOW[:12], good)):
+        first, second = x.targets[0].engines[0], dataclasses.replace(y.targets[0].engines[0], engine="1")
+        merged.append(dataclasses.replace(x, targets=(dataclasses.replace(x.targets[0], engines=(first, second)),)))
+    app = make_app(ScriptedSource(merged))
+
+    def lifetime_shown() -> float:
+        text = flat(text_of(app.query_one("#ov-speculation", SpeculationPanel)))
+        return float(re.search(r"lifetime L (\d+\.\d+)", text).group(1))
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        total = lifetime_shown()
+        shown = {}
+        for _ in range(2):
+            await pilot.press("e")
+            await pilot.pause()
+            shown[app.engine] = lifetime_shown()
+    assert shown[f"{NODE.model_name}/0"] == pytest.approx(2.0, abs=0.05)
+    assert shown[f"{NODE.model_name}/1"] == pytest.approx(4.0, abs=0.1)
+    assert 2.1 < total < 3.9
+
+
 async def test_recording_key_drives_the_recorder():
     data = snapshots(LOW[:12])
     source = ScriptedSource(data[:4], end=False)

@@ -13,7 +13,8 @@ from typing import Any, Iterable
 
 from specwatch.hardware import GpuSpec
 from specwatch.monitor import TargetState, VerdictChange
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
+from specwatch.figures import engine_figures, lifetime_increases
+from specwatch.snapshot import EngineSample, GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
 from specwatch.window import EngineFigures
 
 # The trend series, in the order the trends panel draws them: (key, label, unit words).
@@ -195,6 +196,19 @@ class DashboardView:
         return window.total
 
     @property
+    def lifetime(self) -> EngineFigures | None:
+        """Since the server started: the selected engine's own, or the target's total."""
+        window = self.state.window if self.state is not None else None
+        if window is None:
+            return None
+        if self.engine is None:
+            return window.lifetime
+        for e in window.latest_engines:
+            if snapshot_engine_key(e) == self.engine:
+                return engine_figures(lifetime_increases(e), [e.gauges])
+        return None
+
+    @property
     def model_name(self) -> str | None:
         if self.target is None:
             return None
@@ -222,4 +236,9 @@ def snapshot_engine_keys(snapshot: Snapshot | None, url: str | None) -> tuple[st
     target = snapshot.target(url)
     if target is None:
         return ()
-    return tuple(e.engine if e.model_name is None else f"{e.model_name}/{e.engine}" for e in target.engines)
+    return tuple(snapshot_engine_key(e) for e in target.engines)
+
+
+def snapshot_engine_key(engine: EngineSample) -> str:
+    """An engine's key as the Window names it (model/engine)."""
+    return engine.engine if engine.model_name is None else f"{engine.model_name}/{engine.engine}"
