@@ -58,6 +58,7 @@ from specwatch.snapshot import Snapshot, SpeculationConfig
 from specwatch.sources import SnapshotSource
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
+from specwatch.widgets.format import clock
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.help import HelpScreen
@@ -71,6 +72,7 @@ from specwatch.widgets.view import (
     History,
     SourceInfo,
     SweepMarker,
+    TargetEvent,
     snapshot_engine_keys,
     trend_values,
 )
@@ -235,7 +237,8 @@ class SpecwatchApp(App[int]):
         self.target_urls: tuple[str, ...] = ()
         self.target_index = 0
         self.engine: str | None = None
-        self.events: deque[VerdictChange] = deque(maxlen=MAX_EVENTS)
+        self.events: deque[VerdictChange | TargetEvent] = deque(maxlen=MAX_EVENTS)
+        self._started_at: dict[str, float] = {}  # url → the server's process start time, as last read
         self._histories: dict[str, History] = {}
         self._last_good: dict[str, float] = {}  # url → data time of its last successful reading
         self._down_since: dict[str, float] = {}  # url → data time of its first failure after one
@@ -368,6 +371,13 @@ class SpecwatchApp(App[int]):
             self.target_urls = urls
             self.target_index = urls.index(current) if current in urls else 0
         for target in snapshot.targets:
+            started = target.process_start_time
+            if target.ok and started is not None:
+                before = self._started_at.get(target.url)
+                if before is not None and started > before:
+                    self.events.appendleft(TargetEvent(snapshot.time, target.url,
+                                                       f"server restarted (its process started {clock(started)})"))
+                self._started_at[target.url] = started
             if target.ok:
                 self._last_good[target.url] = snapshot.time
                 self._down_since.pop(target.url, None)

@@ -311,6 +311,22 @@ async def test_a_target_that_dies_is_down_since_with_its_last_good_reading_and_m
     assert "specwatch demo" not in banner and "DOWN since" in screen
 
 
+async def test_a_restart_is_logged_in_events():
+    data = snapshots(LOW[:12])
+    start = data[0].time - 3600.0
+    restarted = data[6].time - 0.5
+    data = [dataclasses.replace(s, targets=(dataclasses.replace(
+        s.targets[0], process_start_time=start if i < 6 else restarted),)) for i, s in enumerate(data)]
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.press("6")
+        await pilot.pause()
+        events = flat(text_of(app.query_one("#events-panel")))
+    assert f"{clock_text(data[6].time)} server restarted (its process started {clock_text(restarted)})" in events
+    assert events.count("server restarted") == 1
+
+
 def clock_text(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 

@@ -30,6 +30,16 @@ SERIES = (
 
 
 @dataclass(frozen=True)
+class TargetEvent:
+    """Something that happened to a target besides a verdict change (a server restart), for the
+    event log: its data time, the target, and what happened in words."""
+
+    time: float
+    url: str
+    words: str
+
+
+@dataclass(frozen=True)
 class SourceInfo:
     """The header's account of where the data come from."""
 
@@ -155,7 +165,7 @@ class DashboardView:
     gpus: tuple[GpuSample, ...] = ()
     sources: tuple[SourceStatus, ...] = ()
     history: History | None = None
-    events: tuple[VerdictChange, ...] = ()  # newest first
+    events: tuple[VerdictChange | TargetEvent, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
     method_words: str | None = None  # that method as the reasons name it ("n-gram lookup", ...)
     # the speculation config the verdict was judged with (the server's /server_info, else the flags)
