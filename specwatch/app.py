@@ -173,8 +173,10 @@ class SpecwatchApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "specwatch"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-normal"), (150, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
+    # Three designed layouts: 80×24 (the verdict, engine and speculation), from 100×32 the GPUs and
+    # trends join them on the overview, from 150×40 the roofline and the event log too.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-normal"), (100, "-medium"), (150, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-roomy"), (40, "-tall")]
 
     BINDINGS = [
         Binding("q", "quit", "quit"),
@@ -263,8 +265,8 @@ class SpecwatchApp(App[int]):
                         yield EnginePanel(id="ov-engine")
                         yield SpeculationPanel(id="ov-speculation")
                         yield RooflinePanel(id="ov-roofline", classes="wide-only")
-                    yield GpuPanel(id="ov-gpus", classes="wide-only")
-                    yield TrendsPanel(id="ov-trends", classes="wide-only")
+                    yield GpuPanel(id="ov-gpus", classes="roomy-only")
+                    yield TrendsPanel(id="ov-trends", classes="roomy-only")
                     yield EventLog(id="ov-events", classes="wide-only")
             with TabPane("GPUs", id="gpus"):
                 with VerticalScroll():

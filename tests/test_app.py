@@ -830,3 +830,16 @@ async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
         source.feed(data[2:])
         await until(pilot, lambda: app.polls == len(data), "every poll")
     assert read_recording(path).snapshots == data[2:]
+
+
+def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
+    from specwatch.widgets.format import sparkline
+    from specwatch.widgets.trends import scale
+
+    noise = [0.0099, 0.0100, 0.0099, 0.0100, 0.00995]  # TPOT within 1 %: noise
+    low, high = scale("tpot_s", noise)
+    assert len(set(sparkline(noise, len(noise), low, high))) == 1  # one level: drawn flat
+    doubling = [0.010, 0.010, 0.020, 0.020]  # TPOT doubled: a real move
+    low, high = scale("tpot_s", doubling)
+    drawn = sparkline(doubling, len(doubling), low, high)
+    assert drawn[0] != drawn[-1] and drawn[0] == drawn[1] and drawn[2] == drawn[3]
