@@ -350,9 +350,11 @@ class SpecwatchApp(App[int]):
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"ingest failed: {type(exc).__name__}: {exc}"))
             return
-        self.post_message(SnapshotIngested(snapshot, states, changes))
+        # the changes first: the view the Snapshot's message builds then holds them (a paused
+        # screen shows a step or a seek with its events, not the events without their reading)
         for change in changes:
             self.post_message(VerdictChanged(change))
+        self.post_message(SnapshotIngested(snapshot, states, changes))
 
     def _ingest(self, snapshot: Snapshot) -> tuple[dict[str, TargetState], list[VerdictChange]]:
         """Runs in a thread: the Monitor's work. Polls never overlap, so the Monitor is only ever
@@ -611,16 +613,20 @@ class SpecwatchApp(App[int]):
         replay plays again from there unless paused."""
         if not self.replay or self.latest is None or (self._poll_in_flight and not self._reading):
             return  # an ingest is under way: the next key press seeks from the reading it shows
+        position = self.latest.time + direction * SEEK_STEP_S
+        still = self.paused
         try:
-            await maybe_await(self.source.seek(self.latest.time + direction * SEEK_STEP_S))
+            # Shown at once while paused: start a window early, so that the screen at the new
+            # position has the window of readings a verdict needs (a seek back restarts it).
+            await maybe_await(self.source.seek(position - (self.monitor.window.seconds if still else 0.0)))
         except Exception as exc:  # noqa: BLE001
             self.notify(f"seek: {exc}", severity="error")
             return
         if self.ended:
             self.ended = False
             self._view_dirty = True
-        if self.paused:
-            await self._read_one("seek")
+        if still:
+            await self._read_one("seek", until=position)
         elif not self._poll_in_flight:
             self._start_poll()
 
@@ -631,15 +637,22 @@ class SpecwatchApp(App[int]):
             return
         await self._read_one("step")
 
-    async def _read_one(self, what: str) -> None:
+    async def _read_one(self, what: str, until: float | None = None) -> None:
         """Read and show one reading of a paused replay. step() may hand back the Snapshot, or
-        ready the next read()."""
+        ready the next read(). With `until`, readings before that data time go into the Monitor
+        (and their verdict changes into Events) and the first one at or after it is shown."""
         if self._poll_in_flight:
             return
         self._poll_in_flight = True
         try:
-            result = await maybe_await(self.source.step())
-            snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+            while True:
+                result = await maybe_await(self.source.step())
+                snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+                if snapshot is None or until is None or snapshot.time >= until:
+                    break
+                _, changes = await asyncio.to_thread(self._ingest, snapshot)
+                for change in changes:
+                    self.post_message(VerdictChanged(change))
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"{what}: {type(exc).__name__}: {exc}"))
             return

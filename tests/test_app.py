@@ -559,10 +559,11 @@ async def test_replay_controls_pause_step_seek_and_speed():
         assert source.calls[-1] == ("step",)
         assert app.query_one("#ov-engine", EnginePanel).view.time == data[10].time  # the step is shown
         await pilot.press("left")
-        await until(pilot, lambda: ("seek", data[10].time - 10.0) in source.calls, "a seek")
-        # paused, the seek reads the reading at the new position and shows it
+        # paused, the seek starts a window early (so the verdict has its window) and shows the
+        # first reading at or after the new position
+        await until(pilot, lambda: ("seek", data[10].time - 10.0 - WINDOW_S) in source.calls, "a seek")
         await until(pilot, lambda: app.polls == 12, "the reading at the seek")
-        assert source.calls[-2:] == [("seek", data[10].time - 10.0), ("step",)]
+        assert source.calls[-2:] == [("seek", data[10].time - 10.0 - WINDOW_S), ("step",)]
         await pilot.press("right_square_bracket")
         assert source.speed == 2.0
         await pilot.press("space")
@@ -843,3 +844,31 @@ def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
     low, high = scale("tpot_s", doubling)
     drawn = sparkline(doubling, len(doubling), low, high)
     assert drawn[0] != drawn[-1] and drawn[0] == drawn[1] and drawn[2] == drawn[3]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("moment", ["ended", "paused_after_rewind"])
+def test_replay_snapshot(snap_compare, tmp_path, moment, size):
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), snapshots(FLIP[:60]))
+    app = make_app(ReplaySource(path, speed=100.0), history_minutes=1.0)
+
+    async def to_the_moment(pilot) -> None:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        if moment == "paused_after_rewind":
+            await pilot.press("space")
+            await pilot.press("left")
+            await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+            # a window of readings before the position went into the Monitor: a verdict, not "one reading"
+            assert app.states[app.target_urls[0]].verdict.speculation != "unknown"
+        await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                    "every panel on screen shows the reading")
+        for _ in range(5):
+            await pilot.pause(0.05)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, terminal_size=size, run_before=to_the_moment)
