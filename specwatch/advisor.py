@@ -56,6 +56,8 @@ KV_FULL_USAGE = 0.9
 UNCONFIGURED_CONFIDENCE_CAP = 0.6
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
 UNSIZED_DRAFT_RATIO = 0.1
+# The most an answer whose sign depends on hardware nobody identified can claim: a coin flip.
+SHAPE_ASSUMED_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -416,21 +418,20 @@ class Advisor:
             reasons.append("no drafts in this window: acceptance is the lifetime figure")
             flags.append("stale_acceptance")
 
+        shape_assumed = False
         if gpu is None and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
             # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
             # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
-            # position costs a token's compute. When the answer flips between the two, say so
-            # rather than give the optimistic end with confidence.
+            # position costs a token's compute. When the answer flips between the two, say so and
+            # do not claim more than a coin flip.
             pessimistic = length / (k + 1)
             if pessimistic < 1.0:
+                shape_assumed = True
                 flags.append("gpu_unidentified")
-                reasons.insert(0, f"no GPU identified (no NVML driver, no dcgm-exporter, no --gpu): the expected "
-                                  f"speedup lies between {pessimistic:.2f}× (every verified position costs a "
-                                  f"token's compute, as on a CPU or past the knee) and {s_now:.2f}× (below a "
-                                  f"GPU's knee); give --gpu, or traffic at several loads, to decide")
-                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
-                                     be=be_here, low_be=low_be, length=length,
-                                     details={"prior": prior_words, "speedup_range": (pessimistic, s_now)})
+                reasons.append(f"no GPU identified (no NVML driver, no dcgm-exporter, no --gpu): the speedup lies "
+                               f"between {pessimistic:.2f}× (every verified position costs a token's compute, as on "
+                               f"a CPU or past the knee) and {s_now:.2f}× (below a GPU's knee); give --gpu, or "
+                               f"traffic at several loads, to decide")
         # speculation is on: switched off, each token takes s_now times as long
         slo = _slo_goodput(self.config, tw, tpot_ratio_if_toggled=s_now, toggled_words="with speculation off")
         if slo is not None:
@@ -438,6 +439,8 @@ class Advisor:
 
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
+        if shape_assumed:
+            confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")
             reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "

@@ -58,6 +58,7 @@ from specwatch.snapshot import Snapshot, SpeculationConfig
 from specwatch.sources import SnapshotSource
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
+from specwatch.widgets.format import clock
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.help import HelpScreen
@@ -71,6 +72,7 @@ from specwatch.widgets.view import (
     History,
     SourceInfo,
     SweepMarker,
+    TargetEvent,
     snapshot_engine_keys,
     trend_values,
 )
@@ -171,8 +173,10 @@ class SpecwatchApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "specwatch"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-normal"), (150, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
+    # Three designed layouts: 80×24 (the verdict, engine and speculation), from 100×32 the GPUs and
+    # trends join them on the overview, from 150×40 the roofline and the event log too.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (70, "-normal"), (100, "-medium"), (150, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-roomy"), (40, "-tall")]
 
     BINDINGS = [
         Binding("q", "quit", "quit"),
@@ -235,8 +239,11 @@ class SpecwatchApp(App[int]):
         self.target_urls: tuple[str, ...] = ()
         self.target_index = 0
         self.engine: str | None = None
-        self.events: deque[VerdictChange] = deque(maxlen=MAX_EVENTS)
+        self.events: deque[VerdictChange | TargetEvent] = deque(maxlen=MAX_EVENTS)
+        self._started_at: dict[str, float] = {}  # url → the server's process start time, as last read
         self._histories: dict[str, History] = {}
+        self._last_good: dict[str, float] = {}  # url → data time of its last successful reading
+        self._down_since: dict[str, float] = {}  # url → data time of its first failure after one
         self._poll_timer: Timer | None = None
         self._poll_in_flight = False
         self._recording_thread: RecordingThread | None = None
@@ -258,8 +265,8 @@ class SpecwatchApp(App[int]):
                         yield EnginePanel(id="ov-engine")
                         yield SpeculationPanel(id="ov-speculation")
                         yield RooflinePanel(id="ov-roofline", classes="wide-only")
-                    yield GpuPanel(id="ov-gpus", classes="wide-only")
-                    yield TrendsPanel(id="ov-trends", classes="wide-only")
+                    yield GpuPanel(id="ov-gpus", classes="roomy-only")
+                    yield TrendsPanel(id="ov-trends", classes="roomy-only")
                     yield EventLog(id="ov-events", classes="wide-only")
             with TabPane("GPUs", id="gpus"):
                 with VerticalScroll():
@@ -343,9 +350,11 @@ class SpecwatchApp(App[int]):
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"ingest failed: {type(exc).__name__}: {exc}"))
             return
-        self.post_message(SnapshotIngested(snapshot, states, changes))
+        # the changes first: the view the Snapshot's message builds then holds them (a paused
+        # screen shows a step or a seek with its events, not the events without their reading)
         for change in changes:
             self.post_message(VerdictChanged(change))
+        self.post_message(SnapshotIngested(snapshot, states, changes))
 
     def _ingest(self, snapshot: Snapshot) -> tuple[dict[str, TargetState], list[VerdictChange]]:
         """Runs in a thread: the Monitor's work. Polls never overlap, so the Monitor is only ever
@@ -365,6 +374,21 @@ class SpecwatchApp(App[int]):
             current = self.target_urls[self.target_index] if self.target_urls else None
             self.target_urls = urls
             self.target_index = urls.index(current) if current in urls else 0
+        for target in snapshot.targets:
+            started = target.process_start_time
+            if target.ok and started is not None:
+                before = self._started_at.get(target.url)
+                if before is not None and started > before:
+                    self.events.appendleft(TargetEvent(snapshot.time, target.url,
+                                                       f"server restarted (its process started {clock(started)})"))
+                self._started_at[target.url] = started
+            if target.ok:
+                self._last_good[target.url] = snapshot.time
+                self._down_since.pop(target.url, None)
+            elif target.url in self._last_good:
+                earlier = self._down_since.get(target.url)
+                if earlier is None or earlier > snapshot.time:  # a replay seeks back: start over
+                    self._down_since[target.url] = snapshot.time
         for url in urls:
             history = self._histories.get(url)
             if history is None:
@@ -462,6 +486,10 @@ class SpecwatchApp(App[int]):
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
             health=self._health(url),
+            last_good=self._last_good.get(url) if url else None,
+            down_since=self._down_since.get(url) if url else None,
+            others_down=tuple(t.url for t in snapshot.targets if not t.ok and t.url != url)
+            if snapshot is not None else (),
         )
         self._view_dirty = False
         return self._view
@@ -595,28 +623,55 @@ class SpecwatchApp(App[int]):
 
     @work(group="control", exit_on_error=False)
     async def action_seek(self, direction: int) -> None:
-        if not self.replay or self.latest is None:
-            return
+        """Ten seconds back or forward from the reading shown: playing, paused or ended alike.
+
+        Paused or ended, the reading at the new position is read and shown at once (the display
+        stays paused), so ← ← ← walks back through a post-mortem one screen at a time; an ended
+        replay plays again from there unless paused."""
+        if not self.replay or self.latest is None or (self._poll_in_flight and not self._reading):
+            return  # an ingest is under way: the next key press seeks from the reading it shows
+        position = self.latest.time + direction * SEEK_STEP_S
+        still = self.paused
         try:
-            await maybe_await(self.source.seek(self.latest.time + direction * SEEK_STEP_S))
+            # Shown at once while paused: start a window early, so that the screen at the new
+            # position has the window of readings a verdict needs (a seek back restarts it).
+            await maybe_await(self.source.seek(position - (self.monitor.window.seconds if still else 0.0)))
         except Exception as exc:  # noqa: BLE001
             self.notify(f"seek: {exc}", severity="error")
             return
-        if not self.paused and not self._poll_in_flight:
+        if self.ended:
+            self.ended = False
+            self._view_dirty = True
+        if still:
+            await self._read_one("seek", until=position)
+        elif not self._poll_in_flight:
             self._start_poll()
 
     @work(group="control", exit_on_error=False)
     async def action_step(self) -> None:
-        """While a replay is paused: one reading forward. step() may hand back the Snapshot, or
-        ready the next read()."""
+        """While a replay is paused: one reading forward."""
         if not self.replay or not self.paused or self._poll_in_flight:
+            return
+        await self._read_one("step")
+
+    async def _read_one(self, what: str, until: float | None = None) -> None:
+        """Read and show one reading of a paused replay. step() may hand back the Snapshot, or
+        ready the next read(). With `until`, readings before that data time go into the Monitor
+        (and their verdict changes into Events) and the first one at or after it is shown."""
+        if self._poll_in_flight:
             return
         self._poll_in_flight = True
         try:
-            result = await maybe_await(self.source.step())
-            snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+            while True:
+                result = await maybe_await(self.source.step())
+                snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+                if snapshot is None or until is None or snapshot.time >= until:
+                    break
+                _, changes = await asyncio.to_thread(self._ingest, snapshot)
+                for change in changes:
+                    self.post_message(VerdictChanged(change))
         except Exception as exc:  # noqa: BLE001
-            self.post_message(PollFailed(f"step: {type(exc).__name__}: {exc}"))
+            self.post_message(PollFailed(f"{what}: {type(exc).__name__}: {exc}"))
             return
         if snapshot is None:
             self.post_message(SourceEnded())

@@ -184,10 +184,14 @@ class SpecwatchCollector(Collector):
         spec_info = InfoMetricFamily(schema.SPECULATION.name, schema.SPECULATION.help,
                                      labels=list(schema.SPECULATION.labels))
         stalled = gauge(schema.ENGINE_STALLED)
+        target_up = gauge(schema.TARGET_UP)
+        read_states = {t.url: t.state for t in frame.snapshot.targets} if frame.snapshot is not None else {}
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
             key = [node, target]
+            read_state = read_states.get(url, "ok" if state.reachable else "unknown")
+            target_up.add_metric(key + [read_state], 1.0 if read_state == "ok" else 0.0)
             if v.configured:
                 config = frame.speculation.get(url)
                 spec_info.add_metric(key, {
@@ -197,7 +201,9 @@ class SpecwatchCollector(Collector):
                 })
             for s in VERDICT_STATES:
                 verdict.add_metric(key + [s], 1.0 if v.speculation == s else 0.0)
-            configured.add_metric(key, 1.0 if v.configured else 0.0)
+            if state.reachable:
+                # a server that does not answer has no known configuration: absent, not "0"
+                configured.add_metric(key, 1.0 if v.configured else 0.0)
             change.add_metric(key, 1.0 if v.change_recommended else 0.0)
             confidence.add_metric(key, float(v.confidence))
             for family, value in ((speedup, v.expected_speedup), (length, v.acceptance_length),
@@ -218,7 +224,7 @@ class SpecwatchCollector(Collector):
             stalled.add_metric(key, 1.0 if "engine_stalled" in raised else 0.0)
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
-        yield from (verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
+        yield from (target_up, verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
                     running, bound, signal, flag, spec_info, stalled)
 
     @staticmethod

@@ -44,11 +44,13 @@ REASON = "reason"
 
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
-               "method_assumed", "engine_stalled")
+               "method_assumed", "engine_stalled", "gpu_unidentified")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
-# quietly and not found, NVML turned off by a flag. They are exported with up=1 so that a node
+# quietly and not found, NVML turned off by a flag, no NVIDIA driver on the node. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.
-NOT_CONFIGURED_STATES = ("absent", "off")
+# A node without an NVIDIA driver ("no_driver": a CPU node, or one whose GPUs are read through
+# dcgm-exporter) has no NVML by design: that is not a failure either.
+NOT_CONFIGURED_STATES = ("absent", "off", "no_driver")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,15 @@ POLL_DURATION = MetricName("specwatch_poll_duration_seconds", "How long the last
 # -- per vLLM target -------------------------------------------------------------------------------
 VERDICT = MetricName("specwatch_verdict", "The speculation verdict: 1 for the current state, 0 for the others.",
                      _TARGET + (STATE,))
-CONFIGURED = MetricName("specwatch_speculation_configured", "1 if the server runs speculative decoding.", _TARGET)
+TARGET_UP = MetricName(
+    "specwatch_target_up",
+    "1 if the agent's last reading of this target succeeded, 0 if the target cannot be read; state says how "
+    "(ok, connection_refused, timeout, http_401, ...). While it is 0 the target's verdict is unknown and "
+    "specwatch_speculation_configured is absent: nothing is known about a server that does not answer.",
+    _TARGET + (STATE,))
+CONFIGURED = MetricName("specwatch_speculation_configured",
+                        "1 if the server runs speculative decoding (absent while the target cannot be read).",
+                        _TARGET)
 CHANGE_RECOMMENDED = MetricName(
     "specwatch_change_recommended",
     "1 if a change is recommended (configured but costing, or off but it would pay).", _TARGET)
@@ -158,7 +168,7 @@ SOURCE_UP = MetricName("specwatch_source_up",
 SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_seconds",
                                  "Agent wall-clock time of this source's last successful reading.", (NODE, SOURCE))
 
-ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
+ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, TARGET_UP, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
                BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
                FINISH_REASON, INPUT_OUTPUT, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -36,12 +36,13 @@ from textual.widgets import DataTable, Footer, Static
 
 from specwatch import export_schema as schema
 from specwatch.collectors.prometheus import PrometheusClient, PromSample, QueryResult
-from specwatch.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, SIGNAL, SOURCE, STATE, TARGET
+from specwatch.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, NOT_CONFIGURED_STATES, SIGNAL, SOURCE, STATE, \
+    TARGET
 
 SERIES_QUERY = schema.SERIES_SELECTOR
 # Attention ranks: lower sorts first.
-RANK_MISALIGNED, RANK_COSTING, RANK_EXPORTER_DOWN, RANK_GPU_LOST, RANK_SOURCE_DOWN, RANK_UNKNOWN, \
-    RANK_WOULD_PAY, RANK_HOLD, RANK_FINE = range(9)
+RANK_MISALIGNED, RANK_COSTING, RANK_EXPORTER_DOWN, RANK_TARGET_DOWN, RANK_GPU_LOST, RANK_SOURCE_DOWN, \
+    RANK_UNKNOWN, RANK_WOULD_PAY, RANK_HOLD, RANK_FINE = range(10)
 
 
 # Target labels the Prometheus Operator puts on every series it scrapes from a pod
@@ -72,7 +73,11 @@ class FleetRow:
     node: str
     target: str
     verdict: str = "unknown"
-    configured: bool = False
+    configured: bool | None = None  # None: not known (the target cannot be read)
+    # how the agent's last reading of the target went ("ok", "connection_refused", ...), and when
+    # it last read it successfully (agent wall clock); "ok" when the agent exports no target_up
+    read_state: str = "ok"
+    last_good: float | None = None
     change_recommended: bool = False
     confidence: float | None = None
     expected_speedup: float | None = None
@@ -93,13 +98,19 @@ class FleetRow:
 
     @property
     def costing(self) -> bool:
-        return self.configured and self.verdict == "off"
+        return bool(self.configured) and self.verdict == "off"
+
+    @property
+    def reachable(self) -> bool:
+        return self.read_state == "ok"
 
     @property
     def attention(self) -> tuple[int, str]:
         """(rank, words): why this row needs someone, most urgent reason first."""
         if not self.exporter_up:
             return RANK_EXPORTER_DOWN, "agent not scraped"
+        if not self.reachable:
+            return RANK_TARGET_DOWN, f"unreachable ({self.read_state.replace('_', ' ')})"
         if "misaligned_draft" in self.flags:
             return RANK_MISALIGNED, "misaligned draft"
         if self.costing:
@@ -187,9 +198,17 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
     for s in by_name.get(schema.GPU_LOST.series, ()):
         if s.value == 1:
             lost[name(s.labels)] = lost.get(name(s.labels), 0) + 1
+    for s in by_name.get(schema.TARGET_UP.series, ()):
+        row(s.labels)["read_state"] = s.labels.get(STATE, "unknown") if s.value == 0 else "ok"
+    last_success = {(name(s.labels), s.labels.get(SOURCE, "")): s.value
+                    for s in by_name.get(schema.SOURCE_LAST_SUCCESS.series, ())}
+    for (node, target), values in fields.items():
+        values["last_good"] = last_success.get((node, f"vllm {target}"))
     down: dict[str, list[str]] = {}
     for s in by_name.get(schema.SOURCE_UP.series, ()):
-        if s.value == 0:
+        # a source absent by design (no NVML where dcgm-exporter serves) is not down, whatever
+        # value an older agent exported for it
+        if s.value == 0 and s.labels.get(STATE) not in NOT_CONFIGURED_STATES:
             down.setdefault(name(s.labels), []).append(
                 f"{s.labels.get(SOURCE, '?')} ({s.labels.get(STATE, '?')})")
     rows = []
@@ -208,14 +227,14 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
     return sorted(rows, key=FleetRow.sort_key)
 
 
-async def read_fleet(client: PrometheusClient, job: str) -> FleetReading:
+async def read_fleet(client: PrometheusClient, job: str, clock: Callable[[], float] = time.time) -> FleetReading:
     series = await client.query(SERIES_QUERY)
     if not series.ok:
-        return FleetReading(series.state, series.message, read_at=time.time())
+        return FleetReading(series.state, series.message, read_at=clock())
     up = await client.query(f'up{{job="{_escape(job)}"}}')
     rows = fleet_rows(series.samples, up.samples if up.ok else ())
     message = "" if up.ok else f"agents' up series unavailable: {up.message}"
-    return FleetReading("ok", message, tuple(rows), time.time())
+    return FleetReading("ok", message, tuple(rows), clock())
 
 
 def _escape(value: str) -> str:
@@ -382,21 +401,46 @@ def _pct(value: float | None) -> str:
 
 
 VERDICT_STYLE = {"on": "bold green", "off": "bold red", "hold": "bold yellow", "unknown": "dim"}
-COLUMNS = ("node", "target", "verdict", "L", "break-even", "running / crossover", "bound", "attention")
+# "attention" comes right after the verdict so that why a row needs someone is on screen at 80
+# columns; the figures behind the verdict follow (a narrow terminal scrolls to them).
+COLUMNS = ("node", "target", "verdict", "attention", "L", "break-even", "running / crossover", "bound")
 
 
-def row_cells(row: FleetRow) -> tuple[Any, ...]:
+def short_target(target: str) -> str:
+    """The target as the table shows it: the scheme is the same on every row and costs columns."""
+    return target.removeprefix("http://")
+
+
+def _ago(when: float | None, now: float) -> str:
+    if not _finite(when):
+        return "never"
+    seconds = max(0.0, now - when)  # type: ignore[operator]
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return time.strftime("%H:%M", time.localtime(when))
+
+
+def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     """The table's cells for one row, in COLUMNS order."""
+    now = time.time() if now is None else now
     if not row.exporter_up:
-        return (row.node, "—", Text("DOWN", style="bold red"), "—", "—", "—", "—",
-                Text("agent not scraped", style="bold red"))
-    word = row.verdict.upper() + ("" if row.configured else " (not configured)")
-    crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never"
-    running = f"{row.running:.0f}" if _finite(row.running) else "—"
+        return (row.node, "—", Text("DOWN", style="bold red"), Text("agent not scraped", style="bold red"),
+                "—", "—", "—", "—")
     rank, words = row.attention
     style = "bold red" if rank <= RANK_SOURCE_DOWN else "yellow" if rank < RANK_FINE else ""
-    return (row.node, row.target, Text(word, style=VERDICT_STYLE.get(row.verdict, "")), _num(row.acceptance_length),
-            _num(row.break_even_length), f"{running} / {crossover}", row.bound, Text(words, style=style))
+    if not row.reachable:
+        # health is never shown as a verdict: no "not configured", no "never" for what nobody can read
+        return (row.node, short_target(row.target), Text("DOWN", style="bold red"),
+                Text(f"{words}, last good reading {_ago(row.last_good, now)}", style=style), "—", "—", "—", "—")
+    word = row.verdict.upper() + (" (not configured)" if row.configured is False else "")
+    known = row.verdict in ("on", "off", "hold")
+    crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never" if known else "—"
+    running = f"{row.running:.0f}" if _finite(row.running) else "—"
+    return (row.node, short_target(row.target), Text(word, style=VERDICT_STYLE.get(row.verdict, "")),
+            Text(words, style=style), _num(row.acceptance_length), _num(row.break_even_length),
+            f"{running} / {crossover}", row.bound)
 
 
 class FleetRead(Message):
@@ -526,8 +570,10 @@ class FleetApp(App[None]):
         Binding("enter", "drill", "drill into node", show=True),
     ]
 
-    def __init__(self, client: PrometheusClient, job: str = "specwatch", refresh_s: float = 5.0) -> None:
+    def __init__(self, client: PrometheusClient, job: str = "specwatch", refresh_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
         super().__init__()
+        self.clock = clock
         self.client = client
         self.job = job
         self.refresh_s = refresh_s
@@ -555,7 +601,7 @@ class FleetApp(App[None]):
 
     async def _read(self) -> None:
         try:
-            reading = await read_fleet(self.client, self.job)
+            reading = await read_fleet(self.client, self.job, self.clock)
         finally:
             self._in_flight = False
         self.post_message(FleetRead(reading))
@@ -580,7 +626,7 @@ class FleetApp(App[None]):
         selected = self._selected_key()
         table.clear()
         for row in reading.rows:
-            table.add_row(*row_cells(row), key=row.key)
+            table.add_row(*row_cells(row, reading.read_at), key=row.key)
         if selected is not None:
             for i, row in enumerate(reading.rows):
                 if row.key == selected:

@@ -179,17 +179,19 @@ def test_an_engine_whose_k_cannot_be_read_is_not_judged_with_a_guessed_k():
     assert "cannot be read" in verdict.reasons[0]
 
 
-def test_with_no_gpu_identified_a_speedup_that_flips_with_the_hardware_is_unknown():
+def test_with_no_gpu_identified_a_speedup_that_flips_with_the_hardware_claims_no_more_than_a_coin_flip():
     # A CPU-like node (every token costs compute: T = 2 ms + 1 ms per token) with no GPU name and
     # speculation on at one load. The data cannot show what a plain step costs, and the answer flips
     # between "below a GPU's knee" (S = L) and "compute-bound" (S ≈ L/(k+1)): the true S here is
-    # L·T(1)/T(5) = 2.25·3/7 ≈ 0.96, so an optimistic ON would be wrong.
+    # L·T(1)/T(5) = 2.25·3/7 ≈ 0.96, so an optimistic ON at 0.99 would mislead: the verdict says the range and
+    # claims no more than a coin flip.
     cpu = HingeParameters(base_s=0.002, knee=0.0, slope_s_per_token=0.0, kv_s_per_token=0.0, per_token_s=0.001)
     node = SyntheticNode(step=cpu, gpu_name="", per_position=(0.5, 0.35, 0.25, 0.15), context_per_sequence=0.0,
                          prompt_cached_fraction=0.95)
     verdict = run(node, [1.0] * 90)[-1][1]
-    assert verdict.speculation == "unknown" and "gpu_unidentified" in verdict.flags
-    assert "between 0.45×" in verdict.reasons[0] and verdict.confidence == 0.0
+    assert "gpu_unidentified" in verdict.flags and verdict.confidence <= 0.5
+    (words,) = [r for r in verdict.reasons if r.startswith("no GPU identified")]
+    assert "between 0.45×" in words
     # told the GPU, the advisor reasons with its roofline again (and the flag is gone)
     told = run(node, [1.0] * 90, config=AdvisorConfig(method="ngram", gpu=lookup("H100")))[-1][1]
     assert told.speculation in ("on", "off", "hold") and "gpu_unidentified" not in told.flags

@@ -278,6 +278,59 @@ async def test_unreachable_target_shows_each_sources_state_and_points_to_demo():
     assert "connection refused" in screen and "specwatch demo" in screen
 
 
+SECOND = "http://10.0.0.8:8001"
+
+
+def two_targets_one_dies(dies_at: int = 12, count: int = 20) -> list[Snapshot]:
+    """Two vLLM servers on one node; the second answers until reading `dies_at`, then refuses."""
+    out = []
+    for i, snapshot in enumerate(snapshots(LOW[:count])):
+        first = snapshot.targets[0]
+        second = dataclasses.replace(first, url=SECOND) if i < dies_at else TargetSample(
+            SECOND, "connection_refused", f"vLLM at {SECOND}: connection refused (is the server running?)")
+        out.append(dataclasses.replace(snapshot, targets=(first, second)))
+    return out
+
+
+async def test_a_target_that_dies_is_down_since_with_its_last_good_reading_and_marked_from_the_other():
+    data = two_targets_one_dies()
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        header = text_of(app.query_one(HeaderBar))
+        assert "10.0.0.8:8001 DOWN" in header  # seen from the first target, which is fine
+        await pilot.press("t")
+        await until(pilot, lambda: app.query_one(VerdictBanner).view.url == SECOND, "the second target shown")
+        await pilot.pause()
+        banner = flat(text_of(app.query_one(VerdictBanner)))
+        screen = screen_text(app)
+    died, last = clock_text(data[12].time), clock_text(data[11].time)
+    assert f"DOWN since {died} (connection refused), last good reading" in banner, banner
+    assert f"last good reading {last}" in banner, banner
+    assert "specwatch demo" not in banner and "DOWN since" in screen
+
+
+async def test_a_restart_is_logged_in_events():
+    data = snapshots(LOW[:12])
+    start = data[0].time - 3600.0
+    restarted = data[6].time - 0.5
+    data = [dataclasses.replace(s, targets=(dataclasses.replace(
+        s.targets[0], process_start_time=start if i < 6 else restarted),)) for i, s in enumerate(data)]
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.press("6")
+        await pilot.pause()
+        events = flat(text_of(app.query_one("#events-panel")))
+    assert f"{clock_text(data[6].time)} server restarted (its process started {clock_text(restarted)})" in events
+    assert events.count("server restarted") == 1
+
+
+def clock_text(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
 async def test_a_real_live_source_on_a_closed_port_still_opens_the_dashboard(unused_port):
     from specwatch.collectors.vllm import VllmSource
     from specwatch.sources import LiveSource
@@ -430,6 +483,34 @@ async def test_target_and_engine_selectors():
         assert app.engine is None
 
 
+async def test_the_per_engine_view_shows_that_engines_own_lifetime_length():
+    # two engines behind one server: one drafts at L = 1 + 0.5 + 0.25 + 0.15 + 0.1 = 2.0, the other at
+    # L = 1 + 0.9 + 0.8 + 0.7 + 0.6 = 4.0; the total lies between
+    good = dataclasses.replace(NODE, per_position=(0.9, 0.8, 0.7, 0.6))
+    merged = []
+    for x, y in zip(snapshots(LOW[:12]), snapshots(LOW[:12], good)):
+        first, second = x.targets[0].engines[0], dataclasses.replace(y.targets[0].engines[0], engine="1")
+        merged.append(dataclasses.replace(x, targets=(dataclasses.replace(x.targets[0], engines=(first, second)),)))
+    app = make_app(ScriptedSource(merged))
+
+    def lifetime_shown() -> float:
+        text = flat(text_of(app.query_one("#ov-speculation", SpeculationPanel)))
+        return float(re.search(r"lifetime L (\d+\.\d+)", text).group(1))
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        total = lifetime_shown()
+        shown = {}
+        for _ in range(2):
+            await pilot.press("e")
+            await pilot.pause()
+            shown[app.engine] = lifetime_shown()
+    assert shown[f"{NODE.model_name}/0"] == pytest.approx(2.0, abs=0.05)
+    assert shown[f"{NODE.model_name}/1"] == pytest.approx(4.0, abs=0.1)
+    assert 2.1 < total < 3.9
+
+
 async def test_recording_key_drives_the_recorder():
     data = snapshots(LOW[:12])
     source = ScriptedSource(data[:4], end=False)
@@ -478,12 +559,46 @@ async def test_replay_controls_pause_step_seek_and_speed():
         assert source.calls[-1] == ("step",)
         assert app.query_one("#ov-engine", EnginePanel).view.time == data[10].time  # the step is shown
         await pilot.press("left")
-        await until(pilot, lambda: source.calls[-1][0] == "seek", "a seek")
-        assert source.calls[-1] == ("seek", data[10].time - 10.0)
+        # paused, the seek starts a window early (so the verdict has its window) and shows the
+        # first reading at or after the new position
+        await until(pilot, lambda: ("seek", data[10].time - 10.0 - WINDOW_S) in source.calls, "a seek")
+        await until(pilot, lambda: app.polls == 12, "the reading at the seek")
+        assert source.calls[-2:] == [("seek", data[10].time - 10.0 - WINDOW_S), ("step",)]
         await pilot.press("right_square_bracket")
         assert source.speed == 2.0
         await pilot.press("space")
         assert source.calls[-1] == ("resume",)
+
+
+async def test_an_ended_replay_rewinds_and_paused_arrows_move_the_screen(tmp_path):
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots(LOW[:40])
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    source = ReplaySource(path, speed=100.0)
+    app = make_app(source)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        assert end == data[-1].time and "ENDED" in text_of(app.query_one(HeaderBar))
+        await pilot.press("space")  # pause, then walk back through the incident
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+        assert not app.ended and "ENDED" not in text_of(app.query_one(HeaderBar))
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 20.0, "the screen 20 s back")
+        await pilot.pause()
+        assert app.query_one("#ov-engine", EnginePanel).view.time == end - 20.0  # shown although paused
+        await pilot.press("right")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s forward")
+        await pilot.press("space")  # resume: plays out to the end again
+        await until(pilot, lambda: app.ended and app.latest.time == end, "the replay to end again")
+        # ended and not paused: ← plays again from 10 s before the end
+        polls = app.polls
+        await pilot.press("left")
+        await until(pilot, lambda: app.ended and app.polls >= polls + 10, "a second play-out from 10 s back")
 
 
 # -- SVG snapshots ---------------------------------------------------------------------------------
@@ -515,6 +630,23 @@ async def _played_out(pilot) -> None:
 )
 def test_layouts_snapshot(snap_compare, node, load, size):
     assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shown", ["the_live_one", "the_down_one"])
+def test_multi_target_with_one_down_snapshot(snap_compare, shown, size):
+    app = make_app(ScriptedSource(two_targets_one_dies()), history_minutes=1.0)
+
+    async def played_out_then_select(pilot) -> None:
+        await _played_out(pilot)
+        if shown == "the_down_one":
+            await pilot.press("t")
+            await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                        "every panel on screen shows the down target")
+            for _ in range(5):
+                await pilot.pause(0.05)
+
+    assert snap_compare(app, terminal_size=size, run_before=played_out_then_select)
 
 
 async def test_no_color_keeps_the_verdict_readable(monkeypatch):
@@ -716,3 +848,44 @@ async def test_the_view_carries_the_targets_health_over_the_window():
     assert health["energy"]["joules_per_token"] == pytest.approx(
         sum(joules.values()) / tw.increases.counter("vllm:generation_tokens"))
     assert health["speculation_toggled_to"] == "off"
+
+
+def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
+    from specwatch.widgets.format import sparkline
+    from specwatch.widgets.trends import scale
+
+    noise = [0.0099, 0.0100, 0.0099, 0.0100, 0.00995]  # TPOT within 1 %: noise
+    low, high = scale("tpot_s", noise)
+    assert len(set(sparkline(noise, len(noise), low, high))) == 1  # one level: drawn flat
+    doubling = [0.010, 0.010, 0.020, 0.020]  # TPOT doubled: a real move
+    low, high = scale("tpot_s", doubling)
+    drawn = sparkline(doubling, len(doubling), low, high)
+    assert drawn[0] != drawn[-1] and drawn[0] == drawn[1] and drawn[2] == drawn[3]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("moment", ["ended", "paused_after_rewind"])
+def test_replay_snapshot(snap_compare, tmp_path, moment, size):
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), snapshots(FLIP[:60]))
+    app = make_app(ReplaySource(path, speed=100.0), history_minutes=1.0)
+
+    async def to_the_moment(pilot) -> None:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        if moment == "paused_after_rewind":
+            await pilot.press("space")
+            await pilot.press("left")
+            await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+            # a window of readings before the position went into the Monitor: a verdict, not "one reading"
+            assert app.states[app.target_urls[0]].verdict.speculation != "unknown"
+        await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                    "every panel on screen shows the reading")
+        for _ in range(5):
+            await pilot.pause(0.05)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, terminal_size=size, run_before=to_the_moment)

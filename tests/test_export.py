@@ -218,6 +218,10 @@ def test_source_health_when_vllm_is_down(tmp_path: Path) -> None:
     verdicts = {labels["state"]: value for labels, value in parsed["specwatch_verdict"]}
     assert verdicts["unknown"] == 1.0 and verdicts["on"] == verdicts["off"] == 0.0
     assert parsed["specwatch_last_snapshot_timestamp_seconds"][0][1] > 0  # the poll itself ran
+    # the target itself says it is down and why; nothing claims it runs without speculation
+    assert parsed["specwatch_target_up"] == [
+        ({"node": "n1", "target": target, "state": "connection_refused"}, 0.0)]
+    assert "specwatch_speculation_configured" not in parsed
 
 
 def test_token_and_url_credentials_never_appear_in_the_metrics(tmp_path: Path) -> None:

@@ -289,10 +289,10 @@ async def test_fleet_view_lists_both_nodes_in_attention_order(fleet: dict[str, A
         table = app.query_one(DataTable)
         assert table.row_count == 3
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[:3] == ["node-trouble", "http://127.0.0.1:8000", "OFF"]
-        assert first[3] == "1.03" and first[5].startswith("8 / ")
+        assert first[:4] == ["node-trouble", "127.0.0.1:8000", "OFF", "misaligned draft"]
+        assert first[4] == "1.03" and first[6].startswith("8 / ")
         third = [str(c) for c in table.get_row_at(2)]
-        assert third[:3] == ["node-healthy", "http://127.0.0.1:8000", "ON"] and third[3] == "2.60"
+        assert third[:3] == ["node-healthy", "127.0.0.1:8000", "ON"] and third[4] == "2.60"
 
         # r refreshes (in a worker): the count goes up
         before = app.refreshes
@@ -386,3 +386,120 @@ def test_rows_sort_costing_before_unknown_and_fine() -> None:
     series = verdict("a-fine", "on") + verdict("b-unknown", "unknown") + verdict("c-costing", "off") \
         + [configured("a-fine"), configured("c-costing")]
     assert [r.node for r in fleet_rows(series)] == ["c-costing", "b-unknown", "a-fine"]
+
+
+def _verdict_series(node: str, state: str, target: str = "http://t:8000") -> list:
+    from specwatch.collectors.prometheus import PromSample
+
+    return [PromSample({"__name__": "specwatch_verdict", "node": node, "target": target, "state": s},
+                       1.0 if s == state else 0.0) for s in ("on", "off", "hold", "unknown")]
+
+
+def test_a_dcgm_only_node_without_nvml_needs_no_attention() -> None:
+    from specwatch.collectors.prometheus import PromSample
+
+    def source(node: str, name: str, kind: str, state: str, up: float) -> PromSample:
+        return PromSample({"__name__": "specwatch_source_up", "node": node, "source": name, "kind": kind,
+                           "state": state}, up)
+
+    series = _verdict_series("dcgm-node", "on") + _verdict_series("old-agent", "on") + [
+        PromSample({"__name__": "specwatch_speculation_configured", "node": n, "target": "http://t:8000"}, 1.0)
+        for n in ("dcgm-node", "old-agent")] + [
+        source("dcgm-node", "nvml", "nvml", "no_driver", 1.0),
+        source("dcgm-node", "dcgm http://localhost:9400/metrics", "dcgm", "ok", 1.0),
+        # an agent from before no_driver counted as "absent by design" exported it as down
+        source("old-agent", "nvml", "nvml", "no_driver", 0.0),
+    ]
+    rows = fleet_rows(series)
+    assert [(r.node, r.attention) for r in rows] == [("dcgm-node", (9, "")), ("old-agent", (9, ""))]
+
+
+def test_an_unreachable_target_is_down_with_its_reason_at_80_columns() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from specwatch.collectors.prometheus import PromSample
+    from specwatch.fleet import COLUMNS, row_cells
+
+    target = "http://10.0.0.7:8000"
+    series = _verdict_series("gpu-7", "unknown", target) + _verdict_series("gpu-8", "on") + [
+        PromSample({"__name__": "specwatch_target_up", "node": "gpu-7", "target": target,
+                    "state": "connection_refused"}, 0.0),
+        PromSample({"__name__": "specwatch_target_up", "node": "gpu-8", "target": "http://t:8000", "state": "ok"}, 1.0),
+        PromSample({"__name__": "specwatch_speculation_configured", "node": "gpu-8", "target": "http://t:8000"}, 1.0),
+        PromSample({"__name__": "specwatch_source_last_success_timestamp_seconds", "node": "gpu-7",
+                    "source": f"vllm {target}"}, 1000.0),
+    ]
+    down, fine = fleet_rows(series)
+    assert down.node == "gpu-7" and not down.reachable and down.configured is None and fine.reachable
+    assert down.attention[1] == "unreachable (connection refused)"
+    cells = [str(c) for c in row_cells(down, now=1000.0 + 180)]
+    assert cells[:4] == ["gpu-7", "10.0.0.7:8000", "DOWN",
+                         "unreachable (connection refused), last good reading 3 min ago"]
+    assert "not configured" not in " ".join(cells) and "never" not in " ".join(cells)
+
+
+def _canned_prometheus(series: list[dict[str, Any]], up: list[dict[str, Any]]):
+    """A handler answering the fleet's two queries the way Prometheus' query API does."""
+    import json
+    from urllib.parse import parse_qs, urlsplit
+
+    def on_get(h) -> None:
+        query = parse_qs(urlsplit(h.path).query).get("query", [""])[0]
+        result = up if query.startswith("up") else series
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": labels, "value": [1000.0, str(value)]} for labels, value in result]}}).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return on_get
+
+
+def _fleet_with_a_down_target() -> tuple[list, list]:
+    def verdict(node: str, target: str, state: str) -> list:
+        return [({"__name__": "specwatch_verdict", "node": node, "target": target, "state": s},
+                 1.0 if s == state else 0.0) for s in ("on", "off", "hold", "unknown")]
+
+    down, fine = "http://10.0.0.7:8000", "http://10.0.0.8:8000"
+    series = verdict("gpu-node-7", down, "unknown") + verdict("gpu-node-8", fine, "on") + [
+        ({"__name__": "specwatch_target_up", "node": "gpu-node-7", "target": down,
+          "state": "connection_refused"}, 0.0),
+        ({"__name__": "specwatch_source_last_success_timestamp_seconds", "node": "gpu-node-7",
+          "source": f"vllm {down}"}, 820.0),
+        ({"__name__": "specwatch_target_up", "node": "gpu-node-8", "target": fine, "state": "ok"}, 1.0),
+        ({"__name__": "specwatch_speculation_configured", "node": "gpu-node-8", "target": fine}, 1.0),
+        ({"__name__": "specwatch_acceptance_length_tokens", "node": "gpu-node-8", "target": fine}, 2.6),
+        ({"__name__": "specwatch_break_even_length_tokens", "node": "gpu-node-8", "target": fine}, 1.4),
+        ({"__name__": "specwatch_running_requests", "node": "gpu-node-8", "target": fine}, 8.0),
+        ({"__name__": "specwatch_source_up", "node": "gpu-node-8", "source": "nvml", "kind": "nvml",
+          "state": "no_driver"}, 1.0),
+    ]
+    up = [({"__name__": "up", "job": "specwatch", "instance": f"{n}:9464"}, 1.0) for n in ("gpu-node-7", "gpu-node-8")]
+    return series, up
+
+
+def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch) -> None:
+    from http_fixtures import LocalServer
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    series, up = _fleet_with_a_down_target()
+    with LocalServer(_canned_prometheus(series, up)) as prometheus:
+        client = PrometheusClient(prometheus.url)
+        # the canned server's port changes from run to run: the status line names a fixed one
+        monkeypatch.setattr(client, "describe", lambda: "Prometheus at http://prometheus:9090")
+        app = FleetApp(client, refresh_s=3600.0, clock=lambda: 1000.0)
+
+        async def read(pilot) -> None:
+            while app.reading is None:
+                await pilot.pause(0.05)
+            await pilot.pause()
+
+        assert snap_compare(app, terminal_size=(80, 24), run_before=read)
+    row = app.rows[0]
+    assert row.node == "gpu-node-7" and not row.reachable and app.rows[1].attention[0] == 9
+    monkeypatch.undo()
+    time.tzset()

@@ -49,8 +49,9 @@ def source_states(view: DashboardView) -> list[Text]:
 def unreachable(view: DashboardView) -> RenderableType:
     parts: list[RenderableType] = [Text("The target cannot be read.", style="bold")]
     parts.extend(source_states(view))
-    parts.append(Text(""))
-    parts.append(Text(DEMO_HINT, style="italic"))
+    if view.last_good is None:  # a target that answered before is down, not "nothing to read"
+        parts.append(Text(""))
+        parts.append(Text(DEMO_HINT, style="italic"))
     return Group(*parts)
 
 

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from specwatch.widgets.format import clock, pct, short_host, speedup
 from specwatch.widgets.panel import Panel
-from specwatch.widgets.view import DashboardView
+from specwatch.widgets.view import DashboardView, TargetEvent
 
 WORD = {"on": "ON", "off": "OFF", "hold": "HOLD", "unknown": "UNKNOWN", None: "start"}
 
@@ -30,6 +30,15 @@ class EventLog(Panel):
         several = len(view.target_urls) > 1
         lines: list[Text] = []
         for change in view.events:
+            if isinstance(change, TargetEvent):
+                line = Text(no_wrap=True, overflow="ellipsis")
+                line.append(clock(change.time), style="dim")
+                line.append("  ")
+                line.append(change.words, style="bold")
+                if several:
+                    line.append(f"  {short_host(change.url)}", style="dim")
+                lines.append(line)
+                continue
             v = change.verdict
             head = Text(no_wrap=True, overflow="ellipsis")
             head.append(clock(change.time), style="dim")

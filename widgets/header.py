@@ -36,6 +36,10 @@ def header_text(view: DashboardView, width: int) -> Text:
     text.append(node, style="bold")
     if len(view.target_urls) > 1:
         text.append(f" ({view.target_index + 1}/{len(view.target_urls)})", style="dim")
+    if view.others_down:
+        # another target of this watch is down: said next to the one shown, where the eye lands
+        down = short_host(view.others_down[0]) if len(view.others_down) == 1 else f"{len(view.others_down)} others"
+        text.append(f"  ✖ {down} DOWN (t)", style="bold reverse red")
     text.append("  vLLM ", style="dim")
     text.append(view.target.version if view.target is not None and view.target.version else MISSING)
     model = view.model_name
@@ -66,7 +70,7 @@ class HeaderBar(Panel):
 
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
-                view.model_name, len(view.gpus), len(view.target_urls))
+                view.model_name, len(view.gpus), len(view.target_urls), view.others_down)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         return header_text(view, width)

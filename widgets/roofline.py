@@ -20,6 +20,13 @@ Y_LOW = 1e-3  # attainable fraction of peak at the bottom of the picture
 X_TICKS = ((1.0, "1"), (10.0, "10"), (100.0, "100"), (1000.0, "1k"), (10_000.0, "10k"))
 Y_LABEL_WIDTH = 5
 
+# The bound signals as an operator names them (perf.bound's identifiers stay in the JSON and exports).
+SIGNAL_WORDS = {
+    "mfu_intensity": "FLOP/byte",
+    "dram_vs_tensor": "DRAM vs tensor",
+    "tokens_per_step": "tokens/step",
+}
+
 
 def ridge_of(view: DashboardView) -> tuple[float, str] | None:
     """The ridge the advisor reasoned with: its GPU's (at the capped clock, if capped), or the knee
@@ -131,7 +138,7 @@ class RooflinePanel(Panel):
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
         verdict_line.append(f"{state}-bound" if state != "unknown" else "bound: unknown", style="bold")
         for s in bound.signals if bound is not None else ():
-            verdict_line.append(f"  {s.name}: {s.state}", style="dim")
+            verdict_line.append(f"  {SIGNAL_WORDS.get(s.name, s.name)}: {s.state}", style="dim")
         text_rows = 2
         picture_rows = max(3, height - text_rows - 1)
         rows = roofline_rows(ridge, points, width, picture_rows)

@@ -91,7 +91,8 @@ class SpeculationPanel(Panel):
         if not window.speculation_configured:
             return self._unconfigured(view, width)
         acc = figures.acceptance if figures is not None else None
-        lifetime = window.lifetime.acceptance if window.lifetime is not None else None
+        life = view.lifetime  # the selected engine's own when one is selected
+        lifetime = life.acceptance if life is not None else None
         k = window.k or (len(acc.per_position) if acc and acc.per_position else 1)
         config = view.speculation
         method_text = view.method_words or view.method or "method unknown (pass --method)"

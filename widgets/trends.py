@@ -31,14 +31,25 @@ def value_text(key: str, value: float | None) -> str:
     return num(value)
 
 
+# Below this spread, relative to the series' size, a free-scaled row is drawn flat: a TPOT moving
+# between 9.9 and 10 ms is noise, and stretched to the row's full height it would read as swings.
+DEAD_BAND = 0.05
+
+
 def scale(key: str, values: list[float]) -> tuple[float | None, float | None]:
-    """Fixed scales where one means something: fractions on 0..1, speedup with 1× inside, counts from 0."""
+    """Fixed scales where one means something: fractions on 0..1, speedup with 1× inside, counts from 0.
+    Other rows scale to their own range, except that a range inside the dead band is drawn flat."""
     if key in ("dram", "tensor"):
         return 0.0, 1.0
     if key == "expected_speedup" and values:
         return min(min(values), 0.9), max(max(values), 1.1)
     if key in ("running", "tokens_per_s") and values:
         return 0.0, None
+    if values:
+        low, high = min(values), max(values)
+        if high - low <= DEAD_BAND * max(abs(low), abs(high)):
+            middle = (low + high) / 2
+            return middle, middle  # no span: every reading sits at mid-height
     return None, None
 
 
@@ -73,7 +84,8 @@ class TrendsPanel(Panel):
             buckets = bucket_series(points, start, end, spark_width)
             present = [v for v in buckets if finite(v)]
             low, high = scale(key, present)
-            spread = f"{value_text(key, min(present))}–{value_text(key, max(present))}" if present else ""
+            least, most = (value_text(key, min(present)), value_text(key, max(present))) if present else ("", "")
+            spread = "" if not present else f"{least} steady" if least == most else f"{least}–{most}"
             line = Text(no_wrap=True, overflow="ellipsis")
             line.append(f"{label:<{LABEL_WIDTH}}", style="dim")
             line.append(f"{value_text(key, latest):>{VALUE_WIDTH}} ", style="bold")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.widgets.format import bar, finite, num, pct, speedup
+from specwatch.widgets.format import bar, clock, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
@@ -71,8 +71,11 @@ def summary_line(view: DashboardView) -> Text:
     return text
 
 
-def detail_line(view: DashboardView) -> Text:
+def detail_line(view: DashboardView, width: int = 200) -> Text:
+    """L against break-even, the crossover and the bound state. Under 110 columns in shorter words,
+    so that the bound state is not the one cut at 80×24."""
     verdict = view.state.verdict if view.state is not None else None
+    compact = width < 110
     text = Text(no_wrap=True, overflow="ellipsis")
     if verdict is None:
         return text
@@ -85,11 +88,11 @@ def detail_line(view: DashboardView) -> Text:
         text.append("would pay above L ", style="dim")
         text.append(num(verdict.required_acceptance_length, 2), style="bold")
     if finite(verdict.crossover_concurrency):
-        text.append("   stops paying above ", style="dim")
-        text.append(f"{verdict.crossover_concurrency:.0f} running", style="bold")
+        text.append("  crossover " if compact else "   stops paying above ", style="dim")
+        text.append(f"{verdict.crossover_concurrency:.0f}" + ("" if compact else " running"), style="bold")
     bound = verdict.bound.state
     if bound != "unknown":
-        text.append(f"   {bound}-bound", style="bold")
+        text.append(f"  {bound}-bound" if compact else f"   {bound}-bound", style="bold")
     return text
 
 
@@ -128,8 +131,8 @@ class VerdictBanner(Panel):
     def content_key(self, view: DashboardView) -> object:
         v = view.state.verdict if view.state is not None else None
         if v is None:
-            return (None, view.nothing_reachable)
-        return (v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), _rounded(v.break_even_length),
+            return (None, view.nothing_reachable, view.down_since)
+        return (view.down_since, view.last_good if view.down_since is not None else None, v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), _rounded(v.break_even_length),
                 _rounded(v.acceptance_length), _rounded(v.required_acceptance_length),
                 _rounded(v.crossover_concurrency, 0), v.bound.state, v.flags,
                 v.reasons[:1], v.configured, view.nothing_reachable)
@@ -141,14 +144,14 @@ class VerdictBanner(Panel):
         reason = v.reasons[0] if v is not None and v.reasons else ""
         width = max(10, self.content_size.width or 80)
         lines = len(Text("▶ " + reason).wrap(self.app.console, width)) if reason else 1
-        return (lines, view.nothing_reachable, width)
+        return (lines, view.nothing_reachable, view.down_since is not None, width)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         verdict = view.state.verdict if view.state is not None else None
         speculation = verdict.speculation if verdict is not None else "unknown"
         word = WORDS.get(speculation, speculation.upper())
         letters = big_word(word)
-        right: list[Text] = [summary_line(view), detail_line(view)]
+        right: list[Text] = [summary_line(view), detail_line(view, width)]
         words = MEANING.get(speculation, "")
         if verdict is not None and not verdict.configured and speculation in UNCONFIGURED_MEANING:
             words = UNCONFIGURED_MEANING[speculation]
@@ -168,6 +171,10 @@ class VerdictBanner(Panel):
         reason = verdict.reasons[0] if verdict is not None and verdict.reasons else "waiting for the first reading"
         # The first reason is the one the advisor leads with; it may wrap to a second line at 80 columns.
         lines.append(Text("▶ " + reason, style="bold"))
+        if view.down_since is not None:
+            why = view.target.state.replace("_", " ") if view.target is not None else "no answer"
+            lines.append(Text(f"DOWN since {clock(view.down_since)} ({why}), last good reading "
+                              f"{clock(view.last_good)}", style="bold red"))
         if view.nothing_reachable:
             lines.append(Text("Nothing to read here? `specwatch demo` plays a recorded node with no GPU and no server.",
                               style="italic"))

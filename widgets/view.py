@@ -13,7 +13,8 @@ from typing import Any, Iterable
 
 from specwatch.hardware import GpuSpec
 from specwatch.monitor import TargetState, VerdictChange
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
+from specwatch.figures import engine_figures, lifetime_increases
+from specwatch.snapshot import EngineSample, GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
 from specwatch.window import EngineFigures
 
 # The trend series, in the order the trends panel draws them: (key, label, unit words).
@@ -26,6 +27,16 @@ SERIES = (
     ("dram", "DRAM", "bandwidth"),
     ("tensor", "tensor", "activity"),
 )
+
+
+@dataclass(frozen=True)
+class TargetEvent:
+    """Something that happened to a target besides a verdict change (a server restart), for the
+    event log: its data time, the target, and what happened in words."""
+
+    time: float
+    url: str
+    words: str
 
 
 @dataclass(frozen=True)
@@ -154,7 +165,7 @@ class DashboardView:
     gpus: tuple[GpuSample, ...] = ()
     sources: tuple[SourceStatus, ...] = ()
     history: History | None = None
-    events: tuple[VerdictChange, ...] = ()  # newest first
+    events: tuple[VerdictChange | TargetEvent, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
     method_words: str | None = None  # that method as the reasons name it ("n-gram lookup", ...)
     # the speculation config the verdict was judged with (the server's /server_info, else the flags)
@@ -169,6 +180,12 @@ class DashboardView:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # the selected target's health over the window (specwatch.health.health_report), when computed
     health: dict | None = None
+    # The selected target's health over time (data time): its last successful reading, and since
+    # when it has failed after having been read (None while it answers, or if it never did).
+    last_good: float | None = None
+    down_since: float | None = None
+    # The other targets of a multi-target watch that cannot be read now, by URL.
+    others_down: tuple[str, ...] = ()
 
     @property
     def url(self) -> str | None:
@@ -191,6 +208,19 @@ class DashboardView:
         return window.total
 
     @property
+    def lifetime(self) -> EngineFigures | None:
+        """Since the server started: the selected engine's own, or the target's total."""
+        window = self.state.window if self.state is not None else None
+        if window is None:
+            return None
+        if self.engine is None:
+            return window.lifetime
+        for e in window.latest_engines:
+            if snapshot_engine_key(e) == self.engine:
+                return engine_figures(lifetime_increases(e), [e.gauges])
+        return None
+
+    @property
     def model_name(self) -> str | None:
         if self.target is None:
             return None
@@ -201,9 +231,10 @@ class DashboardView:
 
     @property
     def nothing_reachable(self) -> bool:
-        """No target answered and no GPU was read: the screen should point to `specwatch demo`."""
+        """No target ever answered and no GPU was read: the screen should point to `specwatch demo`.
+        A target that answered before and died is down, not "nothing to read"."""
         targets_down = self.target is None or not self.target.ok
-        return targets_down and not self.gpus
+        return targets_down and not self.gpus and self.last_good is None
 
 
 def initial_view(source: SourceInfo) -> DashboardView:
@@ -217,4 +248,9 @@ def snapshot_engine_keys(snapshot: Snapshot | None, url: str | None) -> tuple[st
     target = snapshot.target(url)
     if target is None:
         return ()
-    return tuple(e.engine if e.model_name is None else f"{e.model_name}/{e.engine}" for e in target.engines)
+    return tuple(snapshot_engine_key(e) for e in target.engines)
+
+
+def snapshot_engine_key(engine: EngineSample) -> str:
+    """An engine's key as the Window names it (model/engine)."""
+    return engine.engine if engine.model_name is None else f"{engine.model_name}/{engine.engine}"

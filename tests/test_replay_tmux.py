@@ -1,0 +1,90 @@
+"""A replay in a real terminal (tmux), read with capture-pane: a post-mortem can go back.
+
+`python -m specwatch replay FILE --speed 100` plays a synthetic recording to its end; then ← (the
+replay ended, not paused) plays again from ten seconds before the end, and while paused each ←
+shows the reading ten seconds further back. The header's clock is the reading's own time, so the
+test reads the screen's clock and sees it go back. Sampled until the screen says so; the bound is
+on attempts, not on speed. Run at the four terminal sizes an operator uses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from specwatch.recording import RecordingHeader, write_recording
+from specwatch.synthetic import generate
+
+from test_app import NODE
+
+CLOCK = re.compile(r"REPLAY\s+SYNTHETIC\s+\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)")
+
+
+def capture(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def keys(session: str, *names: str) -> None:
+    subprocess.run(["tmux", "send-keys", "-t", session, *names], check=True)
+
+
+def wait_for_screen(session: str, ready, what: str, attempts: int = 120) -> str:
+    screen = ""
+    for _ in range(attempts):
+        time.sleep(0.5)
+        screen = capture(session)
+        if ready(screen):
+            return screen
+    raise AssertionError(f"the screen never showed {what}:\n{screen}")
+
+
+def _seconds(hh_mm_ss: str | None) -> int:
+    h, m, s = (int(x) for x in (hh_mm_ss or "0:0:0").split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def shown_clock(screen: str) -> str | None:
+    match = CLOCK.search(screen.splitlines()[0] if screen else "")
+    return match.group(1) if match else None
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("size", [(60, 18), (80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_an_ended_replay_rewinds_with_the_left_arrow_in_tmux(tmp_path: Path, size: tuple[int, int]) -> None:
+    data = list(generate(NODE, [8.0] * 120, seed=3))
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    end = time.strftime("%H:%M:%S", time.gmtime(data[-1].time))
+    session = f"specwatch-replay-{uuid.uuid4().hex[:8]}"
+    command = f"{sys.executable} -m specwatch replay {path} --speed 100"
+    env = {**os.environ, "TZ": "UTC"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
+                    "-e", "TZ=UTC", command], check=True, env=env)
+    try:
+        wait_for_screen(session, lambda s: "ENDED" in s and shown_clock(s) == end, "the replay ended")
+        keys(session, "Left")  # ended, not paused: plays again from 10 s back, to the end
+        keys(session, "Space")  # pause on the way (or at the end)
+        wait_for_screen(session, lambda s: "PAUSED" in s, "the pause")
+        keys(session, "Left")
+        screen = wait_for_screen(session, lambda s: shown_clock(s) is not None and shown_clock(s) < end
+                                 and "ENDED" not in s, "the clock going back while paused")
+        before = shown_clock(screen)
+        keys(session, "Left")
+        screen = wait_for_screen(session, lambda s: shown_clock(s) is not None and shown_clock(s) != before,
+                                 "a second step back")
+        # each ← while paused is exactly ten seconds of recorded time back from the reading shown
+        assert _seconds(shown_clock(screen)) == _seconds(before) - 10, screen
+        if size[1] >= 24:  # from 80×24 up the header keeps both labels while paused
+            assert "SYNTHETIC" in screen.splitlines()[0] and "PAUSED" in screen.splitlines()[0], screen
+        keys(session, "q")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
