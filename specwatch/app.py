@@ -60,6 +60,7 @@ from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
 from specwatch.widgets.gpu import GpuPanel
+from specwatch.widgets.health import HealthPanel
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.help import HelpScreen
 from specwatch.widgets.panel import Panel
@@ -82,7 +83,7 @@ INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 SEEK_STEP_S = 10.0
 MAX_EVENTS = 500
-TABS = ("overview", "gpus", "speculation", "roofline", "trends", "events")
+TABS = ("overview", "gpus", "speculation", "roofline", "trends", "events", "health")
 REPLAY_METHODS = ("pause", "resume", "seek", "step")
 CLOSE_RECORDING_TIMEOUT_S = 10.0  # on quit, for the recording thread to write what is queued
 
@@ -195,6 +196,7 @@ class SpecwatchApp(App[int]):
         Binding("4", "tab('roofline')", "roofline", show=False),
         Binding("5", "tab('trends')", "trends", show=False),
         Binding("6", "tab('events')", "events", show=False),
+        Binding("7", "tab('health')", "health", show=False),
         # priority: the tab bar would take the arrows otherwise; check_action lets them through to
         # it when the source is not a replay
         Binding("left", "seek(-1)", "back 10 s", show=False, priority=True),
@@ -283,6 +285,9 @@ class SpecwatchApp(App[int]):
             with TabPane("Events", id="events"):
                 with VerticalScroll():
                     yield EventLog(id="events-panel")
+            with TabPane("Health", id="health"):
+                with VerticalScroll():
+                    yield HealthPanel(id="health-panel")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -632,6 +632,30 @@ def test_layouts_snapshot(snap_compare, node, load, size):
     assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
 
 
+def test_health_tab_snapshot_at_80x24(snap_compare):
+    """The Health tab (key 7) fits 80×24: latency table, request shape, finish reasons, goodput
+    (with an SLO given) and energy per output token."""
+    from specwatch.advisor import AdvisorConfig as Config
+
+    config = Config(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
+    app = SpecwatchApp(ScriptedSource(snapshots(LOW)), Monitor(WINDOW_S, config), history_minutes=1.0)
+
+    async def on_the_health_tab(pilot) -> None:
+        await _played_out(pilot)
+        await pilot.press("7")
+        await until(pilot, lambda: app.is_shown(app.query_one("#health-panel")), "the Health tab shown")
+        for _ in range(5):
+            await pilot.pause(0.05)
+        from rich.console import Console
+
+        console = Console(width=78, record=True, color_system=None)
+        console.print(app.query_one("#health-panel").render_view(app.view(), 78))
+        text = console.export_text()
+        assert "goodput" in text and "energy" in text and "no SLO given" not in text
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=on_the_health_tab)
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("shown", ["the_live_one", "the_down_one"])
 def test_multi_target_with_one_down_snapshot(snap_compare, shown, size):

@@ -7,6 +7,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from specwatch.widgets.format import MISSING, num, pct, rate, seconds
+from specwatch.widgets.health import energy_line, goodput_line
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
@@ -86,6 +87,13 @@ class EnginePanel(Panel):
             pair("tokens/s", rate(f.generation_tokens_per_s, ""), "prompt/s", rate(f.prompt_tokens_per_s, "")),
             pair("tok/step", num(f.computed_tokens_per_step_mean), "steps/s", num(f.steps_per_s, 1)),
         ]
+        # the overview's one line each for goodput and energy, where they are measured (the
+        # Health tab has the rest)
+        health = view.health
+        if health is not None and health.get("goodput") is not None:
+            rows.append(goodput_line(health))
+        if health is not None and health.get("energy") is not None:
+            rows.append(energy_line(health))
         footer = Text(f"{which} · window {f.seconds:.0f} s", style="dim", no_wrap=True, overflow="ellipsis")
         if f.restarts:
             footer.append(f" · RESTARTED ×{f.restarts}", style="bold")

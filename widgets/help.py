@@ -11,7 +11,7 @@ from textual.widgets import Static
 KEYS = (
     ("?", "this help"),
     ("space / p", "pause the display (collection and recording go on); a replay pauses"),
-    ("1–6, tab", "switch tabs: overview, GPUs, speculation, roofline, trends, events"),
+    ("1–7, tab", "switch tabs: overview, GPUs, speculation, roofline, trends, events, health"),
     ("+ / -", "poll faster / slower (live)"),
     ("t / e", "next target / next engine (or all engines)"),
     ("r", "start or stop recording"),
