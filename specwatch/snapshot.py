@@ -33,14 +33,14 @@ class Histogram:
     count: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"buckets": [[_enc(le), c] for le, c in self.buckets], "sum": self.sum, "count": self.count}
+        return {"buckets": [[encode_float(le), c] for le, c in self.buckets], "sum": self.sum, "count": self.count}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Histogram:
         # Recordings hold 86 400 Snapshots a day, each with a few histograms of ~20 buckets: values
         # that JSON already decoded as floats are taken as they are (float() of a float is itself).
         return cls(
-            buckets=tuple([(le if le.__class__ is float else _dec(le), c if c.__class__ is float else float(c))
+            buckets=tuple([(le if le.__class__ is float else decode_float(le), c if c.__class__ is float else float(c))
                            for le, c in d["buckets"]]),
             sum=float(d["sum"]),
             count=float(d["count"]),
@@ -67,8 +67,8 @@ class EngineSample:
         return {
             "engine": self.engine,
             "model_name": self.model_name,
-            "counters": {k: _enc(v) for k, v in self.counters.items()},
-            "gauges": {k: _enc(v) for k, v in self.gauges.items()},
+            "counters": {k: encode_float(v) for k, v in self.counters.items()},
+            "gauges": {k: encode_float(v) for k, v in self.gauges.items()},
             "histograms": {k: h.to_dict() for k, h in self.histograms.items()},
             "accepted_per_position": list(self.accepted_per_position),
         }
@@ -78,8 +78,8 @@ class EngineSample:
         return cls(
             engine=str(d["engine"]),
             model_name=d.get("model_name"),
-            counters={k: v if v.__class__ is float else _dec(v) for k, v in d.get("counters", {}).items()},
-            gauges={k: v if v.__class__ is float else _dec(v) for k, v in d.get("gauges", {}).items()},
+            counters={k: v if v.__class__ is float else decode_float(v) for k, v in d.get("counters", {}).items()},
+            gauges={k: v if v.__class__ is float else decode_float(v) for k, v in d.get("gauges", {}).items()},
             histograms={k: Histogram.from_dict(h) for k, h in d.get("histograms", {}).items()},
             accepted_per_position=tuple([v if v.__class__ is float else float(v)
                                          for v in d.get("accepted_per_position", ())]),
@@ -383,7 +383,7 @@ class GpuSample:
             "name": self.name,
             "uuid": self.uuid,
             "source": self.source,
-            "values": {k: _enc(v) for k, v in self.values.items()},
+            "values": {k: encode_float(v) for k, v in self.values.items()},
             "errors": dict(self.errors),
             "lost": self.lost,
             "throttle_reasons": list(self.throttle_reasons),
@@ -400,7 +400,7 @@ class GpuSample:
             name=str(d["name"]),
             uuid=d.get("uuid"),
             source=str(d.get("source", "nvml")),
-            values={k: v if v.__class__ is float else _dec(v) for k, v in d.get("values", {}).items()},
+            values={k: v if v.__class__ is float else decode_float(v) for k, v in d.get("values", {}).items()},
             errors={str(k): str(v) for k, v in d.get("errors", {}).items()},
             lost=bool(d.get("lost", False)),
             throttle_reasons=tuple(d.get("throttle_reasons", ())),
@@ -473,11 +473,12 @@ class Snapshot:
 
 
 # JSON has no NaN or infinities; encode them as strings so snapshots survive a JSON round trip.
-def _enc(v: float) -> float | str:
+def encode_float(v: float) -> float | str:
+    """JSON has no spelling for non-finite floats: they are written as "NaN", "+Inf", "-Inf"."""
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
     return v
 
 
-def _dec(v: float | str) -> float:
+def decode_float(v: float | str) -> float:
     return float(v)

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specwatch import __version__
-from specwatch.snapshot import SNAPSHOT_VERSION, Snapshot
+from specwatch.snapshot import SNAPSHOT_VERSION, Snapshot, decode_float, encode_float
 
 __all__ = [
     "format_time",
@@ -52,16 +51,6 @@ MAX_HEADER_BYTES = 1 << 20
 
 # JSON has no NaN or infinities: they are written as the strings Snapshot.to_dict uses ("NaN",
 # "+Inf", "-Inf"), which float() reads back (test_recording checks the two spellings agree)
-def encode_float(v: float) -> float | str:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-    return v
-
-
-def decode_float(v: float | str) -> float:
-    return float(v)
-
-
 class RecordingError(Exception):
     """A file that cannot be read or written as a recording; the message says why, in plain words.
 
