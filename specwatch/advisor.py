@@ -82,6 +82,12 @@ class AdvisorConfig:
     max_samples: int = 240
 
 
+def kv_capacity_inputs(capacity_tokens: float | None) -> dict[str, float | None]:
+    """The decision's KV budget when the cache limits the batch: the capacity is counted in tokens,
+    so each target token takes one unit of it; none (no limit) otherwise."""
+    return {"kv_budget_bytes": capacity_tokens, "target_kv_bytes_per_token": 1.0 if capacity_tokens else 0.0}
+
+
 @dataclass(frozen=True)
 class AdvisorInputs:
     """The model inputs behind the latest verdict of a node with speculation configured."""
@@ -109,8 +115,7 @@ class AdvisorInputs:
             draft=self.pricing or perf.DraftPricing(self.method, "ratio", self.draft_ratio, "advisor"),
             running=self.running if running is None else running, length=length, rates=self.per_position,
             context_per_sequence=self.context_per_sequence, waiting=self.waiting,
-            kv_budget_bytes=self.kv_capacity_tokens,
-            target_kv_bytes_per_token=1.0 if self.kv_capacity_tokens else 0.0,  # capacity counted in tokens
+            **kv_capacity_inputs(self.kv_capacity_tokens),
             observed_with_speculation=True, fitted_on_speculative_steps=fitted,
             extra_level_error=extra_level_error,
         )
@@ -470,8 +475,7 @@ class Advisor:
         try:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
-                waiting=figures.waiting or 0.0, kv_budget_bytes=_kv_limit(figures),
-                target_kv_bytes_per_token=1.0 if _kv_limit(figures) else 0.0,
+                waiting=figures.waiting or 0.0, **kv_capacity_inputs(_kv_limit(figures)),
                 extra_level_error=self._extra_error(None, gpu, False, pricing.assumed)))
         except ValueError as exc:
             reasons.insert(0, f"no decision from these readings: {exc}")
