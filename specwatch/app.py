@@ -445,13 +445,17 @@ class SpecwatchApp(App[int]):
         from specwatch.health import health_report, node_output_tokens
 
         window = self.monitor.window
-        tw = window.target(url) if url else None
+        if not url:
+            return None
+        # every target's window once: the selected one's figures, and the node's output tokens
+        windows = {u: window.target(u) for u in window.target_urls()}
+        tw = windows.get(url)
         if tw is None or tw.increases is None:
             return None
         state = self.states.get(url)
         config = self.monitor.advisor_config
         gpu_joules, _ = window.gpu_energy()
-        tokens = node_output_tokens(t.increases for t in map(window.target, window.target_urls()) if t is not None)
+        tokens = node_output_tokens(t.increases for t in windows.values() if t is not None)
         return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
                              tw.speculation_configured,
                              state.verdict.expected_speedup if state is not None else None, tokens)
