@@ -689,9 +689,7 @@ def _kv_limit(figures: EngineFigures) -> float | None:
 
 
 def _method_words(method: str | None) -> str:
-    if method is None:
-        return "the drafter"
-    return perf.METHOD_WORDS.get(method, method)
+    return perf.method_words(method) or "the drafter"
 
 
 def _slo_words(config: AdvisorConfig) -> str:

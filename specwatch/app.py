@@ -487,7 +487,7 @@ class SpecwatchApp(App[int]):
             history=self._histories.get(url) if url else None,
             events=tuple(self.events),
             method=method,
-            method_words=perf.METHOD_WORDS.get(method, method) if method else None,
+            method_words=perf.method_words(method),
             speculation=speculation,
             sweep=self.sweep,
             assumed_knee_tokens=GENERIC_KNEE_TOKENS,

@@ -14,6 +14,7 @@ from specwatch.perf.acceptance import check_k
 
 
 __all__ = [
+    "method_words",
     "LOOKUP_DRAFT_RATIO",
     "HEAD_DRAFT_RATIO",
     "DRAFT_MODEL_FIXED_OVERHEAD",
@@ -63,6 +64,11 @@ METHOD_WORDS = {
     "medusa": "Medusa heads",
     "draft": "a draft model",
 }
+
+
+def method_words(method: str | None) -> str | None:
+    """How the reasons and the dashboard name a method ("n-gram lookup", ...); None when unknown."""
+    return METHOD_WORDS.get(method, method) if method else None
 
 
 def canonical_method(method: str) -> str:
