@@ -184,3 +184,19 @@ def test_an_even_mix_raises_no_tax():
     assert "prefill_tax" not in verdict.flags
     assert not any(r.startswith("prefill-heavy") for r in verdict.reasons)
 
+
+
+def test_the_health_tab_shows_the_range_and_a_point_only_when_narrow():
+    from specwatch.widgets.health import prefill_share_line
+
+    shape = {"requests": 4.0, "prompt_mean_tokens": 600.0, "output_mean_tokens": 36.0, "input_output_ratio": 16.7,
+             "prefill_heavy_ratio": 10.0, "prefill_heavy_share_low": 0.25, "prefill_heavy_share_high": 0.75}
+    block = {"request_shape": shape, "finish_reasons": {"stop": 4.0}}
+    line = prefill_share_line(block).plain
+    assert line == "prefill  25%–75% of requests: prompt > 10× output (bounds; lengths unpaired)"
+    narrow = {**shape, "prefill_heavy_share_low": 0.30, "prefill_heavy_share_high": 0.34}
+    assert "≈32% of requests" in prefill_share_line({**block, "request_shape": narrow}).plain
+    exact = {**shape, "prefill_heavy_share_low": 0.0, "prefill_heavy_share_high": 0.0}
+    assert "bounds" not in prefill_share_line({**block, "request_shape": exact}).plain
+    unknown = {**shape, "prefill_heavy_share_low": None, "prefill_heavy_share_high": None}
+    assert prefill_share_line({**block, "request_shape": unknown}) is None
