@@ -2,6 +2,9 @@
 
     specwatch export (each node) ──scrape──▶ Prometheus ──/api/v1/query──▶ read_fleet ──▶ FleetApp
 
+For a few nodes, `specwatch fleet --url ...` reads them directly instead (specwatch.fleet_direct),
+into the same rows, table and detail screen.
+
 The table has one row per (node, vLLM target), sorted so the nodes that need someone come first: a
 misaligned draft, then speculation costing, then an agent Prometheus cannot scrape, a lost GPU, a
 failing source, then the rest. Each refresh runs in a worker that posts a FleetRead message; the UI
