@@ -25,7 +25,7 @@ from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup
 from specwatch.snapshot import GpuSample, SpeculationConfig, resolve_speculation
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
-from specwatch.health import Goodput, goodput
+from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, request_shape
 from specwatch.window import EngineFigures, TargetWindow
 
 
@@ -36,7 +36,11 @@ GENERIC_KNEE_TOKENS = 256.0
 MISALIGNED_RATE = 0.05
 MISALIGNED_MIN_DRAFTS = 50
 # Prefill tax (DESIGN §3): prompt tokens per output token above this.
-PREFILL_RATIO = 10.0
+PREFILL_RATIO = PREFILL_HEAVY_RATIO
+# The prefill tax is raised too when at least this share of requests surely has a prompt over
+# PREFILL_RATIO times its output, even with a mean ratio below it (a few long generations pull the
+# mean down while most requests are prefill-heavy).
+PREFILL_HEAVY_SHARE = 0.5
 # TTFT p95 this many times its running median counts as rising.
 TTFT_RISE = 1.5
 # What a node without speculation is told: the k it is judged for, and the acceptance lengths that
@@ -328,7 +332,7 @@ class Advisor:
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
-        self._prefill_checks(figures, method, reasons, flags)
+        self._prefill_checks(figures, tw, method, reasons, flags)
 
         running = figures.running
         if running is None or running < 1:
@@ -516,14 +520,23 @@ class Advisor:
         return (f"{running:.0f} running × {k + 1} tokens = {n_verify:.0f} tokens per step, {side} {where} "
                 f"of about {knee:.0f}")
 
-    def _prefill_checks(self, figures: EngineFigures, method: str | None, reasons: list[str],
+    def _prefill_checks(self, figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
                         flags: list[str]) -> None:
         ratio = figures.prompt_to_output_ratio
-        if ratio is not None and ratio > PREFILL_RATIO:
+        shape = request_shape(tw.increases) if tw.increases is not None else None
+        share_low = shape.prefill_heavy_share_low if shape is not None else None
+        by_ratio = ratio is not None and ratio > PREFILL_RATIO
+        by_share = share_low is not None and share_low >= PREFILL_HEAVY_SHARE
+        if by_ratio or by_share:
             flags.append("prefill_tax")
-            reasons.append(f"prefill-heavy traffic ({ratio:.0f} prompt tokens per output token): speculation "
-                           "does nothing for TTFT" + (", and the draft model runs its own prefill"
-                                                      if method == "draft" else ""))
+            mean = f"{ratio:.0f} prompt tokens per output token" if ratio is not None else "long prompts"
+            # the length histograms bound the share of prefill-heavy requests, they do not give it: the
+            # range says whether the tax falls on most requests or on a few long prompts
+            share = shape.prefill_heavy_share_words() if shape is not None else None
+            reasons.append(f"prefill-heavy traffic ({mean}): speculation does nothing for TTFT"
+                           + (", and the draft model runs its own prefill" if method == "draft" else "")
+                           + (f"; {share} (bounds: the length histograms do not say which prompt went with "
+                              "which output)" if share else ""))
         p95 = figures.ttft_p95_s
         if p95 is not None:
             history = sorted(self._ttft_history)

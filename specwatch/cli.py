@@ -53,8 +53,9 @@ COMMANDS = (
             "at rising concurrency, and find where speculation stops paying."),
     Command("export", "specwatch.commands.export", "serve the verdict as Prometheus metrics (a headless agent)",
             "Run the sources and the advisor, and serve specwatch_* metrics."),
-    Command("fleet", "specwatch.commands.fleet", "every node's verdict, read through Prometheus",
-            "A table of nodes from a Prometheus server that scrapes specwatch agents."),
+    Command("fleet", "specwatch.commands.fleet", "every node's verdict, read through Prometheus or directly",
+            "A table of nodes from a Prometheus server that scrapes specwatch agents, or, for a few nodes, "
+            "from each node's agent or vLLM server read directly (--url)."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 

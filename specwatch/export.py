@@ -231,6 +231,7 @@ class SpecwatchCollector(Collector):
     def _health(node: str, frame: ExportFrame) -> Iterable[Metric]:
         slo, goodput, toggled = gauge(schema.SLO), gauge(schema.GOODPUT), gauge(schema.GOODPUT_IF_TOGGLED)
         latency, finish, io_ratio = gauge(schema.LATENCY), gauge(schema.FINISH_REASON), gauge(schema.INPUT_OUTPUT)
+        heavy_share = gauge(schema.PREFILL_HEAVY_SHARE)
         energy, energy_toggled, gpu_energy = gauge(schema.ENERGY_PER_TOKEN), gauge(schema.ENERGY_IF_TOGGLED), \
             gauge(schema.GPU_ENERGY_PER_TOKEN)
         for kind, value in zip(("ttft", "tpot"), frame.slo):
@@ -257,6 +258,10 @@ class SpecwatchCollector(Collector):
             shape = block["request_shape"]
             if shape is not None and _finite(shape["input_output_ratio"]):
                 io_ratio.add_metric(key, float(shape["input_output_ratio"]))
+            for bound in ("low", "high"):
+                value = shape.get(f"prefill_heavy_share_{bound}") if shape is not None else None
+                if _finite(value):
+                    heavy_share.add_metric(key + [bound], float(value))
             e = block["energy"]
             if e is not None:
                 node_energy = e  # the node's GPUs over the node's tokens: the same for every target
@@ -269,7 +274,7 @@ class SpecwatchCollector(Collector):
                 if _finite(gpu["joules_per_token"]):
                     gpu_energy.add_metric([node, str(gpu["index"]), gpu_names.get(gpu["index"], "unknown")],
                                           float(gpu["joules_per_token"]))
-        yield from (slo, goodput, toggled, latency, finish, io_ratio, energy, energy_toggled, gpu_energy)
+        yield from (slo, goodput, toggled, latency, finish, io_ratio, heavy_share, energy, energy_toggled, gpu_energy)
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:

@@ -142,6 +142,11 @@ FINISH_REASON = MetricName("specwatch_finish_reason_ratio",
 INPUT_OUTPUT = MetricName("specwatch_request_input_output_ratio",
                           "Mean prompt tokens over mean output tokens of the requests finished in the window.",
                           _TARGET)
+PREFILL_HEAVY_SHARE = MetricName(
+    "specwatch_prefill_heavy_share_ratio",
+    "Share of the requests finished in the window whose prompt is over 10 times their output, between "
+    "bound=low and bound=high: the length histograms do not pair prompts with outputs, so only the range "
+    "over every pairing is known.", _TARGET + (BOUND_LABEL,))
 ENERGY_PER_TOKEN = MetricName(
     "specwatch_energy_per_token_joules",
     "Energy of all GPUs over the window (NVML/DCGM total-energy counters) per output token of all targets.",
@@ -171,7 +176,7 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, TARGET_UP, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
                BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
-               FINISH_REASON, INPUT_OUTPUT, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+               FINISH_REASON, INPUT_OUTPUT, PREFILL_HEAVY_SHARE, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 
 # Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
 SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'

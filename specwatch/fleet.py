@@ -2,6 +2,9 @@
 
     specwatch export (each node) ──scrape──▶ Prometheus ──/api/v1/query──▶ read_fleet ──▶ FleetApp
 
+For a few nodes, `specwatch fleet --url ...` reads them directly instead (specwatch.fleet_direct),
+into the same rows, table and detail screen.
+
 The table has one row per (node, vLLM target), sorted so the nodes that need someone come first: a
 misaligned draft, then speculation costing, then an agent Prometheus cannot scrape, a lost GPU, a
 failing source, then the rest. Each refresh runs in a worker that posts a FleetRead message; the UI
@@ -311,7 +314,8 @@ class PrometheusNodeSource:
         return node_detail(self.node, result)
 
 
-def node_detail(node: str, result: QueryResult) -> NodeDetail:
+def node_detail(node: str, result: QueryResult, where: str = "read through Prometheus") -> NodeDetail:
+    """One node's figures from its specwatch_* series; `where` says how they were read."""
     from specwatch.verdict import Verdict
     from specwatch.perf import BoundEstimate, BoundSignal
 
@@ -340,7 +344,7 @@ def node_detail(node: str, result: QueryResult) -> NodeDetail:
                              if s.labels.get(TARGET, "") == target and s.value == 1))
         speculation = verdicts.get(target, "unknown")
         length, be, running = get(schema.ACCEPTANCE_LENGTH), get(schema.BREAK_EVEN), get(schema.RUNNING)
-        reason = "read through Prometheus: run `specwatch check` on the node for the advisor's reasons"
+        reason = f"{where}: run `specwatch check` on the node for the advisor's reasons"
         if _finite(length) and _finite(be):
             relation = "above" if length > be else "below"  # type: ignore[operator]
             at = f" at {running:.0f} running" if _finite(running) else ""
@@ -502,7 +506,7 @@ class NodeScreen(Screen[None]):
         Binding("q", "app.quit", "quit"),
     ]
 
-    def __init__(self, source: PrometheusNodeSource, refresh_s: float) -> None:
+    def __init__(self, source: Any, refresh_s: float) -> None:
         super().__init__()
         self.source = source
         self.refresh_s = refresh_s
@@ -545,7 +549,8 @@ class NodeScreen(Screen[None]):
         if message.detail.ok and message.detail.targets:
             first = message.detail.targets[0]
             view = DashboardView(
-                source=SourceInfo("PROMETHEUS", self.source.describe(), interval_s=self.refresh_s),
+                source=SourceInfo(getattr(self.source, "kind", "PROMETHEUS"), self.source.describe(),
+                                  interval_s=self.refresh_s),
                 time=message.detail.last_snapshot,
                 target_urls=tuple(t.target for t in message.detail.targets),
                 state=TargetState(first.target, None, first.verdict),
@@ -555,7 +560,10 @@ class NodeScreen(Screen[None]):
 
 
 class FleetApp(App[None]):
-    """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node."""
+    """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node.
+
+    `client`: a PrometheusClient, or a specwatch.fleet_direct.DirectFleet that reads the nodes
+    directly (`read_fleet`, `node_source`, `describe`, `aclose`)."""
 
     TITLE = "specwatch fleet"
     CSS = """
@@ -570,7 +578,7 @@ class FleetApp(App[None]):
         Binding("enter", "drill", "drill into node", show=True),
     ]
 
-    def __init__(self, client: PrometheusClient, job: str = "specwatch", refresh_s: float = 5.0,
+    def __init__(self, client: Any, job: str = "specwatch", refresh_s: float = 5.0,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.clock = clock
@@ -601,7 +609,10 @@ class FleetApp(App[None]):
 
     async def _read(self) -> None:
         try:
-            reading = await read_fleet(self.client, self.job, self.clock)
+            if isinstance(self.client, PrometheusClient):
+                reading = await read_fleet(self.client, self.job, self.clock)
+            else:  # specwatch.fleet_direct.DirectFleet: the nodes read directly
+                reading = await self.client.read_fleet(self.clock)
         finally:
             self._in_flight = False
         self.post_message(FleetRead(reading))
@@ -649,7 +660,13 @@ class FleetApp(App[None]):
             self.notify(f"{row.node}: Prometheus cannot scrape this agent, so there is nothing to show",
                         severity="warning")
             return
-        self.push_screen(NodeScreen(PrometheusNodeSource(self.client, row.node, row.selector), self.refresh_s))
+        if isinstance(self.client, PrometheusClient):
+            source: Any = PrometheusNodeSource(self.client, row.node, row.selector)
+        else:
+            source = self.client.node_source(row)
+        if source is None:
+            return
+        self.push_screen(NodeScreen(source, self.refresh_s))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # DataTable takes Enter for itself and says so with RowSelected: drill from there

@@ -20,7 +20,7 @@ __all__ = [
     "E2E", "QUEUE", "PREFILL", "DECODE", "INFERENCE", "REQUEST_TPOT", "ITL_V1",
     "PROMPT_LENGTH", "OUTPUT_LENGTH", "LATENCY_FAMILIES",
     "LatencyRow", "latency_table", "share_at_or_below",
-    "RequestShape", "request_shape", "finish_reasons",
+    "RequestShape", "request_shape", "finish_reasons", "share_over_ratio_bounds", "share_range_words",
     "Goodput", "goodput",
     "GpuEnergy", "Energy", "energy_per_token", "energy_counter_increase",
     "HealthFigures", "health_figures", "decode_positions_per_token", "health_report",
@@ -52,6 +52,8 @@ LATENCY_FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 QUANTILES = (0.5, 0.9, 0.99)
 # A prompt over this many times its output pays mostly prefill: speculation speeds only the decode.
 PREFILL_HEAVY_RATIO = 10.0
+# A share's bounds this close together are shown as one figure (their midpoint, "about").
+SHARE_POINT_WIDTH = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,73 @@ def share_at_or_below(h: Histogram | None, threshold: float) -> float | None:
     return min(1.0, prev_count / total)
 
 
+def _integer_atoms(h: Histogram, low_end: bool) -> list[tuple[float, float]]:
+    """Each bucket's count placed at the smallest (`low_end`) or largest whole number it can hold:
+    a token count in the bucket (prev, le] lies in floor(prev)+1 .. floor(le); the first bucket starts
+    at 0 and the +Inf bucket has no top."""
+    atoms = []
+    prev_le, prev_count = None, 0.0
+    for le, count in h.buckets:
+        mass = count - prev_count
+        if mass > 0:
+            if low_end:
+                value = 0.0 if prev_le is None else math.floor(prev_le) + 1.0
+            else:
+                value = math.inf if math.isinf(le) else float(math.floor(le))
+            atoms.append((value, mass))
+        prev_le, prev_count = le, max(prev_count, count)
+    return atoms
+
+
+def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], ratio: float,
+                  strict: bool) -> float:
+    """The least share of pairs with x > ratio·y (`strict`) or x ≤ ratio·y over every coupling of the
+    two discrete distributions (value, mass): the Makarov bound max(0, P(X ∈ A) + P(Y ∈ B) − 1), over
+    every upper set A of x and lower set B of y (for `strict`; the reverse otherwise) in which each x
+    and y are so related. It is sharp: some coupling puts no more mass on the relation."""
+    x_total, y_total = sum(m for _, m in xs), sum(m for _, m in ys)
+    best = 0.0
+    for x, _ in xs:
+        # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
+        x_share = sum(m for v, m in xs if (v >= x if strict else v <= x)) / x_total
+        for y, _ in ys:
+            related = x > ratio * y if strict else x <= ratio * y
+            if not related:
+                continue
+            y_share = sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total
+            best = max(best, x_share + y_share - 1.0)
+    return min(1.0, best)
+
+
+def share_over_ratio_bounds(prompt: Histogram | None, output: Histogram | None,
+                            ratio: float = PREFILL_HEAVY_RATIO) -> tuple[float, float] | None:
+    """Bounds on the share of requests whose prompt is over `ratio` times their output, from the two
+    length histograms alone (None without observations in both).
+
+    The histograms are marginals: which prompt went with which output is not exported, so the share
+    itself cannot be known, only the range it lies in over every pairing of prompts with outputs
+    (Makarov/Fréchet bounds). Within a bucket a length can be any whole number: the low bound places
+    prompts at their buckets' bottoms and outputs at their tops, the high bound the reverse, so each
+    bound holds for every placement too. The histograms' sums are not used, so the bounds may be
+    wider than the data allows, never narrower."""
+    if prompt is None or output is None or prompt.count <= 0 or output.count <= 0:
+        return None
+    if not prompt.buckets or not output.buckets or prompt.buckets[-1][1] <= 0 or output.buckets[-1][1] <= 0:
+        return None
+    low = _forced_share(_integer_atoms(prompt, True), _integer_atoms(output, False), ratio, strict=True)
+    high = 1.0 - _forced_share(_integer_atoms(prompt, False), _integer_atoms(output, True), ratio, strict=False)
+    return max(0.0, low), min(1.0, max(low, high))
+
+
+def share_range_words(low: float, high: float) -> str:
+    """A share known between two bounds: one figure when they are close, else the range."""
+    if high - low < 0.005:
+        return f"{high:.0%}"
+    if high - low <= SHARE_POINT_WIDTH:
+        return f"about {(low + high) / 2:.0%}"
+    return f"between {low:.0%} and {high:.0%}"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestShape:
     requests: float
@@ -110,16 +179,29 @@ class RequestShape:
     prompt_p90: float | None
     output_p50: float | None
     output_p90: float | None
+    # bounds on the share of requests whose prompt is over PREFILL_HEAVY_RATIO times their output
+    prefill_heavy_share_low: float | None = None
+    prefill_heavy_share_high: float | None = None
 
     def to_dict(self) -> dict:
         return {"requests": self.requests, "prompt_mean_tokens": self.prompt_mean_tokens,
                 "output_mean_tokens": self.output_mean_tokens, "input_output_ratio": self.input_output_ratio,
                 "prompt_p50": self.prompt_p50, "prompt_p90": self.prompt_p90,
-                "output_p50": self.output_p50, "output_p90": self.output_p90}
+                "output_p50": self.output_p50, "output_p90": self.output_p90,
+                "prefill_heavy_ratio": PREFILL_HEAVY_RATIO,
+                "prefill_heavy_share_low": self.prefill_heavy_share_low,
+                "prefill_heavy_share_high": self.prefill_heavy_share_high}
 
     @property
     def prefill_heavy(self) -> bool:
         return self.input_output_ratio is not None and self.input_output_ratio > PREFILL_HEAVY_RATIO
+
+    def prefill_heavy_share_words(self) -> str | None:
+        """"between 12% and 60% of requests have a prompt over 10× their output", or None."""
+        if self.prefill_heavy_share_low is None or self.prefill_heavy_share_high is None:
+            return None
+        return (f"{share_range_words(self.prefill_heavy_share_low, self.prefill_heavy_share_high)} of requests "
+                f"have a prompt over {PREFILL_HEAVY_RATIO:.0f}× their output")
 
 
 def request_shape(inc: Increases) -> RequestShape | None:
@@ -128,6 +210,7 @@ def request_shape(inc: Increases) -> RequestShape | None:
         return None
     p_mean = prompt.sum / prompt.count if prompt is not None and prompt.count > 0 else None
     o_mean = output.sum / output.count if output is not None and output.count > 0 else None
+    share = share_over_ratio_bounds(prompt, output)
     return RequestShape(
         requests=max(prompt.count if prompt else 0.0, output.count if output else 0.0),
         prompt_mean_tokens=p_mean,
@@ -135,6 +218,8 @@ def request_shape(inc: Increases) -> RequestShape | None:
         input_output_ratio=p_mean / o_mean if p_mean is not None and o_mean else None,
         prompt_p50=histogram_quantile(0.5, prompt), prompt_p90=histogram_quantile(0.9, prompt),
         output_p50=histogram_quantile(0.5, output), output_p90=histogram_quantile(0.9, output),
+        prefill_heavy_share_low=share[0] if share else None,
+        prefill_heavy_share_high=share[1] if share else None,
     )
 
 

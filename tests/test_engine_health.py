@@ -66,3 +66,55 @@ def test_truncated_run_health_matches_the_completions(ngram_server):
     # an SLO no request can miss, and one every request misses
     assert goodput(tw.increases, 3600.0, None).share_high == 1.0
     assert goodput(tw.increases, 1e-9, None).share_high == 0.0
+
+
+# Requests shaped like a mixed service: long prompts with short answers (retrieval, classification),
+# short prompts with long answers (chat), a few in between. (words of the prompt, max_tokens)
+MIXED_SHAPES = [(90, 2), (110, 3), (80, 5), (120, 8), (100, 12), (70, 20),
+                (4, 16), (6, 24), (3, 40), (8, 60), (5, 30), (7, 50),
+                (30, 3), (25, 6), (35, 10), (20, 30)]
+
+
+def test_the_prefill_heavy_share_of_real_requests_lies_within_the_bounds(ngram_server):
+    """The load generator knows each request's prompt and output tokens (the server's usage blocks):
+    the share with a prompt over 10× its output, counted request by request, must lie within the
+    bounds computed from the server's two length histograms alone."""
+    import asyncio
+
+    from specwatch.health import OUTPUT_LENGTH, PROMPT_LENGTH, share_over_ratio_bounds
+    from specwatch.sweep.loadgen import Prompt, RequestSettings, TierPlan, run_tier
+
+    words = " ".join(ECHO_PROMPTS).split()
+    prompts = [Prompt(text=" ".join(words[i % len(words)] for i in range(n)) + f" shape {j}", max_tokens=m)
+               for j, (n, m) in enumerate(MIXED_SHAPES)]
+
+    async def drive():
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await run_tier(client, ngram_server.url, prompts, TierPlan(concurrency=2, requests=len(prompts)),
+                                  RequestSettings(model=ngram_server.served_name, timeout_s=300.0))
+
+    t0, body0 = idle_reading(ngram_server)
+    run = asyncio.run(drive())
+    t1, body1 = idle_reading(ngram_server)
+    results = run.measured
+    # the random-weight model may answer only tokens that decode to no text: the load generator then
+    # counts the request as empty, yet the server generated max_tokens (EOS ignored), as it does
+    # for every answered one
+    assert all(r.ok or r.failure == "no_tokens" for r in results), [r.message for r in results if not r.ok]
+    assert all(r.output_tokens == prompts[r.index].max_tokens for r in results if r.ok)
+    assert all(r.prompt_tokens is not None for r in results)
+    outputs = [r.output_tokens if r.ok else prompts[r.index].max_tokens for r in results]
+    truth = sum(r.prompt_tokens > 10 * o for r, o in zip(results, outputs)) / len(results)
+    window = Window(3600.0)
+    for t, body in ((t0, body0), (t1, body1)):
+        parsed = parse_payload(body)
+        window.add(Snapshot(time=t, targets=(TargetSample(ngram_server.url, TARGET_OK, engines=parsed.engines,
+                                                          process_start_time=parsed.process_start_time),)))
+    inc = window.target(ngram_server.url).increases
+    prompt_h, output_h = inc.histogram(PROMPT_LENGTH), inc.histogram(OUTPUT_LENGTH)
+    assert prompt_h.count == output_h.count == len(results)  # every request of the run, in the window
+    low, high = share_over_ratio_bounds(prompt_h, output_h)
+    print(f"prefill-heavy share: {truth:.3f} of {len(results)} requests; bounds {low:.3f}..{high:.3f}; "
+          f"(prompt, output) {sorted(zip((r.prompt_tokens for r in results), outputs))}")
+    assert low <= truth <= high
+    assert (low, high) != (0.0, 1.0)  # the histograms do say something about this traffic

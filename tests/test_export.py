@@ -336,3 +336,8 @@ def test_the_exporter_serves_the_health_block_it_computed() -> None:
     # 1000-token prompts and 300-token outputs
     assert served[("specwatch_request_input_output_ratio", (("node", "n"), ("target", node.url)))] == \
         pytest.approx(1000 / 300)
+    # ... in (500, 1000] and (200, 500]: no prompt of at most 1000 is over 10× an output of at least 201
+    for bound in ("low", "high"):
+        labels = (("bound", bound), ("node", "n"), ("target", node.url))
+        assert served[("specwatch_prefill_heavy_share_ratio", labels)] == 0.0
+        assert block["request_shape"][f"prefill_heavy_share_{bound}"] == 0.0

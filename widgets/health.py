@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from specwatch.health import SHARE_POINT_WIDTH
 from specwatch.widgets.format import MISSING, num, pct, seconds
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
@@ -55,6 +56,21 @@ def shape_line(block: dict) -> Text:
     return line
 
 
+def prefill_share_line(block: dict) -> Text | None:
+    """The share of requests whose prompt is over 10× their output: bounds, since the length
+    histograms do not pair prompts with outputs. None without both histograms."""
+    shape = block.get("request_shape")
+    if shape is None:
+        return None
+    heavy = _heavy_share(shape.get("prefill_heavy_share_low"), shape.get("prefill_heavy_share_high"))
+    if heavy is None:
+        return None
+    bounds = shape["prefill_heavy_share_high"] - shape["prefill_heavy_share_low"] >= 0.005
+    return _line("prefill", (heavy, "bold"),
+                 (f" of requests: prompt > {shape.get('prefill_heavy_ratio', 10):.0f}× output", "dim"),
+                 (" (bounds; lengths unpaired)" if bounds else "", "dim"))
+
+
 def goodput_line(block: dict) -> Text:
     g = block.get("goodput")
     if g is None:
@@ -87,6 +103,17 @@ def _share(low: float | None, high: float | None) -> str:
     return pct(high) if abs(high - low) < 0.005 else f"{pct(low)}–{pct(high)}"
 
 
+def _heavy_share(low: float | None, high: float | None) -> str | None:
+    """A share known between bounds: one figure when they are close ("≈" when not equal)."""
+    if low is None or high is None:
+        return None
+    if high - low < 0.005:
+        return pct(high)
+    if high - low <= SHARE_POINT_WIDTH:
+        return "≈" + pct((low + high) / 2)
+    return f"{pct(low)}–{pct(high)}"
+
+
 def _joules(value: float | None) -> str:
     return MISSING if value is None else f"{value:.3g} J"
 
@@ -104,4 +131,6 @@ class HealthPanel(Panel):
             return Text("health figures need two readings a window apart", style="dim")
         footer = Text(f"window {block['window_s']:.0f} s · quantiles and goodput estimated from histogram buckets", style="dim",
                       no_wrap=True, overflow="ellipsis")
-        return Group(*latency_lines(block), shape_line(block), goodput_line(block), energy_line(block), footer)
+        heavy = prefill_share_line(block)
+        return Group(*latency_lines(block), shape_line(block), *((heavy,) if heavy is not None else ()),
+                     goodput_line(block), energy_line(block), footer)

@@ -1,14 +1,23 @@
-"""`specwatch fleet`: every node's verdict, read through the Prometheus that scrapes the agents."""
+"""`specwatch fleet`: every node's verdict, read through the Prometheus that scrapes the agents, or,
+for a few nodes, read from each node directly (`--url`, repeated)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
+import json
+from typing import Any
 
 from specwatch.commands.options import (
     ExitCode,
     UsageError,
+    add_advisor_arguments,
+    advisor_config,
     add_connection_arguments,
     connection_settings,
+    live_session,
+    node_url,
     prometheus_url,
     require_positive,
     require_terminal,
@@ -16,32 +25,135 @@ from specwatch.commands.options import (
 
 DEFAULT_PROMETHEUS = "http://localhost:9090"
 DEFAULT_FLEET_JOB = "specwatch"
+FLEET_SCHEMA = "specwatch.fleet/1"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prometheus", default=DEFAULT_PROMETHEUS, metavar="URL", type=prometheus_url,
-                   help="the Prometheus server that scrapes the specwatch agents (default %(default)s)")
+    p.add_argument("--prometheus", metavar="URL", type=prometheus_url,
+                   help=f"the Prometheus server that scrapes the specwatch agents (default {DEFAULT_PROMETHEUS}; "
+                        "not with --url)")
+    p.add_argument("--url", action="append", dest="urls", metavar="URL", type=node_url,
+                   help="read this node directly instead of through Prometheus (repeat for each node; for a "
+                        "few nodes): a specwatch agent's /metrics (`specwatch export`, e.g. host:9464) gives its "
+                        "verdict; a bare vLLM or SGLang server (e.g. host:8000) is judged here, which takes two "
+                        "readings a refresh apart")
     p.add_argument("--job", default=DEFAULT_FLEET_JOB, metavar="NAME",
                    help="the scrape job of the agents, to list the ones Prometheus cannot reach "
                         "(default %(default)s)")
     p.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between refreshes (default %(default)s)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="per-query timeout (default %(default)s)")
-    add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus")
+                   help="per-query timeout; with --url, per node: all of its /metrics within it "
+                        "(default %(default)s)")
+    p.add_argument("--window", type=float, default=10.0, metavar="SECONDS",
+                   help="with --url, for bare vLLM servers: the rate window they are judged over; with --json, "
+                        "the gap between its two readings (default %(default)s)")
+    p.add_argument("--json", action="store_true",
+                   help=f"print one reading of the fleet as a {FLEET_SCHEMA} JSON object instead of the table, "
+                        "and exit with the most urgent row's status (as check's)")
+    add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus, or the nodes with --url")
+    judged = p.add_argument_group("judging bare vLLM servers given with --url")
+    add_advisor_arguments(judged)
+    judged.add_argument("--draft-model", help="the draft model, when the servers do not expose it")
+    # the nodes' GPUs are theirs to report (their agents do); this machine's are not the nodes'
+    p.set_defaults(no_nvml=True, no_dcgm=True, dcgm=None, engine="auto", max_bytes=None)
 
 
 def run(args: argparse.Namespace) -> int:
-    from specwatch.collectors.prometheus import PrometheusClient
+    require_positive(args, "refresh", "timeout", "window")
+    if args.urls and args.prometheus:
+        raise UsageError("give --prometheus or --url, not both: --url reads the nodes directly, without Prometheus")
+    if args.urls:
+        from specwatch.collectors.vllm import DEFAULT_TOKEN_ENV
+
+        args.default_token_env = DEFAULT_TOKEN_ENV  # the nodes' token, as every command reading them
+        client = _direct_fleet(args)
+    else:
+        client = _prometheus_client(args)
+    if args.json:
+        return asyncio.run(_print_json(client, args))
     from specwatch.fleet import FleetApp
 
-    require_positive(args, "refresh", "timeout")
-    connection = connection_settings(args)
-    try:
-        client = PrometheusClient(args.prometheus, token=connection.token, timeout_s=args.timeout,
-                                  verify=connection.verify)
-    except ValueError as exc:  # a URL that is not http(s)
-        raise UsageError(str(exc)) from None
     require_terminal()
     FleetApp(client, job=args.job, refresh_s=args.refresh).run()
     return ExitCode.OK
+
+
+def _prometheus_client(args: argparse.Namespace) -> Any:
+    from specwatch.collectors.prometheus import PrometheusClient
+
+    connection = connection_settings(args)
+    try:
+        return PrometheusClient(args.prometheus or DEFAULT_PROMETHEUS, token=connection.token,
+                                timeout_s=args.timeout, verify=connection.verify)
+    except ValueError as exc:  # a URL that is not http(s)
+        raise UsageError(str(exc)) from None
+
+
+def _direct_fleet(args: argparse.Namespace) -> Any:
+    from specwatch.collectors.transport import DEFAULT_MAX_BYTES
+    from specwatch.fleet_direct import DirectFleet
+
+    args.max_bytes = args.max_bytes or DEFAULT_MAX_BYTES
+    connection = connection_settings(args)
+    # with --json the two readings are --window apart and both must stay in the window, as check's
+    window_s = args.window * 2 if args.json else max(args.window, 2 * args.refresh)
+
+    def engine_session(url: str) -> Any:
+        # a bare engine is judged by the live session every command uses, one per URL
+        return live_session(argparse.Namespace(**{**vars(args), "urls": [url]}), interval_s=args.refresh,
+                            window_s=window_s, evaluate_every_s=0.0)
+
+    advisor_config(args)  # an unknown --gpu or --model is a usage error before anything is read
+    return DirectFleet(args.urls, engine_session, token=connection.token, verify=connection.verify,
+                       timeout_s=args.timeout, max_bytes=args.max_bytes)
+
+
+async def _print_json(client: Any, args: argparse.Namespace) -> int:
+    from specwatch.commands.check import finite_json
+    from specwatch.fleet import read_fleet
+
+    try:
+        if args.urls:
+            reading = await client.read_fleet()
+            if any(t.kind == "engine" for t in client.targets):
+                # a bare engine gives counters: rates, and so a verdict, need a second reading
+                await asyncio.sleep(args.window)
+                reading = await client.read_fleet()
+        else:
+            reading = await read_fleet(client, args.job)
+    finally:
+        await client.aclose()
+    document = fleet_document(reading, client.describe())
+    print(json.dumps(finite_json(document), indent=2, allow_nan=False))
+    return fleet_status(reading)
+
+
+def fleet_document(reading: Any, source: str) -> dict[str, Any]:
+    rows = []
+    for row in reading.rows:
+        fields = dataclasses.asdict(row)
+        fields.pop("selector")
+        fields["down"] = not row.exporter_up or not row.reachable
+        fields["attention"] = row.attention[1]
+        rows.append(fields)
+    return {"schema": FLEET_SCHEMA, "source": source, "read_at": reading.read_at, "state": reading.state,
+            "message": reading.message, "rows": rows}
+
+
+def fleet_status(reading: Any) -> ExitCode:
+    """check's contract over the rows: a row that cannot be read first, then one without a verdict,
+    then one that wants a change; a Prometheus that cannot be queried is UNREADABLE."""
+    from specwatch.commands.check import worst_status
+
+    if not reading.ok:
+        return ExitCode.UNREADABLE
+
+    def status(row: Any) -> ExitCode:
+        if not row.exporter_up or not row.reachable or "engine_stalled" in row.flags:
+            return ExitCode.UNREADABLE
+        if row.verdict == "unknown":
+            return ExitCode.NOT_ENOUGH_DATA
+        return ExitCode.CHANGE if row.change_recommended else ExitCode.OK
+
+    return worst_status(map(status, reading.rows))

@@ -129,6 +129,7 @@ vllm_url = _url_type("vLLM URL")
 dcgm_url = _url_type("dcgm-exporter URL", metrics=True)
 prometheus_url = _url_type("Prometheus URL")
 server_url = _url_type("server URL")
+node_url = _url_type("node URL")
 
 
 def method_name(text: str) -> str:
