@@ -208,6 +208,15 @@ class Monitor:
         self.window.add(snapshot)
         if previous_latest is not None and snapshot.time < previous_latest.time:
             self._next_evaluation = None  # the timeline restarted (a seek back): evaluate at once
+            # A target that returns on an earlier clock after being away is a new pass over its
+            # recording (the demo playlist's next round): its advisor's samples and its banner's
+            # dwell are from a pass that is over, and would hold it still until the clock caught up.
+            # A target rewound while present (a seek) keeps them, as it keeps its place on screen.
+            present = {t.url for t in previous_latest.targets}
+            for target in snapshot.targets:
+                if target.url not in present:
+                    self._advisors.pop(target.url, None)
+                    self._shown.pop(target.url, None)
         if self._next_evaluation is not None and snapshot.time < self._next_evaluation:
             return []
         self._next_evaluation = snapshot.time + self.evaluate_every_s

@@ -17,6 +17,9 @@ def header_text(view: DashboardView, width: int) -> Text:
     text.append(badge, style="bold reverse")
     if source.synthetic:
         text.append(" SYNTHETIC ", style="bold reverse italic")
+    elif source.kind == "REPLAY":
+        # a replay says what it plays back either way: the demo's playlist mixes the two
+        text.append(" REAL ", style="bold reverse")
     if source.kind == "REPLAY":
         text.append(f" {date_clock(view.time)}", style="bold")
         if source.replay_speed is not None:
