@@ -23,7 +23,8 @@ from typing import Any, Sequence
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup
-from specwatch.snapshot import GpuSample, SpeculationConfig, resolve_speculation
+from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
+from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
 from specwatch.health import Goodput, goodput
 from specwatch.window import EngineFigures, TargetWindow
@@ -145,6 +146,11 @@ def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
     return None
 
 
+def _model_name(target: TargetSample) -> str | None:
+    """The served model's name, as the engines label their metrics."""
+    return next((e.model_name for e in target.engines if e.model_name), None)
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -176,6 +182,9 @@ class Advisor:
         self.last_inputs: AdvisorInputs | None = None
         # The GPU spec of the current update (see _gpu_spec), carried on its Verdict.
         self._gpu_in_use: GpuSpec | None = None
+        # A saved sweep of this node (watch/check --sweep): its measured crossover is reconciled with
+        # the predicted one in each verdict, and used only when it measured this configuration.
+        self.sweep: SweepIdentity | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -402,7 +411,19 @@ class Advisor:
         reasons.append(f"expected speedup {s_now:.2f}× at this load"
                        + (" (throughput at the batch each mode holds: requests are waiting)"
                           if figures.waiting else ""))
-        if crossover.state == "crosses":
+        crossover_shown = crossover.concurrency
+        sweep_details: dict[str, Any] = {}
+        if self.sweep is not None:
+            # one line naming both crossovers, the one used and why, in place of the predicted one's
+            reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, time,
+                                             crossover.concurrency if crossover.state == "crosses" else None)
+            reasons.append(reconciled.line)
+            if reconciled.flag:
+                flags.append(reconciled.flag)
+            if reconciled.used == "measured":
+                crossover_shown = reconciled.crossover
+            sweep_details["sweep"] = reconciled.to_dict()
+        elif crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
         elif crossover.state == "never_pays":
             reasons.append("it would not pay even with one request running")
@@ -453,9 +474,9 @@ class Advisor:
         change = (state == OFF) if state in (ON, OFF) else False
         return self._verdict(state, confidence, time, reasons, bound, flags, tw, running=running,
                              expected=s_now, be=be_here, low_be=low_be,
-                             crossover=crossover.concurrency, length=length,
+                             crossover=crossover_shown, length=length,
                              best=best, change=change,
-                             details={"prior": prior_words, "carried_by": decision.carried_by,
+                             details={**sweep_details, "prior": prior_words, "carried_by": decision.carried_by,
                                       "level_error": decision.level_error,
                                       "request_speedup": decision.request_speedup,
                                       **({"goodput": slo[1]} if slo is not None else {})})

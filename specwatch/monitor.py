@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from specwatch.advisor import Advisor, AdvisorConfig
 from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, unknown_verdict
 from specwatch.snapshot import Snapshot
+from specwatch.sweep_evidence import SweepIdentity
 from specwatch.window import TargetWindow, Window
 
 
@@ -181,6 +182,8 @@ class Monitor:
         self.target_configs = dict(target_configs or {})
         self.evaluate_every_s = evaluate_every_s
         self._advisors: dict[str, Advisor] = {}
+        # A saved sweep of the node (watch --sweep): each target's advisor reconciles its crossover.
+        self.sweep: SweepIdentity | None = None
         self._states: dict[str, TargetState] = {}
         self._next_evaluation: float | None = None
 
@@ -200,6 +203,7 @@ class Monitor:
         advisor = self._advisors.get(url)
         if advisor is None:
             advisor = self._advisors[url] = Advisor(self.target_configs.get(url, self.advisor_config))
+            advisor.sweep = self.sweep
         return advisor
 
     def ingest(self, snapshot: Snapshot) -> list[VerdictChange]:

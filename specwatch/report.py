@@ -217,6 +217,9 @@ def format_summary(report: dict[str, Any]) -> str:
     lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")
     for reason in v["reasons"]:
         lines.append(f"    - {reason}")
+    sweep = report.get("sweep")
+    if sweep and sweep["line"] not in v["reasons"]:  # no verdict carried it: said on its own
+        lines.append(f"  sweep: {sweep['line']}")
     return "\n".join(lines)
 
 
