@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
-from specwatch.hardware import GpuSpec, ModelSpec, lookup
+from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
 from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
 from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
@@ -182,6 +182,7 @@ class Advisor:
         self.last_inputs: AdvisorInputs | None = None
         # The GPU spec of the current update (see _gpu_spec), carried on its Verdict.
         self._gpu_in_use: GpuSpec | None = None
+        self._mig_unscaled: GpuSample | None = None  # a MIG slice found whose share NVML did not give
         # A saved sweep of this node (watch/check --sweep): its measured crossover is reconciled with
         # the predicted one in each verdict, and used only when it measured this configuration.
         self.sweep: SweepIdentity | None = None
@@ -194,16 +195,43 @@ class Advisor:
         return self._gpu_in_use
 
     def _find_gpu_spec(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        self._mig_unscaled = None
         if self.config.gpu is not None:
             return self.config.gpu
-        for g in gpus:
-            if not g.lost:
-                spec = self._gpu_by_name.get(g.name, _UNSEEN)
-                if spec is _UNSEEN:
-                    spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
+        # A GPU in MIG mode runs nothing itself: its MIG devices do, and the one running processes
+        # is the likelier home of the engine. Whole GPUs first, as before MIG was read.
+        candidates = sorted((g for g in gpus if not g.lost and not g.mig_mode),
+                            key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
+        for g in candidates:
+            if g.mig is not None:
+                spec = self._mig_spec(g)
                 if spec is not None:
-                    return throttled_spec(spec, g)
+                    return spec
+                continue
+            spec = self._gpu_by_name.get(g.name, _UNSEEN)
+            if spec is _UNSEEN:
+                spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
+            if spec is not None:
+                return throttled_spec(spec, g)
         return None
+
+    def _mig_spec(self, g: GpuSample) -> GpuSpec | None:
+        """A MIG slice's roofs: its parent's, identified by the parent's name, scaled by the slice's
+        share of SMs and of memory. Without a share from NVML there is nothing to scale by: None,
+        and the verdict says the shape is assumed (`_mig_unscaled`)."""
+        mig = g.mig
+        assert mig is not None
+        key = (mig.parent_name, mig.profile, mig.sm_fraction, mig.memory_fraction)
+        spec = self._gpu_by_name.get(key, _UNSEEN)
+        if spec is _UNSEEN:
+            parent = lookup(mig.parent_name)
+            spec = None
+            if parent is not None and mig.sm_fraction and mig.memory_fraction:
+                spec = scale_to_mig(parent, mig.sm_fraction, mig.memory_fraction, mig.profile)
+            self._gpu_by_name[key] = spec
+        if spec is None and self._mig_unscaled is None and lookup(mig.parent_name) is not None:
+            self._mig_unscaled = g
+        return spec
 
     def _draft_cost(self, observed: SpeculationConfig | None = None) -> tuple[perf.DraftCost | None, str | None]:
         """r and the canonical method; (None, None) when the method is not known. `observed` is the
@@ -337,6 +365,13 @@ class Advisor:
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
+        mig_unscaled = gpu is None and self._mig_unscaled is not None
+        if mig_unscaled:
+            slice_ = self._mig_unscaled
+            flags.append("mig_shape_assumed")
+            reasons.append(f"{slice_.name}: NVML did not give this MIG slice's share of the GPU "
+                           f"({slice_.errors.get('mig_shares', 'no share read')}), so its peaks cannot be scaled "
+                           "from the whole GPU's: the step-time shape is assumed, not known")
         self._prefill_checks(figures, method, reasons, flags)
 
         running = figures.running
@@ -445,7 +480,7 @@ class Advisor:
             flags.append("stale_acceptance")
 
         shape_assumed = False
-        if gpu is None and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
+        if gpu is None and not mig_unscaled and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
             # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
             # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
             # position costs a token's compute. When the answer flips between the two, say so and
@@ -465,7 +500,7 @@ class Advisor:
 
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
-        if shape_assumed:
+        if shape_assumed or mig_unscaled:
             confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")

@@ -98,6 +98,8 @@ def gpu_block(gpu: GpuSample) -> dict[str, Any]:
         block[name] = gpu.values.get(name)
     block["throttle_reasons"] = list(gpu.throttle_reasons)
     block["errors"] = {k: v for k, v in gpu.errors.items()}
+    block["mig_mode"] = gpu.mig_mode
+    block["mig"] = gpu.mig.to_dict() if gpu.mig is not None else None  # a MIG device: its parent and share
     return block
 
 
