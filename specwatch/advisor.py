@@ -448,6 +448,7 @@ class Advisor:
                           if figures.waiting else ""))
         crossover_shown = crossover.concurrency
         sweep_details: dict[str, Any] = {}
+        sweep_disagrees = False
         if self.sweep is not None:
             # one line naming both crossovers, the one used and why, in place of the predicted one's
             reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, time,
@@ -457,6 +458,9 @@ class Advisor:
                 flags.append(reconciled.flag)
             if reconciled.used == "measured":
                 crossover_shown = reconciled.crossover
+                sweep_disagrees = self._sweep_disagrees(running, s_now, reasons)
+                if sweep_disagrees:
+                    flags.append("sweep_disagrees")
             sweep_details["sweep"] = reconciled.to_dict()
         elif crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
@@ -500,7 +504,7 @@ class Advisor:
 
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
-        if shape_assumed or mig_unscaled:
+        if shape_assumed or mig_unscaled or sweep_disagrees:
             confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")
@@ -515,6 +519,25 @@ class Advisor:
                                       "level_error": decision.level_error,
                                       "request_speedup": decision.request_speedup,
                                       **({"goodput": slo[1]} if slo is not None else {})})
+
+    def _sweep_disagrees(self, running: float, s_now: float, reasons: list[str]) -> bool:
+        """Whether this load lies clearly on the other side of the measured crossover from where the
+        model puts it (beyond the crossing's interval): said, and the direction is then no better
+        than a coin flip until the two agree again (a new sweep, or a refit)."""
+        sweep = self.sweep
+        if sweep is None or sweep.crossing is None:
+            return False
+        high = sweep.high if sweep.high is not None else sweep.crossing
+        low = sweep.low if sweep.low is not None else sweep.crossing
+        if running > high and s_now > 1.0:
+            reasons.append(f"at {running:.0f} running this node is past its measured crossover: the sweep measured "
+                           f"speculation costing throughput here, while the model expects {s_now:.2f}×")
+            return True
+        if running < low and s_now < 1.0:
+            reasons.append(f"at {running:.0f} running this node is below its measured crossover: the sweep measured "
+                           f"speculation paying here, while the model expects {s_now:.2f}×")
+            return True
+        return False
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
         """The draft's pricing for the decision: the same as predict's for the same method."""

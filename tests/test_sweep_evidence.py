@@ -153,3 +153,15 @@ async def test_the_dashboard_says_whether_the_sweep_is_used(tmp_path, mismatch, 
         await pilot.pause()
         speculation = text_of(app.query_one("#ov-speculation", SpeculationPanel))
     assert shown in speculation
+
+
+def test_a_load_past_the_measured_crossover_that_the_model_calls_paying_is_said_and_doubted(tmp_path):
+    # the sweep measured a crossover at 6 (95 % 4–8); the node runs 12 requests, where the model
+    # (crossing in the fifties) still expects speculation to pay
+    verdict = last_verdict(sweep_file(tmp_path, crossing=6.0), load=(12.0,) * 60)
+    assert verdict.crossover_concurrency == 6.0
+    assert "sweep_disagrees" in verdict.flags and verdict.confidence <= 0.5
+    assert any("past its measured crossover" in r for r in verdict.reasons)
+    # inside the crossing's interval (4–8) nothing is claimed either way
+    inside = last_verdict(sweep_file(tmp_path, crossing=7.0, name="inside.json"), load=(8.0,) * 60)
+    assert "sweep_disagrees" not in inside.flags
