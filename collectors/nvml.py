@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from specwatch.gpu_events import decode_clock_event_reasons
-from specwatch.snapshot import GPU_FIELDS, GpuProcess, GpuSample, SourceStatus
+from specwatch.snapshot import GPU_FIELDS, GpuProcess, GpuSample, MigInstance, SourceStatus
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ REASON_WARMING_UP = "warming up"
 REASON_NO_NVLINK = "no NVLink on this GPU"
 REASON_COUNTER_RESET = "counter went backwards (driver reset)"
 REASON_FUNCTION_MISSING = "not in this driver (the NVML function is missing; driver older than nvidia-ml-py)"
+REASON_NOT_FOUND = "not found"
+
+MIB_BYTES = 1024 * 1024
+# A MIG device's name as NVML gives it: "NVIDIA H100 80GB HBM3 MIG 3g.40gb" (the profile last)
+_MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 # One reason per NVML error class (gpu.md §1d). Keyed by class name so that any binding version,
 # and the test double, map the same way.
@@ -248,6 +254,9 @@ class _DeviceState:
     nvlink_reason: str = REASON_NO_NVLINK
     counters: dict[str, tuple[float, float, bool]] = field(default_factory=dict)  # value, time, driver time?
     clock_reasons_function: str = "nvmlDeviceGetCurrentClocksEventReasons"
+    # On a MIG device: the GPU it is a slice of, and its ids and share.
+    parent: _DeviceState | None = None
+    mig: MigInstance | None = None
 
 
 class NvmlCollector:
@@ -271,6 +280,7 @@ class NvmlCollector:
         self._initialised = False
         self._init_status: SourceStatus | None = None
         self._devices: list[_DeviceState] = []
+        self._mig_devices: list[_DeviceState] = []  # the MIG devices of MIG-enabled GPUs, after them
         self._logged_missing: set[str] = set()
         self._closed = False
 
@@ -313,12 +323,16 @@ class NvmlCollector:
             if self._init_status.state != "ok":
                 # no driver, no GPUs, or NVML could not even count them: nothing to poll
                 return (), self._init_status
-            samples = tuple(self._poll_device(dev) for dev in self._devices)
+            samples = tuple(self._poll_device(dev) for dev in self._devices) + \
+                tuple(self._poll_mig_device(dev) for dev in self._mig_devices)
         return samples, self._status(samples)
 
     def _status(self, samples: Sequence[GpuSample]) -> SourceStatus:
-        lost = [s.index for s in samples if s.lost]
-        n = len(samples)
+        gpus = [s for s in samples if s.mig is None]
+        lost = [s.index for s in gpus if s.lost]
+        n = len(gpus)
+        migs = len(samples) - n
+        mig_words = f", {migs} MIG device{'s' if migs != 1 else ''}" if migs else ""
         if lost:
             which = ", ".join(str(i) for i in lost)
             return SourceStatus(
@@ -326,7 +340,7 @@ class NvmlCollector:
                 "gpu_lost",
                 f"GPU {which} fell off the bus (NVML: GPU is lost); {n - len(lost)} of {n} still polled",
             )
-        return SourceStatus(SOURCE_NAME, "ok", f"{n} GPU{'s' if n != 1 else ''}")
+        return SourceStatus(SOURCE_NAME, "ok", f"{n} GPU{'s' if n != 1 else ''}{mig_words}")
 
     def _initialise(self) -> SourceStatus:
         nvml = self._nvml
@@ -355,6 +369,9 @@ class NvmlCollector:
         if count == 0:
             return SourceStatus(SOURCE_NAME, "no_gpus", "the NVIDIA driver is loaded but sees no GPUs")
         self._devices = [self._read_static(i) for i in range(count)]
+        for dev in self._devices:
+            if dev.mig_mode and not dev.lost:
+                self._mig_devices += self._read_mig_devices(dev, count + len(self._mig_devices))
         return SourceStatus(SOURCE_NAME, "ok", f"{count} GPUs")
 
     # -- one NVML call ----------------------------------------------------------------------------
@@ -458,6 +475,113 @@ class NvmlCollector:
         else:
             dev.nvlink_links, dev.nvlink_reason = 0, REASON_NO_NVLINK
 
+    # -- MIG devices, read once at start --------------------------------------------------------------
+
+    def _read_mig_devices(self, parent: _DeviceState, first_index: int) -> list[_DeviceState]:
+        """The MIG devices (compute instances) of a MIG-enabled GPU, numbered from `first_index`
+        on, after the whole GPUs. A layout changed later (instances made or destroyed while
+        specwatch runs) is not followed: its calls fail, and say so."""
+        try:
+            slots = int(self._call("nvmlDeviceGetMaxMigDeviceCount", parent.handle))
+        except _Failed as failed:
+            parent.static_errors["mig_devices"] = failed.reason
+            return []
+        devices: list[_DeviceState] = []
+        for slot in range(slots):
+            try:
+                handle = self._call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot)
+            except _Failed as failed:
+                if failed.reason != REASON_NOT_FOUND:  # an empty slot is NotFound: nothing to say
+                    parent.static_errors["mig_devices"] = failed.reason
+                if failed.lost:
+                    break
+                continue
+            devices.append(self._read_mig_static(parent, handle, first_index + len(devices), slots))
+        return devices
+
+    def _read_mig_static(self, parent: _DeviceState, handle: Any, index: int, slots: int) -> _DeviceState:
+        dev = _DeviceState(index=index, handle=handle, parent=parent, compute_capability=parent.compute_capability)
+
+        def read(function: str, key: str) -> Any:
+            try:
+                return self._call(function, handle)
+            except _Failed as failed:
+                dev.static_errors[key] = failed.reason
+                if failed.lost:
+                    dev.lost = True
+                return None
+
+        raw_name = read("nvmlDeviceGetName", "name")
+        uuid = read("nvmlDeviceGetUUID", "uuid")
+        dev.uuid = _text(uuid) if uuid is not None else None
+        gpu_instance = read("nvmlDeviceGetGpuInstanceId", "mig_gpu_instance_id")
+        compute_instance = read("nvmlDeviceGetComputeInstanceId", "mig_compute_instance_id")
+        attributes = read("nvmlDeviceGetAttributes", "mig_shares")
+        memory = read("nvmlDeviceGetMemoryInfo", "memory_total_bytes")
+        if memory is not None:
+            dev.static_values["memory_total_bytes"] = float(memory.total)
+
+        profile = None
+        match = _MIG_PROFILE.search(_text(raw_name)) if raw_name is not None else None
+        if match:
+            profile = match.group(1)
+        elif attributes is not None and int(attributes.gpuInstanceSliceCount) > 0:
+            profile = f"{int(attributes.gpuInstanceSliceCount)}g.{int(attributes.memorySizeMB) / 1024:.0f}gb"
+        sm_fraction = memory_fraction = None
+        if attributes is not None:
+            # MIG guide: an instance's SMs are its compute slices out of the GPU's (7 on A100/H100,
+            # as many as MIG devices it can hold); its memory and bandwidth are its memory slices'
+            compute_slices = int(attributes.computeInstanceSliceCount)
+            if slots > 0 and 0 < compute_slices <= slots:
+                sm_fraction = compute_slices / slots
+            parent_memory = parent.static_values.get("memory_total_bytes")
+            instance_memory = float(attributes.memorySizeMB) * MIB_BYTES
+            if parent_memory and 0 < instance_memory <= parent_memory:
+                memory_fraction = instance_memory / parent_memory
+            if sm_fraction is None or memory_fraction is None:
+                dev.static_errors["mig_shares"] = (
+                    f"NVML gave {compute_slices} of {slots} compute slices and {attributes.memorySizeMB} MiB of "
+                    f"{(parent_memory or 0) / MIB_BYTES:.0f} MiB: no share to scale the GPU's peaks by")
+        dev.name = f"{parent.name} · MIG {profile or 'device'} (GPU {parent.index})"
+        dev.mig = MigInstance(
+            parent_index=parent.index, parent_name=parent.name, profile=profile,
+            gpu_instance_id=int(gpu_instance) if gpu_instance is not None else None,
+            compute_instance_id=int(compute_instance) if compute_instance is not None else None,
+            sm_count=int(attributes.multiprocessorCount) if attributes is not None else None,
+            sm_fraction=sm_fraction, memory_fraction=memory_fraction)
+        return dev
+
+    def _poll_mig_device(self, dev: _DeviceState) -> GpuSample:
+        """A MIG device's own readings: its memory and its processes. Power, clocks, temperature,
+        PCIe and NVLink belong to the whole GPU (its parent's sample); utilisation and GPM are not
+        given per instance by these calls."""
+        parent = dev.parent
+        if dev.lost or (parent is not None and parent.lost):
+            dev.lost = True
+            return self._lost_sample(dev)
+        values: dict[str, float] = dict(dev.static_values)
+        errors: dict[str, str] = dict(dev.static_errors)
+        processes: tuple[GpuProcess, ...] = ()
+        try:
+            memory = self._read(dev, errors, ("memory_used_bytes",), "nvmlDeviceGetMemoryInfo")
+            if memory is not None:
+                values["memory_used_bytes"] = float(memory.used)
+                values["memory_total_bytes"] = float(memory.total)
+                errors.pop("memory_total_bytes", None)
+            if self._read_processes:
+                processes = self._poll_processes(dev, errors)
+        except _Failed:
+            dev.lost = True
+            return self._lost_sample(dev)
+        whole_gpu = f"per GPU, not per MIG device: see GPU {parent.index}" if parent is not None else \
+            "per GPU, not per MIG device"
+        for name in GPU_FIELDS:
+            if name not in values and name not in errors:
+                errors[name] = whole_gpu
+        return GpuSample(index=dev.index, name=dev.name, uuid=dev.uuid, source=SOURCE_NAME, values=values,
+                         errors=errors, processes=processes, compute_capability=dev.compute_capability,
+                         mig=dev.mig)
+
     # -- field values ----------------------------------------------------------------------------
 
     def _field_values(self, handle: Any, ids: Sequence[int | tuple[int, int]]
@@ -536,6 +660,7 @@ class NvmlCollector:
             lost=True,
             compute_capability=dev.compute_capability,
             mig_mode=dev.mig_mode,
+            mig=dev.mig,
         )
 
     def _read(self, dev: _DeviceState, errors: dict[str, str], fields: Sequence[str], function: str,

@@ -337,9 +337,12 @@ def _check_speed(speed: float) -> float:
 class PlaylistSource:
     """Several recordings played one after another, round and round: the demo.
 
-    Each recording's times are shifted to carry on from the previous one's end, so the Window sees
-    one continuous timeline; the header says which recording is playing, and whether it is real or
-    synthetic, at every moment.
+    Each recording plays on its own clock, at the times it was recorded at: a real run's wall clock
+    is what the operator would have seen, not a time made up to follow the synthetic story. Moving
+    from one recording to the next may step the clock back; the Window starts over then, as after a
+    seek, and the Monitor starts over the advisor of a recording's target that returns on an earlier
+    clock. The header says which recording is playing, and whether it is real or synthetic, at every
+    moment.
     """
 
     kind = "REPLAY"
@@ -353,8 +356,6 @@ class PlaylistSource:
         if len(set(self.names)) != len(self.names):
             raise ValueError("playlist names must differ: they keep the recordings' targets apart")
         self.index = 0
-        self.offset = 0.0  # added to the playing recording's times
-        self._last_time: float | None = None
         self.rounds = 0
 
     @property
@@ -402,7 +403,7 @@ class PlaylistSource:
         self.current.toggle_pause()
 
     def seek(self, data_time: float) -> None:
-        self.current.seek(data_time - self.offset)
+        self.current.seek(data_time)
 
     def seek_relative(self, seconds: float) -> None:
         self.current.seek_relative(seconds)
@@ -418,11 +419,8 @@ class PlaylistSource:
                 # still two nodes to the Monitor, each judged under its own recording's settings.
                 name = self.names[self.index]
                 targets = tuple(dataclasses.replace(t, url=self.target_url(t.url, name)) for t in snapshot.targets)
-                shifted = Snapshot(time=snapshot.time + self.offset, targets=targets,
-                                   gpus=snapshot.gpus, sources=snapshot.sources, version=snapshot.version)
-                self._last_time = shifted.time
-                return shifted
-            # this recording is done: the next one carries on a beat after it
+                return dataclasses.replace(snapshot, targets=targets)
+            # this recording is done: the next one starts from its beginning, on its own clock
             paused = self.current.paused
             self.index = (self.index + 1) % len(self.sources)
             self.rounds += self.index == 0
@@ -430,8 +428,6 @@ class PlaylistSource:
             nxt.seek(nxt.start if nxt.start is not None else 0.0)
             if paused:
                 nxt.pause()
-            if nxt.start is not None and self._last_time is not None:
-                self.offset = self._last_time + nxt.interval_s - nxt.start
         return None
 
     async def aclose(self) -> None:

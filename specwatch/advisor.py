@@ -22,8 +22,9 @@ from typing import Any, Sequence
 
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
-from specwatch.hardware import GpuSpec, ModelSpec, lookup
-from specwatch.snapshot import GpuSample, SpeculationConfig, resolve_speculation
+from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
+from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
+from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
 from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, request_shape
 from specwatch.window import EngineFigures, TargetWindow
@@ -149,6 +150,11 @@ def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
     return None
 
 
+def _model_name(target: TargetSample) -> str | None:
+    """The served model's name, as the engines label their metrics."""
+    return next((e.model_name for e in target.engines if e.model_name), None)
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -180,6 +186,10 @@ class Advisor:
         self.last_inputs: AdvisorInputs | None = None
         # The GPU spec of the current update (see _gpu_spec), carried on its Verdict.
         self._gpu_in_use: GpuSpec | None = None
+        self._mig_unscaled: GpuSample | None = None  # a MIG slice found whose share NVML did not give
+        # A saved sweep of this node (watch/check --sweep): its measured crossover is reconciled with
+        # the predicted one in each verdict, and used only when it measured this configuration.
+        self.sweep: SweepIdentity | None = None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -189,16 +199,43 @@ class Advisor:
         return self._gpu_in_use
 
     def _find_gpu_spec(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        self._mig_unscaled = None
         if self.config.gpu is not None:
             return self.config.gpu
-        for g in gpus:
-            if not g.lost:
-                spec = self._gpu_by_name.get(g.name, _UNSEEN)
-                if spec is _UNSEEN:
-                    spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
+        # A GPU in MIG mode runs nothing itself: its MIG devices do, and the one running processes
+        # is the likelier home of the engine. Whole GPUs first, as before MIG was read.
+        candidates = sorted((g for g in gpus if not g.lost and not g.mig_mode),
+                            key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
+        for g in candidates:
+            if g.mig is not None:
+                spec = self._mig_spec(g)
                 if spec is not None:
-                    return throttled_spec(spec, g)
+                    return spec
+                continue
+            spec = self._gpu_by_name.get(g.name, _UNSEEN)
+            if spec is _UNSEEN:
+                spec = self._gpu_by_name[g.name] = lookup(g.name)  # a pure function of the name
+            if spec is not None:
+                return throttled_spec(spec, g)
         return None
+
+    def _mig_spec(self, g: GpuSample) -> GpuSpec | None:
+        """A MIG slice's roofs: its parent's, identified by the parent's name, scaled by the slice's
+        share of SMs and of memory. Without a share from NVML there is nothing to scale by: None,
+        and the verdict says the shape is assumed (`_mig_unscaled`)."""
+        mig = g.mig
+        assert mig is not None
+        key = (mig.parent_name, mig.profile, mig.sm_fraction, mig.memory_fraction)
+        spec = self._gpu_by_name.get(key, _UNSEEN)
+        if spec is _UNSEEN:
+            parent = lookup(mig.parent_name)
+            spec = None
+            if parent is not None and mig.sm_fraction and mig.memory_fraction:
+                spec = scale_to_mig(parent, mig.sm_fraction, mig.memory_fraction, mig.profile)
+            self._gpu_by_name[key] = spec
+        if spec is None and self._mig_unscaled is None and lookup(mig.parent_name) is not None:
+            self._mig_unscaled = g
+        return spec
 
     def _draft_cost(self, observed: SpeculationConfig | None = None) -> tuple[perf.DraftCost | None, str | None]:
         """r and the canonical method; (None, None) when the method is not known. `observed` is the
@@ -332,6 +369,13 @@ class Advisor:
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
+        mig_unscaled = gpu is None and self._mig_unscaled is not None
+        if mig_unscaled:
+            slice_ = self._mig_unscaled
+            flags.append("mig_shape_assumed")
+            reasons.append(f"{slice_.name}: NVML did not give this MIG slice's share of the GPU "
+                           f"({slice_.errors.get('mig_shares', 'no share read')}), so its peaks cannot be scaled "
+                           "from the whole GPU's: the step-time shape is assumed, not known")
         self._prefill_checks(figures, tw, method, reasons, flags)
 
         running = figures.running
@@ -406,7 +450,23 @@ class Advisor:
         reasons.append(f"expected speedup {s_now:.2f}× at this load"
                        + (" (throughput at the batch each mode holds: requests are waiting)"
                           if figures.waiting else ""))
-        if crossover.state == "crosses":
+        crossover_shown = crossover.concurrency
+        sweep_details: dict[str, Any] = {}
+        sweep_disagrees = False
+        if self.sweep is not None:
+            # one line naming both crossovers, the one used and why, in place of the predicted one's
+            reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, time,
+                                             crossover.concurrency if crossover.state == "crosses" else None)
+            reasons.append(reconciled.line)
+            if reconciled.flag:
+                flags.append(reconciled.flag)
+            if reconciled.used == "measured":
+                crossover_shown = reconciled.crossover
+                sweep_disagrees = self._sweep_disagrees(running, s_now, reasons)
+                if sweep_disagrees:
+                    flags.append("sweep_disagrees")
+            sweep_details["sweep"] = reconciled.to_dict()
+        elif crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
         elif crossover.state == "never_pays":
             reasons.append("it would not pay even with one request running")
@@ -428,7 +488,7 @@ class Advisor:
             flags.append("stale_acceptance")
 
         shape_assumed = False
-        if gpu is None and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
+        if gpu is None and not mig_unscaled and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
             # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
             # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
             # position costs a token's compute. When the answer flips between the two, say so and
@@ -448,7 +508,7 @@ class Advisor:
 
         state = self._hysteresis(s_now, reasons)
         confidence = self._confidence(decision)
-        if shape_assumed:
+        if shape_assumed or mig_unscaled or sweep_disagrees:
             confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")
@@ -457,12 +517,31 @@ class Advisor:
         change = (state == OFF) if state in (ON, OFF) else False
         return self._verdict(state, confidence, time, reasons, bound, flags, tw, running=running,
                              expected=s_now, be=be_here, low_be=low_be,
-                             crossover=crossover.concurrency, length=length,
+                             crossover=crossover_shown, length=length,
                              best=best, change=change,
-                             details={"prior": prior_words, "carried_by": decision.carried_by,
+                             details={**sweep_details, "prior": prior_words, "carried_by": decision.carried_by,
                                       "level_error": decision.level_error,
                                       "request_speedup": decision.request_speedup,
                                       **({"goodput": slo[1]} if slo is not None else {})})
+
+    def _sweep_disagrees(self, running: float, s_now: float, reasons: list[str]) -> bool:
+        """Whether this load lies clearly on the other side of the measured crossover from where the
+        model puts it (beyond the crossing's interval): said, and the direction is then no better
+        than a coin flip until the two agree again (a new sweep, or a refit)."""
+        sweep = self.sweep
+        if sweep is None or sweep.crossing is None:
+            return False
+        high = sweep.high if sweep.high is not None else sweep.crossing
+        low = sweep.low if sweep.low is not None else sweep.crossing
+        if running > high and s_now > 1.0:
+            reasons.append(f"at {running:.0f} running this node is past its measured crossover: the sweep measured "
+                           f"speculation costing throughput here, while the model expects {s_now:.2f}×")
+            return True
+        if running < low and s_now < 1.0:
+            reasons.append(f"at {running:.0f} running this node is below its measured crossover: the sweep measured "
+                           f"speculation paying here, while the model expects {s_now:.2f}×")
+            return True
+        return False
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
         """The draft's pricing for the decision: the same as predict's for the same method."""

@@ -26,6 +26,7 @@ __all__ = [
     "custom_gpu",
     "clock_scaled_flops",
     "scale_for_clock",
+    "scale_to_mig",
     "known_gpu_names",
     "known_model_names",
 ]
@@ -443,6 +444,34 @@ def custom_gpu(
         max_sm_clock_mhz=clock,
         interconnect_bandwidth=link,
         source="user override",
+    )
+
+
+def scale_to_mig(spec: GpuSpec, sm_fraction: float, memory_fraction: float, profile: str | None = None) -> GpuSpec:
+    """The roofs of one MIG slice of `spec`: compute by the instance's share of the SMs, memory
+    bandwidth and capacity by its share of the memory slices (each memory slice brings its own
+    memory controllers and L2, NVIDIA's MIG user guide lists both as fractions of the GPU).
+
+    The SM share is the guide's fraction of SMs (compute slices over the GPU's slices, 3/7 for a
+    3g profile); MIG leaves a few SMs of the chip unused (an A100 7g instance has 98 of 108), so
+    the scaled peak is an upper bound by up to about a tenth. A slice has no NVLink to other GPUs'
+    slices: no interconnect figure. Raises ValueError on a share outside (0, 1].
+    """
+    compute = _positive_finite(sm_fraction, "SM share")
+    memory = _positive_finite(memory_fraction, "memory share")
+    if compute > 1.0 or memory > 1.0:
+        raise ValueError(f"a MIG slice's share is at most the whole GPU, not {compute:g} / {memory:g}")
+    label = f"MIG {profile}" if profile else f"MIG {compute:.0%} SMs"
+    return replace(
+        spec,
+        key=f"{spec.key} {label}",
+        name=f"{spec.name} · {label}",
+        bf16_flops=spec.bf16_flops * compute,
+        fp8_flops=spec.fp8_flops * compute if spec.fp8_flops is not None else None,
+        memory_bandwidth=spec.memory_bandwidth * memory,
+        memory_bytes=spec.memory_bytes * memory if spec.memory_bytes is not None else None,
+        interconnect_bandwidth=None,
+        source=f"{spec.source}; scaled to {label} ({compute:.3f} of the SMs, {memory:.3f} of the memory)",
     )
 
 

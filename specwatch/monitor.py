@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from specwatch.advisor import Advisor, AdvisorConfig
 from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, unknown_verdict
 from specwatch.snapshot import Snapshot
+from specwatch.sweep_evidence import SweepIdentity
 from specwatch.window import TargetWindow, Window
 
 
@@ -181,6 +182,8 @@ class Monitor:
         self.target_configs = dict(target_configs or {})
         self.evaluate_every_s = evaluate_every_s
         self._advisors: dict[str, Advisor] = {}
+        # A saved sweep of the node (watch --sweep): each target's advisor reconciles its crossover.
+        self.sweep: SweepIdentity | None = None
         self._states: dict[str, TargetState] = {}
         self._next_evaluation: float | None = None
 
@@ -200,6 +203,7 @@ class Monitor:
         advisor = self._advisors.get(url)
         if advisor is None:
             advisor = self._advisors[url] = Advisor(self.target_configs.get(url, self.advisor_config))
+            advisor.sweep = self.sweep
         return advisor
 
     def ingest(self, snapshot: Snapshot) -> list[VerdictChange]:
@@ -208,6 +212,15 @@ class Monitor:
         self.window.add(snapshot)
         if previous_latest is not None and snapshot.time < previous_latest.time:
             self._next_evaluation = None  # the timeline restarted (a seek back): evaluate at once
+            # A target that returns on an earlier clock after being away is a new pass over its
+            # recording (the demo playlist's next round): its advisor's samples and its banner's
+            # dwell are from a pass that is over, and would hold it still until the clock caught up.
+            # A target rewound while present (a seek) keeps them, as it keeps its place on screen.
+            present = {t.url for t in previous_latest.targets}
+            for target in snapshot.targets:
+                if target.url not in present:
+                    self._advisors.pop(target.url, None)
+                    self._shown.pop(target.url, None)
         if self._next_evaluation is not None and snapshot.time < self._next_evaluation:
             return []
         self._next_evaluation = snapshot.time + self.evaluate_every_s

@@ -98,6 +98,8 @@ def gpu_block(gpu: GpuSample) -> dict[str, Any]:
         block[name] = gpu.values.get(name)
     block["throttle_reasons"] = list(gpu.throttle_reasons)
     block["errors"] = {k: v for k, v in gpu.errors.items()}
+    block["mig_mode"] = gpu.mig_mode
+    block["mig"] = gpu.mig.to_dict() if gpu.mig is not None else None  # a MIG device: its parent and share
     return block
 
 
@@ -217,6 +219,9 @@ def format_summary(report: dict[str, Any]) -> str:
     lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")
     for reason in v["reasons"]:
         lines.append(f"    - {reason}")
+    sweep = report.get("sweep")
+    if sweep and sweep["line"] not in v["reasons"]:  # no verdict carried it: said on its own
+        lines.append(f"  sweep: {sweep['line']}")
     return "\n".join(lines)
 
 

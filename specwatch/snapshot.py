@@ -354,6 +354,44 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """What makes a GpuSample a MIG device (a compute instance of a GPU instance) rather than a GPU:
+    its parent, its ids and profile, and its share of the parent, which the performance model
+    scales the parent's peaks by. A share NVML did not give is None, and the verdict says the
+    step-time shape is assumed rather than scale by a guess."""
+
+    parent_index: int
+    parent_name: str  # the parent's NVML name: what identifies the hardware
+    profile: str | None = None  # "3g.40gb"
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    sm_count: int | None = None
+    sm_fraction: float | None = None  # compute slices / the parent's slices (MIG guide: fraction of SMs)
+    memory_fraction: float | None = None  # instance memory / parent memory (memory slices, and their bandwidth)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parent_index": self.parent_index, "parent_name": self.parent_name, "profile": self.profile,
+                "gpu_instance_id": self.gpu_instance_id, "compute_instance_id": self.compute_instance_id,
+                "sm_count": self.sm_count, "sm_fraction": self.sm_fraction, "memory_fraction": self.memory_fraction}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MigInstance:
+        def number(key: str) -> float | None:
+            value = d.get(key)
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        def whole(key: str) -> int | None:
+            value = d.get(key)
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+        return cls(parent_index=int(d["parent_index"]), parent_name=str(d["parent_name"]),
+                   profile=d.get("profile") if isinstance(d.get("profile"), str) else None,
+                   gpu_instance_id=whole("gpu_instance_id"), compute_instance_id=whole("compute_instance_id"),
+                   sm_count=whole("sm_count"), sm_fraction=number("sm_fraction"),
+                   memory_fraction=number("memory_fraction"))
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU in one poll. Every field is a value, or absent with a reason in `errors`.
 
@@ -372,7 +410,8 @@ class GpuSample:
     throttle_reasons: tuple[str, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     compute_capability: tuple[int, int] | None = None
-    mig_mode: bool | None = None
+    mig_mode: bool | None = None  # on a GPU: MIG enabled; its MIG devices are samples of their own
+    mig: MigInstance | None = None  # on a MIG device: its parent and share
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -390,6 +429,8 @@ class GpuSample:
             "processes": [[p.pid, p.name, p.used_memory_bytes] for p in self.processes],
             "compute_capability": list(self.compute_capability) if self.compute_capability else None,
             "mig_mode": self.mig_mode,
+            # only on MIG devices: recordings of whole GPUs read as before
+            **({"mig": self.mig.to_dict()} if self.mig is not None else {}),
         }
 
     @classmethod
@@ -407,6 +448,7 @@ class GpuSample:
             processes=tuple(GpuProcess(int(p[0]), str(p[1]), p[2]) for p in d.get("processes", ())),
             compute_capability=(int(cc[0]), int(cc[1])) if cc else None,
             mig_mode=d.get("mig_mode"),
+            mig=MigInstance.from_dict(d["mig"]) if isinstance(d.get("mig"), dict) else None,
         )
 
 

@@ -47,6 +47,36 @@ class FakeClock:
 
 
 @dataclass
+class FakeMigDevice:
+    """One MIG device (a compute instance in a GPU instance) of a MIG-enabled FakeGpu, as NVML gives
+    it on its own handle: a name with the profile, ids, nvmlDeviceGetAttributes, memory, processes."""
+
+    name: str
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    sm_count: int
+    gpu_instance_slices: int
+    compute_instance_slices: int
+    memory_mb: int  # nvmlDeviceAttributes_t.memorySizeMB (MiB)
+    memory_used: int = 0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)  # function name -> nvmlReturn code
+
+
+def h100_mig_3g(gpu_instance_id: int = 1, **overrides: Any) -> FakeMigDevice:
+    """The 3g.40gb profile of an H100 80GB: 3 of 7 compute slices, 4 of 8 memory slices (MIG user
+    guide), 60 SMs, 40 GB."""
+    values: dict[str, Any] = dict(
+        name="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        uuid=f"MIG-00000000-0000-4000-8000-{gpu_instance_id:012d}",
+        gpu_instance_id=gpu_instance_id, compute_instance_id=0, sm_count=60,
+        gpu_instance_slices=3, compute_instance_slices=3, memory_mb=40 * 1024, memory_used=30 * GIB)
+    values.update(overrides)
+    return FakeMigDevice(**values)
+
+
+@dataclass
 class FakeGpu:
     """One simulated GPU. Rates and percentages are what NVML would report, in NVML's units."""
 
@@ -67,6 +97,8 @@ class FakeGpu:
     temperature_c: int = 35
     clocks_event_reasons: int = 0
     mig_mode: tuple[int, int] | None = (0, 0)  # None: the GPU has no MIG (NotSupported)
+    max_mig_devices: int = 7  # nvmlDeviceGetMaxMigDeviceCount with MIG enabled (A100/H100: 7 slices)
+    mig_devices: list[FakeMigDevice | None] = field(default_factory=list)  # by slot; None: an empty slot
     gpm_supported: bool = False
     # GPM activity in percent, integrated over time so two samples give the interval's average.
     gpm_percent: dict[int, float] = field(default_factory=dict)
@@ -141,6 +173,18 @@ class _Handle:
 
     def __repr__(self) -> str:
         return f"<fake nvmlDevice {self.index}>"
+
+
+class _MigHandle:
+    """A MIG device's handle (also a c_nvmlDevice_t to callers): its parent GPU and slot."""
+
+    __slots__ = ("parent", "slot")
+
+    def __init__(self, parent: int, slot: int) -> None:
+        self.parent, self.slot = parent, slot
+
+    def __repr__(self) -> str:
+        return f"<fake MIG nvmlDevice {self.parent}:{self.slot}>"
 
 
 @dataclass
@@ -243,6 +287,66 @@ class FakeNvml:
         gpu.advance(self.clock())
         return gpu
 
+    def _enter_mig(self, function: str, handle: _MigHandle) -> FakeMigDevice:
+        """A call on a MIG device's handle: the parent's loss and the device's own errors apply."""
+        self._enter(function)
+        if not 0 <= handle.parent < len(self.gpus):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle.parent]
+        self.calls_by_device[handle.parent] += 1
+        if gpu.lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        device = gpu.mig_devices[handle.slot] if handle.slot < len(gpu.mig_devices) else None
+        if device is None:  # destroyed since the handle was given out
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        code = device.errors.get(function)
+        if code:
+            raise pynvml.NVMLError(code)
+        return device
+
+    # -- MIG --------------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: _Handle) -> int:
+        gpu = self._enter("nvmlDeviceGetMaxMigDeviceCount", device)
+        if gpu.mig_mode is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        # nvml.h: zero when MIG is not enabled
+        return gpu.max_mig_devices if gpu.mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: _Handle, index: int) -> _MigHandle:
+        gpu = self._enter("nvmlDeviceGetMigDeviceHandleByIndex", device)
+        if gpu.mig_mode is None or gpu.mig_mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= index < gpu.max_mig_devices:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if index >= len(gpu.mig_devices) or gpu.mig_devices[index] is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)  # no compute instance in this slot
+        return _MigHandle(device.index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        if not isinstance(device, _MigHandle):
+            self._enter("nvmlDeviceGetGpuInstanceId", device)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only MIG device handles have one
+        return self._enter_mig("nvmlDeviceGetGpuInstanceId", device).gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        if not isinstance(device, _MigHandle):
+            self._enter("nvmlDeviceGetComputeInstanceId", device)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._enter_mig("nvmlDeviceGetComputeInstanceId", device).compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, device: Any) -> Any:
+        if not isinstance(device, _MigHandle):
+            self._enter("nvmlDeviceGetAttributes", device)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # "currently only MIG device handles"
+        mig = self._enter_mig("nvmlDeviceGetAttributes", device)
+        attributes = pynvml.c_nvmlDeviceAttributes()
+        attributes.multiprocessorCount = mig.sm_count
+        attributes.gpuInstanceSliceCount = mig.gpu_instance_slices
+        attributes.computeInstanceSliceCount = mig.compute_instance_slices
+        attributes.memorySizeMB = mig.memory_mb
+        return attributes
+
     # -- init ------------------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
@@ -271,10 +375,14 @@ class FakeNvml:
 
     # -- static ------------------------------------------------------------------------------------
 
-    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+    def nvmlDeviceGetName(self, handle: _Handle | _MigHandle) -> str:
+        if isinstance(handle, _MigHandle):
+            return self._enter_mig("nvmlDeviceGetName", handle).name
         return self._enter("nvmlDeviceGetName", handle).name
 
-    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+    def nvmlDeviceGetUUID(self, handle: _Handle | _MigHandle) -> str:
+        if isinstance(handle, _MigHandle):
+            return self._enter_mig("nvmlDeviceGetUUID", handle).uuid
         return self._enter("nvmlDeviceGetUUID", handle).uuid
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
@@ -327,9 +435,14 @@ class FakeNvml:
             return gpu.mem_clock_max_mhz if maximum else gpu.mem_clock_mhz
         raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> Any:
-        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle | _MigHandle, version: int | None = None) -> Any:
         memory = pynvml.c_nvmlMemory_t()
+        if isinstance(handle, _MigHandle):
+            mig = self._enter_mig("nvmlDeviceGetMemoryInfo", handle)
+            memory.total, memory.used = mig.memory_mb * MIB, mig.memory_used
+            memory.free = memory.total - memory.used
+            return memory
+        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
         memory.total, memory.used = gpu.memory_total, gpu.memory_used
         memory.free = gpu.memory_total - gpu.memory_used
         return memory
@@ -391,10 +504,13 @@ class FakeNvml:
             return gpu._integrals.get(key, 0.0) / 1024  # KiB
         return None
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
-        gpu = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle | _MigHandle) -> list[Any]:
+        if isinstance(handle, _MigHandle):
+            owner: Any = self._enter_mig("nvmlDeviceGetComputeRunningProcesses", handle)
+        else:
+            owner = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
         out = []
-        for pid, used in gpu.processes:
+        for pid, used in owner.processes:
             info = pynvml.c_nvmlProcessInfo_v3_t()
             info.pid = pid
             info.usedGpuMemory = used if used is not None else pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value

@@ -545,3 +545,93 @@ def test_total_energy_counter_in_joules_or_a_reason() -> None:
     (sample,), _ = collector.poll()
     assert "energy_j" not in sample.values
     assert sample.errors["energy_j"] == REASON_NOT_SUPPORTED
+
+
+# -- MIG ---------------------------------------------------------------------------------------
+
+
+def mig_h100(**overrides) -> FakeGpu:
+    """An H100 80GB in MIG mode, carved into a 3g.40gb (running vLLM) and a 1g.10gb, one slot empty."""
+    from nvml_double import h100_mig_3g
+
+    one = h100_mig_3g(gpu_instance_id=9, name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", sm_count=16,
+                      gpu_instance_slices=1, compute_instance_slices=1, memory_mb=10 * 1024, memory_used=0)
+    values = dict(mig_mode=(1, 1), mig_devices=[h100_mig_3g(gpu_instance_id=2, processes=[(4242, 30 * GIB)]),
+                                                None, one])
+    values.update(overrides)
+    return hopper_gpu(**values)
+
+
+def test_mig_devices_are_shown_as_slices_of_their_parent_with_their_share() -> None:
+    nvml, collector, clock = make([mig_h100(), ampere_gpu(1)])
+    collector.poll()
+    clock.advance(1.0)
+    gpus, status = collector.poll()
+    assert [g.index for g in gpus] == [0, 1, 2, 3]  # the whole GPUs first, then the MIG devices
+    parent, _, three, one = gpus
+    assert parent.mig_mode is True and parent.mig is None and "power_w" in parent.values
+    assert three.name == "NVIDIA H100 80GB HBM3 · MIG 3g.40gb (GPU 0)"
+    assert three.uuid.startswith("MIG-")
+    mig = three.mig
+    assert (mig.parent_index, mig.parent_name, mig.profile) == (0, "NVIDIA H100 80GB HBM3", "3g.40gb")
+    assert (mig.gpu_instance_id, mig.compute_instance_id, mig.sm_count) == (2, 0, 60)
+    # the MIG user guide's fractions for 3g.40gb on H100: 3/7 of the SMs, 4/8 of the memory
+    assert mig.sm_fraction == pytest.approx(3 / 7) and mig.memory_fraction == pytest.approx(4 / 8)
+    assert one.mig.sm_fraction == pytest.approx(1 / 7) and one.mig.memory_fraction == pytest.approx(1 / 8)
+    assert three.values["memory_total_bytes"] == 40 * GIB and three.values["memory_used_bytes"] == 30 * GIB
+    assert [p.pid for p in three.processes] == [4242]
+    # what belongs to the whole GPU is said to be there, not left blank
+    assert three.errors["power_w"] == "per GPU, not per MIG device: see GPU 0"
+    assert_every_field_accounted(three)
+    assert status.state == "ok" and status.message == "2 GPUs, 2 MIG devices"
+    # the slices round-trip through a recording's Snapshot
+    snap = Snapshot(time=1.0, gpus=gpus)
+    assert Snapshot.from_dict(snap.to_dict()) == snap
+    assert "mig" not in gpus[1].to_dict()  # a whole GPU is written as before
+
+
+@pytest.mark.parametrize("function", ["nvmlDeviceGetAttributes", "nvmlDeviceGetGpuInstanceId",
+                                      "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetName",
+                                      "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetComputeRunningProcesses"])
+def test_every_mig_call_not_supported_becomes_na_with_a_reason(function: str) -> None:
+    from nvml_double import h100_mig_3g
+
+    gpu = hopper_gpu(mig_mode=(1, 1), mig_devices=[h100_mig_3g(errors={function: pynvml.NVML_ERROR_NOT_SUPPORTED})])
+    _, collector, _ = make([gpu])
+    gpus, status = collector.poll()
+    assert status.state == "ok" and len(gpus) == 2
+    sample = gpus[1]
+    assert not sample.lost and sample.mig is not None
+    assert_every_field_accounted(sample)
+    reasons = [why for why in sample.errors.values() if why.startswith(REASON_NOT_SUPPORTED)]
+    assert reasons, sample.errors
+    if function == "nvmlDeviceGetAttributes":
+        assert sample.mig.sm_fraction is None and sample.mig.memory_fraction is None
+        assert sample.errors["mig_shares"] == REASON_NOT_SUPPORTED
+        assert sample.mig.profile == "3g.40gb"  # still from the name
+    if function == "nvmlDeviceGetGpuInstanceId":
+        assert sample.mig.gpu_instance_id is None and sample.errors["mig_gpu_instance_id"] == REASON_NOT_SUPPORTED
+
+
+def test_mig_enumeration_failures_are_reasons_on_the_parent() -> None:
+    gpu = mig_h100(errors={"nvmlDeviceGetMaxMigDeviceCount": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    _, collector, _ = make([gpu])
+    gpus, status = collector.poll()
+    assert len(gpus) == 1 and gpus[0].errors["mig_devices"] == REASON_NOT_SUPPORTED and status.state == "ok"
+    # bindings older than the MIG calls: the function is missing, said once, nothing raised
+    _, collector, _ = make([mig_h100()], absent_functions=["nvmlDeviceGetMigDeviceHandleByIndex"])
+    gpus, _ = collector.poll()
+    assert len(gpus) == 1 and gpus[0].errors["mig_devices"] == REASON_FUNCTION_MISSING
+    # MIG off: no MIG device is looked for
+    nvml, collector, _ = make([hopper_gpu(mig_mode=(0, 0))])
+    assert len(collector.poll()[0]) == 1 and nvml.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
+
+
+def test_a_lost_parent_loses_its_mig_devices() -> None:
+    nvml, collector, clock = make([mig_h100()])
+    collector.poll()
+    nvml.lose_gpu(0)
+    clock.advance(1.0)
+    gpus, status = collector.poll()
+    assert all(g.lost for g in gpus) and len(gpus) == 3
+    assert status.state == "gpu_lost" and "GPU 0 fell off the bus" in status.message

@@ -86,7 +86,10 @@ def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
     for g in gpus:
         line = Text(f"{g.index:>2} ", no_wrap=True, overflow="ellipsis")
         if wide:
-            line.append(f"{g.name.removeprefix('NVIDIA ')[:name_width]:<{name_width}} ")
+            # a MIG device by its parent and profile: its full name would not fit the column
+            label = f"GPU{g.mig.parent_index} MIG {g.mig.profile or 'device'}" if g.mig is not None \
+                else g.name.removeprefix('NVIDIA ')
+            line.append(f"{label[:name_width]:<{name_width}} ")
         if g.lost:
             line.append("GPU is lost: the others keep polling", style="bold")
             rows.append(line)

@@ -17,6 +17,9 @@ def header_text(view: DashboardView, width: int) -> Text:
     text.append(badge, style="bold reverse")
     if source.synthetic:
         text.append(" SYNTHETIC ", style="bold reverse italic")
+    elif source.kind == "REPLAY":
+        # a replay says what it plays back either way: the demo's playlist mixes the two
+        text.append(" REAL ", style="bold reverse")
     if source.kind == "REPLAY":
         text.append(f" {date_clock(view.time)}", style="bold")
         if source.replay_speed is not None:
@@ -48,10 +51,14 @@ def header_text(view: DashboardView, width: int) -> Text:
             model = model.rsplit("/", 1)[-1]  # the organisation prefix is the first thing to go
         text.append("  ")
         text.append(model, style="bold")
-    if view.gpus:
-        names = sorted({g.name.removeprefix("NVIDIA ") for g in view.gpus})
+    whole = [g for g in view.gpus if g.mig is None]  # MIG devices are slices of these, not more GPUs
+    if whole:
+        names = sorted({g.name.removeprefix("NVIDIA ") for g in whole})
         text.append("  ")
-        text.append(f"{len(view.gpus)}× {names[0]}" if len(names) == 1 else f"{len(view.gpus)} GPUs, mixed")
+        text.append(f"{len(whole)}× {names[0]}" if len(names) == 1 else f"{len(whole)} GPUs, mixed")
+        slices = [g.mig.profile or "device" for g in view.gpus if g.mig is not None]
+        if slices:
+            text.append(f" · MIG {slices[0]}" if len(slices) == 1 else f" · {len(slices)} MIG devices")
     if source.kind != "REPLAY" and view.time is not None:
         right = f"  {clock(view.time)}"
         if text.cell_len + len(right) < width:

@@ -143,12 +143,17 @@ class SpeculationPanel(Panel):
         elif verdict.best_k is not None and verdict.best_k != k and finite(verdict.best_k_speedup):
             better = "speculation off" if verdict.best_k == 0 else f"k={verdict.best_k}"
             notes.append(f"{better} would give {speedup(verdict.best_k_speedup)}", style="bold")
-        if view.sweep is not None and view.sweep.throughput_crossing is not None:
+        reconciled = verdict.details.get("sweep")
+        if reconciled is None and view.sweep is not None and view.sweep.throughput_crossing is not None:
             running = figures.running if figures else None
             if notes.cell_len:
                 notes.append("  ")
             notes.append(f"{view.sweep.crossing_text()} running (now {num(running)})")
         lines.append(notes)  # always a line, even empty: the panel's height stays put
+        if reconciled is not None:
+            # the verdict's word on the sweep: both crossovers and the one used, or why it is not used
+            lines.append(Text(reconciled["short"], no_wrap=True, overflow="ellipsis",
+                              style="bold reverse" if reconciled["flag"] == "sweep_mismatch" else ""))
         return Group(*lines)
 
     def _unconfigured(self, view: DashboardView, width: int) -> RenderableType:

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any, Iterable
 
-from specwatch.commands.options import ExitCode, UsageError, add_source_arguments, live_session
+from specwatch.commands.options import CommandError, ExitCode, UsageError, add_source_arguments, live_session
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between the two scrapes (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
+    p.add_argument("--sweep", metavar="FILE",
+                   help="a `specwatch sweep` results JSON: its measured crossover is used when it measured "
+                        "this target's model, method and k (said under `sweep` in --json)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.window > 0:
         raise UsageError("--window must be greater than 0")
+    sweep = _sweep_identity(args.sweep) if getattr(args, "sweep", None) else None
     session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0))
-    reports = asyncio.run(_check(session, args))
+    reports = asyncio.run(_check(session, args, sweep))
     if args.json:
         # specwatch.check/1 as before for the first target, with every target's report in `targets`
         document = {**reports[0], "targets": reports}
@@ -55,7 +59,34 @@ def worst_status(statuses: Iterable[ExitCode]) -> ExitCode:
     return min(statuses, key=_SEVERITY.index, default=ExitCode.OK)
 
 
-async def _check(session: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _sweep_identity(path: str) -> Any:
+    from specwatch.sweep import SweepFileError, load_sweep
+    from specwatch.sweep_evidence import SweepIdentity
+
+    try:
+        return SweepIdentity.from_sweep(load_sweep(path))
+    except SweepFileError as exc:
+        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+
+
+def sweep_block(sweep: Any, advisor: Any, verdict: Any, tw: Any, time: float | None) -> dict[str, Any]:
+    """What check --json says of the sweep: the verdict's reconciliation, or, with no verdict to
+    reconcile (no traffic, no reading), whether the sweep measured this target at all."""
+    from specwatch.snapshot import canonical_method_name
+    from specwatch.sweep_evidence import reconcile_crossover
+
+    if "sweep" in verdict.details:
+        return verdict.details["sweep"]
+    target = tw.latest if tw is not None else None
+    model = next((e.model_name for e in target.engines if e.model_name), None) if target is not None else None
+    spec = advisor.speculation or (target.speculation if target is not None else None)
+    method = spec.method if spec is not None else None
+    k = (spec.k if spec is not None else None) or (tw.k if tw is not None else None)
+    return reconcile_crossover(sweep, model, canonical_method_name(method) if method else None, k,
+                               target.version if target is not None else None, time, None).to_dict()
+
+
+async def _check(session: Any, args: argparse.Namespace, sweep: Any = None) -> list[dict[str, Any]]:
     from specwatch.advisor import Advisor
     from specwatch.report import check_report
 
@@ -73,10 +104,14 @@ async def _check(session: Any, args: argparse.Namespace) -> list[dict[str, Any]]
     for url in urls:
         # the method and draft come from the samples (/server_info, else the flags), as in every front end
         advisor = Advisor(session.monitor.advisor_config)
+        advisor.sweep = sweep
         verdict = advisor.update(window.target(url), window.latest.gpus)
         config = session.monitor.advisor_config
-        reports.append(check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
-                                    slo=(config.slo_ttft_s, config.slo_tpot_s)))
+        report = check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
+                              slo=(config.slo_ttft_s, config.slo_tpot_s))
+        if sweep is not None:
+            report["sweep"] = sweep_block(sweep, advisor, verdict, window.target(url), window.latest.time)
+        reports.append(report)
     return reports
 
 

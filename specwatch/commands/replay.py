@@ -122,10 +122,20 @@ def play_headless(path: Path | str, args: argparse.Namespace, command: str, out:
         kind = "SYNTHETIC data" if header.synthetic else "real data"
         out.write(f"# {Path(path).name}: {kind} from {header.host or 'an unnamed host'}"
                   + (f" — {header.notes}" if header.notes else "") + "\n")
+    _print_timeline(path, snapshots, monitor, args.json, out, command, warnings)
+    return ExitCode.OK
+
+
+def _print_timeline(path: Path | str, snapshots: Iterable[Snapshot], monitor: Monitor, as_json: bool, out: TextIO,
+                    command: str, warnings: list[str], scenario: str | None = None) -> None:
+    """The verdict changes of one recording, at its own recorded times; `scenario` tags JSON lines."""
     count = 0
     try:
         for change in verdict_timeline(snapshots, monitor):
-            _print_change(change, args.json, out)
+            if as_json and scenario is not None:
+                out.write(json.dumps({**change.to_dict(), "scenario": scenario}, allow_nan=False) + "\n")
+            else:
+                _print_change(change, as_json, out)
         count = len(monitor.window)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # the reader of stdout left: not the file's fault
@@ -136,7 +146,6 @@ def play_headless(path: Path | str, args: argparse.Namespace, command: str, out:
         print_error(command, f"warning: {w}")
     if count == 0 and monitor.latest is None:
         print_error(command, f"{path} holds no Snapshots")
-    return ExitCode.OK
 
 
 # ==================================================================================================
@@ -151,6 +160,15 @@ class Scenario:
     notes: str
     path: Path
 
+    @property
+    def clock(self) -> str:
+        """Whose clock the recording's times are: a real run's wall clock, or the generator's."""
+        return "recorded" if self.data == "real" else "synthetic"
+
+
+# The story the demo opens with: speculation paying, costing past the crossover, and paying again.
+OPENING_SCENARIO = "h100-70b-ngram"
+
 
 def _bundled_files() -> list[Path]:
     root = resources.files("specwatch") / "data"
@@ -162,8 +180,14 @@ def _bundled_files() -> list[Path]:
     return sorted(Path(str(e)) for e in entries if e.name.endswith(FILE_SUFFIX))
 
 
+def demo_playlist(scenarios: Iterable[Scenario]) -> list[Scenario]:
+    """The order the demo plays its scenarios in, headless and in the dashboard alike: the opening
+    story first, then the real recordings (what a node really looks like), then the other synthetic ones."""
+    return sorted(scenarios, key=lambda s: (s.name != OPENING_SCENARIO, s.data != "real", s.name))
+
+
 def list_scenarios() -> list[Scenario]:
-    """The bundled recordings, real ones first, each with its header's label and notes."""
+    """The bundled recordings in playlist order, each with its header's label and notes."""
     from specwatch.recording import RecordingError, open_snapshots
 
     scenarios = []
@@ -173,7 +197,7 @@ def list_scenarios() -> list[Scenario]:
         except RecordingError:
             continue  # a damaged bundled file is a packaging bug; test_replay catches it
         scenarios.append(Scenario(path.name[: -len(FILE_SUFFIX)], header.data, header.notes, path))
-    return sorted(scenarios, key=lambda s: (s.data != "real", s.name))
+    return demo_playlist(scenarios)
 
 
 def scenario_path(name: str) -> Path | None:
@@ -209,19 +233,52 @@ def run_demo(args: argparse.Namespace) -> int:
     if not scenarios:
         raise CommandError("no bundled scenarios found (is the package installed completely?)", ExitCode.UNREADABLE)
     if args.headless:
-        return play_headless(scenarios[0].path, args, "demo")
+        return play_demo_headless(scenarios, args)
     return _run_demo_tui(scenarios, args)
 
 
+def scenario_line(scenario: Scenario, header: RecordingHeader, position: int, count: int,
+                  start: float | None, end: float | None) -> dict[str, Any]:
+    """What the headless demo says before a scenario's timeline: which one, real or synthetic, and
+    the span of its own clock (the times its verdicts are printed at)."""
+    return {"scenario": scenario.name, "position": position, "of": count, "data": scenario.data,
+            "clock": scenario.clock, "start": start, "end": end, "host": header.host, "notes": header.notes}
+
+
+def play_demo_headless(scenarios: Sequence[Scenario], args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Every scenario's verdict timeline, in playlist order, once each: a line saying which scenario
+    and whether it is real or synthetic, then its verdicts at its own recorded times, judged by a
+    Monitor of its own under the settings it was recorded with (as in the dashboard)."""
+    from specwatch.recording import RecordingError, format_time, index_recording, open_snapshots
+
+    out = out if out is not None else sys.stdout
+    for position, scenario in enumerate(scenarios, 1):
+        warnings: list[str] = []
+        try:
+            index = index_recording(scenario.path, [])
+            header, snapshots = open_snapshots(scenario.path, warnings)
+        except (RecordingError, OSError) as exc:
+            raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+        line = scenario_line(scenario, header, position, len(scenarios), index.start, index.end)
+        if args.json:
+            out.write(json.dumps(line, allow_nan=False) + "\n")
+        else:
+            label = "REAL data" if scenario.data == "real" else "SYNTHETIC data"
+            out.write(f"# scenario {position}/{len(scenarios)} {scenario.name}: {label} from "
+                      f"{header.host or 'an unnamed host'}, {scenario.clock} clock "
+                      f"{format_time(index.start)} – {format_time(index.end)}"
+                      + (f" — {header.notes}" if header.notes else "") + "\n")
+        _print_timeline(scenario.path, snapshots, replay_monitor(header, args), args.json, out, "demo", warnings,
+                        scenario=scenario.name)
+    return ExitCode.OK
+
+
 def _run_demo_tui(scenarios: list[Scenario], args: argparse.Namespace) -> int:
-    """The dashboard over the bundled scenarios, one after another, looping, each labelled real or
-    synthetic. --scenario plays just one."""
+    """The dashboard over the playlist, one scenario after another, looping, each on its own clock
+    and labelled real or synthetic. --scenario plays just one."""
     from specwatch.app import run_app
     from specwatch.recording import RecordingError
 
-    if not args.scenario:
-        # the synthetic H100 story first: it shows speculation paying, costing, and paying again
-        scenarios = sorted(scenarios, key=lambda s: (s.name != "h100-70b-ngram", s.data != "real", s.name))
     try:
         source, monitor = build_demo(scenarios, args)
     except (RecordingError, OSError) as exc:

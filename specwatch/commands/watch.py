@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", type=float, default=10.0, metavar="MINUTES",
                    help="how far back the trend charts reach (default %(default)s)")
     p.add_argument("--sweep", metavar="FILE",
-                   help="a `specwatch sweep` results JSON: its measured crossover is shown against the live load")
+                   help="a `specwatch sweep` results JSON: its measured crossover is shown against the live load, "
+                        "and used by the verdict when it measured this target's model, method and k")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     answered and points to `specwatch demo`."""
     from specwatch.app import run_app
     from specwatch.sweep import SweepFileError, load_sweep
+    from specwatch.sweep_evidence import SweepIdentity
 
     for name in ("interval", "window", "history"):
         require_positive(args, name)
@@ -41,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         sweep = load_sweep(args.sweep) if args.sweep else None
     except SweepFileError as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    if sweep is not None:
+        # each verdict checks the sweep measured its target before using its crossover
+        session.monitor.sweep = SweepIdentity.from_sweep(sweep)
     require_terminal()
     return run_app(session.source, session.monitor, title="specwatch", recorder=live_recorder(args),
                    sweep=sweep, history_minutes=args.history)

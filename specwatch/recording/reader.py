@@ -254,7 +254,8 @@ def _gpu(written: Any, before: tuple[GpuSample, ...], i: int) -> GpuSample:
         values[k] = v if v.__class__ is float else decode_float(v)
     return GpuSample(index=old.index, name=old.name, uuid=old.uuid, source=old.source, values=values,
                      errors=old.errors, lost=old.lost, throttle_reasons=old.throttle_reasons,
-                     processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode)
+                     processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode,
+                     mig=old.mig)
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
