@@ -316,8 +316,8 @@ class Advisor:
         low, high = self.observed_batch or (figures.running, figures.running)
         self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
-    def _step_model(self, time: float, prior: perf.HingeParameters) -> perf.StepTimeModel:
-        key = (prior.knee, self.config.model.name if self.config.model else None)
+    def _step_model(self, time: float, prior: perf.HingeParameters, shape_known: bool) -> perf.StepTimeModel:
+        key = (prior.knee, self.config.model.name if self.config.model else None, shape_known)
         stale = (
             self._fit is None
             or self._fit_prior_key != key
@@ -331,7 +331,7 @@ class Advisor:
                 step_sample(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
                 for t, s in self._samples
             ]
-            self._fit = perf.fit_step_time(weighted, prior)
+            self._fit = perf.fit_step_time(weighted, prior, shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
         return self._fit if self._fit is not None else prior
@@ -365,7 +365,7 @@ class Advisor:
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
         prior, prior_words = self._prior(gpu, figures)
-        step_model = self._step_model(time, prior)
+        step_model = self._step_model(time, prior, shape_known=gpu is not None)
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []

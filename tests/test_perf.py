@@ -466,3 +466,31 @@ def test_best_k_lengths_are_the_per_position_ones():
         best = m.best_k(prior, batch, 0.05, rates=rates)
         if best.k:
             assert best.length == pytest.approx(m.length_at_k(rates, best.k).length, rel=1e-15)
+
+
+def test_a_fit_of_unknown_shape_learns_a_cpu_like_law_that_a_gpu_prior_would_keep_flat():
+    """Step times from tests/step_law.py's law (not the hinge) on a CPU-like node, plain and
+    verifying steps at several loads: with the shape unknown the fit follows them across their span;
+    held to a datasheet-shaped prior (a knee at 256) it would stay flat, as a GPU below its knee."""
+    from step_law import Forward, Gpu, LawNode
+
+    node = LawNode(target=Forward(params=0.4e9, layers=16, kv_heads=2, head_dim=64, attention_heads=8,
+                                  fixed_s=0.003),
+                   gpu=Gpu(name="cpu", bandwidth=40e9, peak_flops=1.5e12, eff_max=0.5, eff_tokens=2.0),
+                   context_per_sequence=0.0, noise=0.0)
+    samples = []
+    for b in (1, 2, 4, 8, 16):
+        for speculative in (False, True):
+            seconds, prompt, _ = node.step(b, speculative)
+            samples.append(m.StepSample(prompt + b * ((node.k + 1) if speculative else 1), seconds))
+    level = float(np.median([s.step_time_s for s in samples]))
+    flat_prior = m.HingeParameters(base_s=level, knee=256.0, slope_s_per_token=level / 256.0,
+                                      kv_s_per_token=0.0, per_token_s=0.0)
+    learned = m.fit_step_time(samples, flat_prior, shape_known=False)
+    held = m.fit_step_time(samples, flat_prior)
+    for s in samples:
+        assert learned.step_time(s.tokens_per_step) == pytest.approx(s.step_time_s, rel=0.12)
+    assert learned.knee_tokens < 40
+    # the datasheet-shaped fit cannot: it misses the largest step by far more
+    largest = max(samples, key=lambda s: s.tokens_per_step)
+    assert abs(held.step_time(largest.tokens_per_step) / largest.step_time_s - 1) > 0.3

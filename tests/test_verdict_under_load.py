@@ -18,7 +18,7 @@ from specwatch.monitor import DEFAULT_DWELL_S, Monitor
 from specwatch.commands.check import exit_status
 from specwatch.commands.options import ExitCode
 from specwatch.snapshot import TargetSample
-from step_law import LLAMA_1B, LawNode, generate, tiers_load, true_crossover
+from step_law import LLAMA_1B, Forward, Gpu, LawNode, generate, tiers_load, true_crossover
 
 START = 1_900_000_000.0
 TIERS = [16, 32, 64, 96, 128, 192, 256, 384]
@@ -226,3 +226,28 @@ def test_the_law_is_not_the_advisors_hinge():
     slopes = [(t2 - t1) for t1, t2 in itertools.pairwise(times)]
     # every doubling adds time (a hinge adds none below its knee), and more with every doubling
     assert all(s > 0 for s in slopes) and all(b > a for a, b in itertools.pairwise(slopes))
+
+
+# A node whose accelerator nothing identifies (no NVML, no dcgm-exporter, no --gpu), with a CPU's
+# shape: a knee near ten tokens, so verifying k+1 positions per sequence costs compute from a few
+# running sequences up. The advisor's prior knows no knee here; its fit must find it in the data.
+CPU_LIKE = Gpu(name="unlisted accelerator", bandwidth=40e9, peak_flops=1.5e12, eff_max=0.5, eff_tokens=2.0,
+               attention_efficiency=0.2)
+TINY_TARGET = Forward(params=0.4e9, layers=16, kv_heads=2, head_dim=64, attention_heads=8, fixed_s=0.003)
+CPU_NODE = LawNode(target=TINY_TARGET, gpu=CPU_LIKE, per_position=(0.7, 0.5, 0.35, 0.2), per_token_s=2e-5,
+                   context_per_sequence=300.0, model_name="tiny-llama")
+CPU_TIERS = [1, 2, 4, 8, 16, 32]
+
+
+def test_an_unidentified_cpu_like_node_is_learned_from_its_loads_and_turns_off_past_its_crossover():
+    crossover = true_crossover(CPU_NODE)
+    assert crossover is not None and 8 < crossover < 16  # the law's own answer, not the advisor's
+    timeline = shown_timeline(generate(CPU_NODE, tiers_load(CPU_TIERS, TIER_DWELL_S)),
+                              AdvisorConfig(method="ngram"))
+    off = first_decision(timeline, "off")
+    assert off is not None, "never turned off: the step-time fit kept a GPU's flat line"
+    assert off[1] == 16, f"off at {off[1]} running; the law crosses at {crossover:.1f}"
+    # below the crossover it stays on, and the speedup it expects there follows the law's
+    on_at_4 = [v for t, b, v in timeline if b == 4 and v.speculation == "on"]
+    assert on_at_4, "not on at 4 running, far below the crossover"
+    assert on_at_4[-1].expected_speedup == pytest.approx(CPU_NODE.speedup(4), rel=0.15)

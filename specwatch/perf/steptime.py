@@ -42,6 +42,7 @@ __all__ = [
     "KNEE_GRID_POINTS",
     "SAMPLE_RELATIVE_NOISE",
     "AXIS_KNEE_MULTIPLE",
+    "UNKNOWN_SHAPE_KNEE_LOG_SD",
     "StepTimeFit",
     "fit_step_time",
 ]
@@ -337,6 +338,11 @@ KNEE_GRID_POINTS = 48
 SAMPLE_RELATIVE_NOISE = 0.05
 # The N-axis that matters: single tokens up to a few times the knee (b·(k+1) at high load).
 AXIS_KNEE_MULTIPLE = 4.0
+# When the prior's shape is not known (no GPU identified: a CPU, an unlisted accelerator, a sweep
+# fitted from its own points), the knee may lie anywhere from one token up, and a token past it, or
+# below it, may cost up to a whole flat step: the prior then keeps only its level, and the data's
+# curvature decides where the knee is and how steep the rise.
+UNKNOWN_SHAPE_KNEE_LOG_SD = math.log(16.0)
 
 
 @dataclass(frozen=True)
@@ -463,7 +469,8 @@ def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray
     return best_cost, best_theta
 
 
-def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior) -> StepTimeFit:
+def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior, *,
+                  shape_known: bool = True) -> StepTimeFit:
     """Fit the hinge T(N, C) to live samples, regularised toward the datasheet prior.
 
     For each knee on a log grid over [prior/4, 2·prior] (model.md §5.2) it solves a non-negative,
@@ -471,6 +478,11 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     lowest total cost. The prior's weight falls as the data cover more of the N-axis, so a node that
     has only ever run small batches keeps the datasheet slope above the knee, and says so through
     `coverage`, `knee_observed` and `confidence(N)`.
+
+    `shape_known=False` says the prior's shape is a guess (no datasheet behind it): its knee is
+    searched from one token up under a wide log prior, and the per-token and above-knee costs are
+    held only to a whole flat step per token, so a law linear from N = 1 (a CPU) is learned from a
+    few loads instead of being pulled back to a GPU's flat line.
     """
     prior_hinge = prior.hinge() if isinstance(prior, StepTimePrior) else prior
     # One array of (N, T, C, weight) rows, filtered at once: the advisor refits from a few hundred.
@@ -501,12 +513,19 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
             0.25 * prior_hinge.base_s / prior_hinge.knee,
         ]
     )
+    if not shape_known:
+        floors[2] = floors[3] = prior_hinge.base_s
     scales = np.maximum(PRIOR_RELATIVE_SD * np.abs(theta0), PRIOR_RELATIVE_SD * floors)
     penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
 
-    knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+    if shape_known:
+        knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+        knee_log_sd = PRIOR_KNEE_LOG_SD
+    else:
+        knees = np.geomspace(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
+        knee_log_sd = UNKNOWN_SHAPE_KNEE_LOG_SD
     costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
-    costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / PRIOR_KNEE_LOG_SD) ** 2
+    costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / knee_log_sd) ** 2
     best_index = int(np.argmin(costs))  # the first of equal costs, as a scan keeping strict improvements
     knee, theta = float(knees[best_index]), thetas[best_index]
     fitted = HingeParameters(

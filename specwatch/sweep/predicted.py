@@ -91,7 +91,8 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_propos
         return None
     n = np.array([s.tokens_per_step for s in samples])
     y = np.array([s.step_time_s for s in samples])
-    fit = perf.fit_step_time(samples, _hinge_from_points(n, y))
+    # the prior is these points' own hinge, not a datasheet: its shape is for the data to set
+    fit = perf.fit_step_time(samples, _hinge_from_points(n, y), shape_known=False)
     used = "baseline and speculative steps" if free_proposer else "baseline steps"
     note = (f"fitted to {fit.n_samples} measured step times ({used}), N = {fit.tokens_min:.0f}..{fit.tokens_max:.0f} "
             f"tokens per step; beyond that it is an extrapolation")
