@@ -219,7 +219,12 @@ async def test_a_recording_whose_verdict_never_changes_says_so(tmp_path):
     app = SpecwatchApp(ReplaySource(path, speed=100.0), new_monitor())
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.ended and app.verdict_index is not None, "the end and the index")
+        await pilot.pause()
+        # ended at 80×24, the header still says which reading is on screen
+        header = text_of(app.query_one(HeaderBar))
+        assert "ENDED" in header and time.strftime("%H:%M:%S", time.gmtime(app.latest.time)) in header
         await pilot.press("n")
         await until(pilot, lambda: any("never changes" in n for n in notices(app)), "the notice")
         await pilot.press("N")
-        assert not app.ended or app.latest is not None  # still running, nothing raised
+        await until(pilot, lambda: sum("never changes" in n for n in notices(app)) == 2, "the notice again")
+        assert app.ended and app.latest.time == START + 2  # nothing moved, nothing raised
