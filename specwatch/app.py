@@ -734,7 +734,7 @@ class SpecwatchApp(App[int]):
         self._build_verdict_index(path, template, self.source.start, self.source.end)
 
     @work(thread=True, group="verdict-index", exit_on_error=False, description="index verdict changes")
-    def _build_verdict_index(self, path: Path, template: bytes, start: float, end: float | None) -> None:
+    def _build_verdict_index(self, path: Path, template: Monitor, start: float, end: float | None) -> None:
         worker = get_current_worker()
 
         def progress(done: float) -> None:
@@ -784,8 +784,9 @@ class SpecwatchApp(App[int]):
         if mark is None:
             total = index.count(url)
             where = "after" if direction > 0 else "before"
-            self.notify(f"no verdict change {where} {clock(here)} ({total} in the recording)"
-                        if total else "the verdict never changes in this recording",
+            whose = f" of {url}" if len(self.target_urls) > 1 else ""
+            self.notify(f"no verdict change{whose} {where} {clock(here)} ({total} in the recording)"
+                        if total else f"the verdict{whose} never changes in this recording",
                         title="verdict changes", timeout=4)
             return
         if self._poll_in_flight and not self._reading:
@@ -802,7 +803,7 @@ class SpecwatchApp(App[int]):
             await maybe_await(self.source.seek(mark.time))
             result = await maybe_await(self.source.step())
             snapshot = result if isinstance(result, Snapshot) else await self.source.read()
-            monitor, changes = await asyncio.to_thread(mark.restore)
+            monitor, changes = await asyncio.to_thread(index.restore, mark)
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"jump: {type(exc).__name__}: {exc}"))
             return

@@ -105,7 +105,7 @@ def test_a_restored_mark_goes_on_as_the_straight_replay_did(step_recording):
     index = build_verdict_index(step_recording, monitor_template(new_monitor()))
     straight = straight_pass(step_recording)
     mark = index.marks[2]
-    monitor, changes = mark.restore()
+    monitor, changes = index.restore(mark)
     assert [c.verdict.speculation for c in changes] == [mark.speculation]
     _, snapshots = open_snapshots(step_recording)
     after = []
@@ -119,7 +119,7 @@ def test_a_restored_mark_goes_on_as_the_straight_replay_did(step_recording):
             after.append((snapshot.time, state.verdict.speculation))
     assert after == [(t, word) for t, word in straight if t > mark.time]
     # restoring twice gives two independent Monitors (a second jump to the same mark starts clean)
-    assert mark.restore()[0] is not mark.restore()[0]
+    assert index.restore(mark)[0] is not index.restore(mark)[0]
 
 
 def test_an_old_recording_is_indexed_too():
