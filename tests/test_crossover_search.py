@@ -192,3 +192,48 @@ def test_the_search_takes_fewer_evaluations_than_bisection():
     assert crossing.concurrency == pytest.approx(40.0, rel=AGREEMENT)
     grid = math.ceil(GRID_POINTS * math.log(40) / math.log(MAX_BATCH))
     assert len(calls) < grid + BISECTIONS // 2
+
+
+def test_pricing_the_grid_at_once_finds_what_the_point_by_point_scan_finds():
+    for inputs in _generated(200, 5):
+        model = _Model(inputs)
+        k = int(inputs.k)
+        length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens else min(inputs.length, k + 1.0)
+        excess = _excess(inputs)
+        if excess(1.0) < 0:
+            continue
+
+        def on_grid(grid):
+            values = model.speedup_on_grid(grid, k, length)
+            assert values is not None  # every generated model takes arrays
+            return values - 1.0
+
+        scanned = first_fall_through_one(excess, inputs.max_batch, GRID_POINTS, BISECTIONS)
+        priced = first_fall_through_one(excess, inputs.max_batch, GRID_POINTS, BISECTIONS, excess_on_grid=on_grid)
+        assert priced.state == scanned.state
+        if scanned.concurrency is not None:
+            assert priced.concurrency == pytest.approx(scanned.concurrency, rel=1e-12)
+
+
+def test_a_model_that_takes_no_arrays_is_scanned_point_by_point():
+    class ScalarOnly:
+        """A step-time model that refuses arrays."""
+
+        def __init__(self, inner):
+            self.inner = inner
+            self.knee_tokens = inner.knee_tokens
+
+        def step_time(self, n, c=0.0):
+            if not isinstance(n, float) and not isinstance(n, int):
+                raise TypeError("scalars only")
+            return self.inner.step_time(float(n), float(c))
+
+        def confidence(self, n):
+            return 1.0
+
+    hinge = HingeParameters(base_s=0.010, knee=64.0, slope_s_per_token=1e-4, kv_s_per_token=0.0, per_token_s=0.0)
+    ngram = perf.draft_pricing("ngram")
+    plain = decide(DecisionInputs(step_model=hinge, k=3, draft=ngram, running=1.0, length=1.0)).crossover
+    scalar = decide(DecisionInputs(step_model=ScalarOnly(hinge), k=3, draft=ngram, running=1.0, length=1.0)).crossover
+    assert plain.concurrency == pytest.approx(16.0, rel=AGREEMENT)
+    assert scalar.concurrency == pytest.approx(plain.concurrency, rel=AGREEMENT)

@@ -9,8 +9,11 @@ Pure: no I/O, no clock, no mutable globals.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 
 from specwatch.perf.acceptance import LengthAtK, check_k, length_at_k, length_at_k_iid
@@ -134,14 +137,35 @@ def crossover_concurrency(
     return first_fall_through_one(excess, max_batch, grid_points=96, bisections=60)
 
 
-def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int) -> Crossover:
+@lru_cache(maxsize=16)
+def _log_grid(max_batch: float, grid_points: int) -> tuple[tuple[float, ...], np.ndarray]:
+    points = tuple(max_batch ** (step / grid_points) for step in range(1, grid_points + 1))
+    array = np.array(points)
+    array.flags.writeable = False
+    return points, array
+
+
+def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int,
+                           excess_on_grid: Callable[[np.ndarray], np.ndarray | None] | None = None) -> Crossover:
     """The first b in (1, max_batch] where `excess(b)` = S(b) − 1 falls below 0 (S(1) ≥ 1 is the
     caller's to check): a log grid of `grid_points`, then a root search inside the first cell that
     falls, to the precision `bisections` halvings of that cell give. S is not monotone in general
-    (KV reads, caps), so the grid finds the first fall."""
+    (KV reads, caps), so the grid finds the first fall.
+
+    `excess_on_grid`, when given, prices the whole grid at once (an array of the same values, or
+    None to scan it point by point)."""
+    points, grid = _log_grid(float(max_batch), grid_points)
+    values = excess_on_grid(grid) if excess_on_grid is not None else None
+    if values is not None:
+        falls = np.flatnonzero(values < 0)
+        if falls.size == 0:
+            return Crossover(None, "pays_throughout", max_batch)
+        j = int(falls[0])
+        low, low_value = (points[j - 1], float(values[j - 1])) if j else (1.0, excess(1.0))
+        return Crossover(_fall_in_cell(excess, low, points[j], low_value, float(values[j]), bisections),
+                         "crosses", max_batch)
     previous, excess_previous = 1.0, None
-    for step in range(1, grid_points + 1):
-        b = max_batch ** (step / grid_points)
+    for b in points:
         value = excess(b)
         if value < 0:
             low_value = excess_previous if excess_previous is not None else excess(previous)
