@@ -915,6 +915,11 @@ class SpecwatchApp(App[int]):
         yield SystemCommand("Help", "Keys and what the panels show", self.action_help)
         for tab in TABS:
             yield SystemCommand(f"Show {tab}", f"Switch to the {tab} tab", lambda tab=tab: self.action_tab(tab))
+        if self._indexable_recording() is not None:
+            yield SystemCommand("Next verdict change", "Jump to the next reading where the verdict changed (n)",
+                                lambda: self.action_verdict_jump(1))
+            yield SystemCommand("Previous verdict change", "Jump to the previous one (N)",
+                                lambda: self.action_verdict_jump(-1))
         if not self.replay:
             for seconds in INTERVALS:
                 yield SystemCommand(f"Poll every {seconds:g} s", "Change the refresh interval",

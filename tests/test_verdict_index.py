@@ -228,3 +228,17 @@ async def test_a_recording_whose_verdict_never_changes_says_so(tmp_path):
         await pilot.press("N")
         await until(pilot, lambda: sum("never changes" in n for n in notices(app)) == 2, "the notice again")
         assert app.ended and app.latest.time == START + 2  # nothing moved, nothing raised
+
+
+async def test_the_command_palette_offers_the_jumps(step_recording):
+    app = SpecwatchApp(ReplaySource(step_recording, speed=1.0), new_monitor())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.latest is not None, "the first reading")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Next verdict change" in titles and "Previous verdict change" in titles
+        await pilot.press("space")
+        await until(pilot, lambda: app.verdict_index is not None, "the index")
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Next verdict change")
+        command.callback()
+        first = app.verdict_index.marks[0]
+        await until(pilot, lambda: app.latest.time == first.time, "the jump from the palette")
