@@ -9,9 +9,13 @@ with the recorder as a live recorder would (one flush per Snapshot: the worst ca
 times (a) reading the file back and (b) the headless replay: reading plus the Monitor, evaluating
 every --evaluate-every seconds of data time, in wall time (the budget) and in this process's CPU
 time (the same on an idle machine; on a busy one, the part that is specwatch's), (c) the streamed
-replay's index (built on open) and a seek to the start of every hour through ReplaySource, and (d)
-the peak memory of a headless `specwatch replay` of the file in a child process. Prints one JSON
-object.
+replay's index (built on open) and a seek to the start of every hour through ReplaySource, (d)
+the peak memory of a headless `specwatch replay` of the file in a child process, (e) the verdict
+index the dashboard builds on open (one pass through a copy of the Monitor: its time, its changes
+and the bytes its checkpoints take), and (f) the dashboard's seeks: to every hour as a paused
+dashboard seeks (the source to a window before the hour, the window's readings through the
+Monitor, then the reading at the hour), and a jump to every verdict change (restore the change's
+checkpoint, seek, read that reading). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import copy
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 from specwatch import perf
@@ -33,6 +39,7 @@ from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
 from specwatch.commands.options import advisor_config
 from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.verdict_index import build_verdict_index, monitor_template
 
 BUDGET_BYTES = 50_000_000
 BUDGET_REPLAY_S = 10.0
@@ -100,12 +107,53 @@ def main() -> int:
         asyncio.run(source.read())
         seeks.append(time.perf_counter() - t)
 
-    # a headless replay as a user runs it, alone in its process: its peak resident memory
+    # a headless replay as a user runs it, alone in its process: its peak resident memory (run
+    # before this process holds the verdict index: a child's peak counts the parent it forked from)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "specwatch", "replay", str(path), "--headless", "--json"],
                    check=True, stdout=subprocess.DEVNULL)
     headless_s = time.perf_counter() - t
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+    # the verdict index, as the dashboard builds it on open (in a thread there; here alone)
+    template = monitor_template(Monitor(window_s=30.0, advisor_config=advisor_config(None, read_header.advisor),
+                                        evaluate_every_s=args.evaluate_every))
+    t = time.perf_counter()
+    verdicts = build_verdict_index(path, template)
+    verdict_index_s = time.perf_counter() - t
+    # the memory its checkpoints hold: that of a copy of each (tracing the build would slow it)
+    tracemalloc.start()
+    copies = [copy.deepcopy(c) for c in {id(m.checkpoint): m.checkpoint for m in verdicts.marks}.values()]
+    index_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del copies
+
+    # the dashboard's seek while paused (SpecwatchApp.action_seek and _read_one): the source to a
+    # window before the position, the readings up to it through the Monitor, then the one shown
+    dashboard_seeks = []
+    monitor = copy.deepcopy(template)
+    for hour in range(int(args.hours) or 1):
+        position = source.start + hour * 3600 + 599
+        t = time.perf_counter()
+        source.seek(position - monitor.window.seconds)
+        while True:
+            source.step()
+            snapshot = asyncio.run(source.read())
+            if snapshot is None:
+                break
+            monitor.ingest(snapshot)
+            if snapshot.time >= position:
+                break
+        dashboard_seeks.append(time.perf_counter() - t)
+    # a jump to a verdict change (SpecwatchApp.action_verdict_jump): the checkpoint, seek, one read
+    jumps = []
+    for mark in verdicts.marks:
+        t = time.perf_counter()
+        monitor, _ = verdicts.restore(mark)
+        source.seek(mark.time)
+        source.step()
+        asyncio.run(source.read())
+        jumps.append(time.perf_counter() - t)
 
     evaluations = seconds / args.evaluate_every
     result = {
@@ -127,6 +175,11 @@ def main() -> int:
         "seek_s_max": round(max(seeks), 3), "seek_s_median": round(sorted(seeks)[len(seeks) // 2], 3),
         "headless_replay_command_s": round(headless_s, 2),
         "headless_replay_peak_mb": round(peak_kib / 1024, 1),
+        "verdict_index_s": round(verdict_index_s, 2), "verdict_index_changes": len(verdicts.marks),
+        "verdict_index_mb": round(index_bytes / 1e6, 1),
+        "dashboard_seek_s_max": round(max(dashboard_seeks), 3),
+        "dashboard_seek_s_median": round(sorted(dashboard_seeks)[len(dashboard_seeks) // 2], 3),
+        "verdict_jump_s_max": round(max(jumps), 3) if jumps else None,
     }
     print(json.dumps(result, indent=2))
     if not args.keep:

@@ -42,6 +42,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, TabbedContent, TabPane
+from textual.worker import get_current_worker
 
 from specwatch import perf
 from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
@@ -56,6 +57,7 @@ from specwatch.recording_thread import (
 )
 from specwatch.snapshot import Snapshot, SpeculationConfig
 from specwatch.sources import SnapshotSource
+from specwatch.verdict_index import VerdictIndex, build_verdict_index, monitor_template
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
@@ -120,6 +122,22 @@ class PollFailed(Message):
 
 class SourceEnded(Message):
     """The source has no more Snapshots (a replay played out)."""
+
+
+class VerdictIndexBuilt(Message):
+    """The replay's verdict changes are indexed: n / N can jump between them."""
+
+    def __init__(self, index: VerdictIndex) -> None:
+        super().__init__()
+        self.index = index
+
+
+class VerdictIndexFailed(Message):
+    """The verdict changes could not be indexed (the replay itself goes on)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
 
 
 class RecordingReported(Message):
@@ -204,6 +222,8 @@ class SpecwatchApp(App[int]):
         Binding("left_square_bracket", "speed(-1)", "slower", show=False),
         Binding("right_square_bracket", "speed(1)", "faster", show=False),
         Binding("full_stop", "step", "step", show=False),
+        Binding("n", "verdict_jump(1)", "next change", show=False),
+        Binding("N", "verdict_jump(-1)", "previous change", show=False),
     ]
 
     def __init__(
@@ -254,6 +274,10 @@ class SpecwatchApp(App[int]):
         self._stepping = False
         self._reading = False  # a poll is awaiting source.read() (not yet ingesting)
         self._poll_started = 0.0  # event-loop time the last poll began
+        # where the shown verdict changes in the recording (n / N), built in a thread on mount
+        self.verdict_index: VerdictIndex | None = None
+        self.verdict_index_error: str | None = None
+        self.verdict_index_done = 0.0  # fraction of the recording indexed so far
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -292,6 +316,7 @@ class SpecwatchApp(App[int]):
 
     def on_mount(self) -> None:
         self._show_everywhere(self.view())
+        self._start_verdict_index()  # before the first reading: the index starts from the Monitor's start
         self._start_poll()
 
     # -- polling -------------------------------------------------------------------------------
@@ -565,7 +590,7 @@ class SpecwatchApp(App[int]):
     # -- actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("seek", "speed", "step") and not self.replay:
+        if action in ("seek", "speed", "step", "verdict_jump") and not self.replay:
             return False
         return True
 
@@ -688,6 +713,111 @@ class SpecwatchApp(App[int]):
         self._stepping = True  # this one reading reaches the panels although the display is paused
         await self._ingest_and_post(snapshot)
 
+    # -- verdict changes: the index and the jumps ----------------------------------------------
+
+    def _indexable_recording(self) -> Path | None:
+        """The file of a replay of one recording (a playlist of several has none)."""
+        path = getattr(self.source, "path", None)
+        if not self.replay or not isinstance(path, Path) or getattr(self.source, "start", None) is None:
+            return None
+        return path if path.is_file() else None
+
+    def _start_verdict_index(self) -> None:
+        path = self._indexable_recording()
+        if path is None:
+            return
+        try:
+            template = monitor_template(self.monitor)
+        except Exception as exc:  # noqa: BLE001 - the jumps are lost, not the replay
+            self.verdict_index_error = f"the Monitor cannot be copied ({type(exc).__name__}: {exc})"
+            return
+        self._build_verdict_index(path, template, self.source.start, self.source.end)
+
+    @work(thread=True, group="verdict-index", exit_on_error=False, description="index verdict changes")
+    def _build_verdict_index(self, path: Path, template: Monitor, start: float, end: float | None) -> None:
+        worker = get_current_worker()
+
+        def progress(done: float) -> None:
+            self.verdict_index_done = done
+
+        try:
+            index = build_verdict_index(path, template, progress=progress, cancelled=lambda: worker.is_cancelled,
+                                        start=start, end=end)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(VerdictIndexFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        if index is not None:
+            self.post_message(VerdictIndexBuilt(index))
+
+    def on_verdict_index_built(self, message: VerdictIndexBuilt) -> None:
+        self.verdict_index, self.verdict_index_done = message.index, 1.0
+        log.info("%d verdict changes indexed in %.1f s", message.index.count(), message.index.build_s)
+
+    def on_verdict_index_failed(self, message: VerdictIndexFailed) -> None:
+        self.verdict_index_error = message.error
+        log.warning("verdict changes not indexed: %s", message.error)
+
+    @work(group="control", exit_on_error=False)
+    async def action_verdict_jump(self, direction: int) -> None:
+        """To the next (1) or previous (-1) reading at which the shown target's verdict changed.
+
+        The screen shows that reading with the Monitor as the straight-through replay had it just
+        after it (the index's checkpoint): the banner shows the new verdict, and the replay goes on
+        from there, paused or playing as it was."""
+        if not self.replay:
+            return
+        index = self.verdict_index
+        if index is None:
+            if self.verdict_index_error is not None:
+                why = f"verdict changes could not be indexed: {self.verdict_index_error}"
+            elif self._indexable_recording() is None:
+                why = "jumping between verdict changes needs the replay of one recording file"
+            else:
+                why = f"no index yet: indexing verdict changes… {100 * self.verdict_index_done:.0f} %"
+            self.notify(why, title="verdict changes", severity="warning", timeout=4)
+            return
+        url = self.target_urls[self.target_index] if self.target_urls else None
+        here = self.latest.time if self.latest is not None else getattr(self.source, "start", None)
+        if here is None:
+            return
+        mark = index.next_after(here, url) if direction > 0 else index.previous_before(here, url)
+        if mark is None:
+            total = index.count(url)
+            where = "after" if direction > 0 else "before"
+            whose = f" of {url}" if len(self.target_urls) > 1 else ""
+            self.notify(f"no verdict change{whose} {where} {clock(here)} ({total} in the recording)"
+                        if total else f"the verdict{whose} never changes in this recording",
+                        title="verdict changes", timeout=4)
+            return
+        if self._poll_in_flight and not self._reading:
+            self.notify("busy reading: press again", timeout=2)
+            return
+        if self._poll_in_flight:  # a read waiting for its time: give it up (it hands nothing over)
+            self.workers.cancel_group(self, "poll")
+            self._poll_in_flight = self._reading = False
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+            self._poll_timer = None
+        self._poll_in_flight = True
+        try:
+            await maybe_await(self.source.seek(mark.time))
+            result = await maybe_await(self.source.step())
+            snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+            monitor, changes = await asyncio.to_thread(index.restore, mark)
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(PollFailed(f"jump: {type(exc).__name__}: {exc}"))
+            return
+        if snapshot is None or snapshot.time != mark.time:
+            self.post_message(PollFailed(f"jump: the recording has no reading at {clock(mark.time)} any more"))
+            return
+        self.monitor = monitor
+        if self.ended:
+            self.ended = False
+        self._stepping = True  # shown although the display is paused
+        for change in changes:
+            self.post_message(VerdictChanged(change))
+        self.post_message(SnapshotIngested(snapshot, monitor.states, changes))
+
     def action_next_target(self) -> None:
         if len(self.target_urls) > 1:
             self.target_index = (self.target_index + 1) % len(self.target_urls)
@@ -770,6 +900,7 @@ class SpecwatchApp(App[int]):
     async def _close(self) -> None:
         if self._poll_timer is not None:
             self._poll_timer.stop()
+        self.workers.cancel_group(self, "verdict-index")
         await self._finish_recording()
         try:
             await self.source.aclose()
@@ -784,6 +915,11 @@ class SpecwatchApp(App[int]):
         yield SystemCommand("Help", "Keys and what the panels show", self.action_help)
         for tab in TABS:
             yield SystemCommand(f"Show {tab}", f"Switch to the {tab} tab", lambda tab=tab: self.action_tab(tab))
+        if self._indexable_recording() is not None:
+            yield SystemCommand("Next verdict change", "Jump to the next reading where the verdict changed (n)",
+                                lambda: self.action_verdict_jump(1))
+            yield SystemCommand("Previous verdict change", "Jump to the previous one (N)",
+                                lambda: self.action_verdict_jump(-1))
         if not self.replay:
             for seconds in INTERVALS:
                 yield SystemCommand(f"Poll every {seconds:g} s", "Change the refresh interval",

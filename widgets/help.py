@@ -18,6 +18,7 @@ KEYS = (
     ("← / →", "replay: seek back / forward 10 s"),
     ("[ / ]", "replay: slower / faster"),
     (".", "replay: step one reading while paused"),
+    ("n / N", "replay: next / previous change of the shown verdict"),
     ("ctrl+p", "command palette: every action by name"),
     ("q", "quit"),
 )

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from specwatch.perf.draft import HEAD_DRAFT_RATIO, LOOKUP_DRAFT_RATIO, METHOD_WORDS, canonical_method
 from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTimeModel, StepTimePrior  # noqa: F401
 
@@ -87,11 +89,11 @@ class DraftPricing:
         """Seconds for one draft forward over `tokens` tokens (model or head)."""
         if self.kind == "model" and self.model is not None:
             context = context_tokens if draft_context_tokens is None else draft_context_tokens
-            return self.scale * (float(self.model.step_time(tokens, context)) - self.model.overhead_s
+            return self.scale * (seconds(self.model.step_time(tokens, context)) - self.model.overhead_s
                                  + DRAFT_FORWARD_OVERHEAD_S)
         # a head: one decoder layer and the LM head over these tokens, a fixed share of the target's
         # step without its KV reads (the head's own KV is one layer's worth)
-        return self.scale * self.ratio * float(target.step_time(tokens, 0.0))
+        return self.scale * self.ratio * seconds(target.step_time(tokens, 0.0))
 
     def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
                    draft_context_tokens: float | None = None) -> float:
@@ -105,7 +107,7 @@ class DraftPricing:
         if self.kind == "lookup":
             return 0.0
         if self.kind == "ratio":
-            return self.scale * k * self.ratio * float(target.step_time(batch, context_tokens))
+            return self.scale * k * self.ratio * seconds(target.step_time(batch, context_tokens))
         width = max(1.0, (positions - 1.0) / k)
         first = self.forward_s(target, batch * positions, context_tokens, draft_context_tokens)
         rest = (k - 1) * self.forward_s(target, batch * width, context_tokens, draft_context_tokens)
@@ -162,10 +164,17 @@ def _draft_pricing(method, ratio, draft_model, draft_params, target_params) -> D
                                           f"{DRAFT_MODEL_FIXED_OVERHEAD:.2f}", params=draft_params)
 
 
-def verify_attention_s(kv_read_s: float, positions: float) -> float:
+def seconds(step_time: float | np.ndarray) -> float | np.ndarray:
+    """A step time as a float, or as the array it is when the load is a grid of batches (the
+    crossover search prices a whole grid at once, with the same arithmetic)."""
+    return step_time if isinstance(step_time, np.ndarray) and step_time.ndim else float(step_time)
+
+
+def verify_attention_s(kv_read_s: float | np.ndarray, positions: float) -> float | np.ndarray:
     """Extra attention time for verifying `positions` query positions per sequence over the same
-    KV (`kv_read_s`: the single-query KV read time of the batch)."""
-    return max(0.0, positions - 1.0) * VERIFY_ATTENTION_PER_POSITION * max(0.0, kv_read_s)
+    KV (`kv_read_s`: the single-query KV read time of the batch, or of each batch of a grid)."""
+    kv_read = np.maximum(0.0, kv_read_s) if isinstance(kv_read_s, np.ndarray) else max(0.0, kv_read_s)
+    return max(0.0, positions - 1.0) * VERIFY_ATTENTION_PER_POSITION * kv_read
 
 
 @dataclass(frozen=True)

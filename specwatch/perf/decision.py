@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specwatch.perf.acceptance import check_k, length_at_k, length_at_k_iid
 from specwatch.perf.costs import (
     Capacity,
@@ -31,6 +33,7 @@ from specwatch.perf.costs import (
     capacity,
     prefill_time_s,
     request_speedup,
+    seconds,
     verify_attention_s,
 )
 from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
@@ -136,24 +139,25 @@ def _positions(inputs: DecisionInputs, k: int) -> float:
 
 
 class _Model:
-    """The step times of one configuration, at any batch and k."""
+    """The step times of one configuration, at any batch and k (`plain` and `parts` also take an
+    array of batches, with the same arithmetic elementwise)."""
 
     def __init__(self, inputs: DecisionInputs) -> None:
         self.i = inputs
         self._capacities: dict[int, Capacity] = {}  # capacity depends on k only
 
     def plain(self, b: float) -> float:
-        return float(self.i.step_model.step_time(b, b * self.i.context_per_sequence))
+        return seconds(self.i.step_model.step_time(b, b * self.i.context_per_sequence))
 
     def parts(self, b: float, k: int) -> dict[str, float]:
         i = self.i
         context = b * i.context_per_sequence
         positions = _positions(i, k)
-        plain = float(i.step_model.step_time(b, context))
-        verify = float(i.step_model.step_time(b * positions, context))
+        plain = seconds(i.step_model.step_time(b, context))
+        verify = seconds(i.step_model.step_time(b * positions, context))
         attention = 0.0
         if not i.fitted_on_speculative_steps:
-            kv_read = plain - float(i.step_model.step_time(b, 0.0))
+            kv_read = plain - seconds(i.step_model.step_time(b, 0.0))
             attention = verify_attention_s(kv_read, positions)
         draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
         draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
@@ -207,6 +211,23 @@ class _Model:
                              f"(plain {plain!r} s, speculative {spec!r} s)")
         return (b_spec * length / spec) / (b_plain / plain)
 
+    def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
+        """`speedup` at every batch of `grid` with no one waiting, in one pass of array arithmetic
+        (the same operations, elementwise). None where a step time is not positive and finite
+        somewhere on the grid, or the step-time model takes no arrays: `speedup` says why."""
+        cap = self.capacity(k)
+        b_plain = grid if cap.plain is None else np.maximum(1.0, np.minimum(grid, cap.plain))
+        b_spec = grid if cap.speculative is None else np.maximum(1.0, np.minimum(grid, cap.speculative))
+        try:
+            spec = np.asarray(self.parts(b_spec, k)["speculative_s"], dtype=float)
+            plain = np.asarray(self.plain(b_plain), dtype=float)
+        except (TypeError, ValueError):
+            return None
+        if spec.shape != grid.shape or plain.shape != grid.shape \
+                or not (np.all(spec > 0) and np.all(plain > 0) and np.all(np.isfinite(spec) & np.isfinite(plain))):
+            return None
+        return (b_spec * length / spec) / (b_plain / plain)
+
     def break_even(self, demand: float, waiting: float, k: int) -> float:
         """The L at which S = 1 (S is linear in L)."""
         return 1.0 / self.speedup(demand, waiting, k, 1.0)
@@ -226,10 +247,14 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crosso
     def excess(b: float) -> float:
         return model.speedup(b, 0.0, k, length) - 1.0
 
+    def excess_on_grid(grid: np.ndarray) -> np.ndarray | None:
+        values = model.speedup_on_grid(grid, k, length)
+        return None if values is None else values - 1.0
+
     if excess(1.0) < 0:
         return Crossover(None, "never_pays", max_batch)
-    # a factor of 1.16 between grid points up to 1024, then bisection to 1e-10
-    return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34)
+    # a factor of 1.16 between grid points up to 1024, then the root to bisection's 1e-10
+    return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34, excess_on_grid=excess_on_grid)
 
 
 def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:

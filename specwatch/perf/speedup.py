@@ -9,8 +9,11 @@ Pure: no I/O, no clock, no mutable globals.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 
 from specwatch.perf.acceptance import LengthAtK, check_k, length_at_k, length_at_k_iid
@@ -134,24 +137,85 @@ def crossover_concurrency(
     return first_fall_through_one(excess, max_batch, grid_points=96, bisections=60)
 
 
-def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int) -> Crossover:
+@lru_cache(maxsize=16)
+def _log_grid(max_batch: float, grid_points: int) -> tuple[tuple[float, ...], np.ndarray]:
+    points = tuple(max_batch ** (step / grid_points) for step in range(1, grid_points + 1))
+    array = np.array(points)
+    array.flags.writeable = False
+    return points, array
+
+
+def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int,
+                           excess_on_grid: Callable[[np.ndarray], np.ndarray | None] | None = None) -> Crossover:
     """The first b in (1, max_batch] where `excess(b)` = S(b) − 1 falls below 0 (S(1) ≥ 1 is the
-    caller's to check): a log grid of `grid_points`, then bisection inside the first cell that
-    falls. S is not monotone in general (KV reads, caps), so the grid finds the first fall."""
-    previous = 1.0
-    for step in range(1, grid_points + 1):
-        b = max_batch ** (step / grid_points)
-        if excess(b) < 0:
-            low, high = previous, b
-            for _ in range(bisections):
-                middle = 0.5 * (low + high)
-                if excess(middle) >= 0:
-                    low = middle
-                else:
-                    high = middle
-            return Crossover(0.5 * (low + high), "crosses", max_batch)
-        previous = b
+    caller's to check): a log grid of `grid_points`, then a root search inside the first cell that
+    falls, to the precision `bisections` halvings of that cell give. S is not monotone in general
+    (KV reads, caps), so the grid finds the first fall.
+
+    `excess_on_grid`, when given, prices the whole grid at once (an array of the same values, or
+    None to scan it point by point)."""
+    points, grid = _log_grid(float(max_batch), grid_points)
+    values = excess_on_grid(grid) if excess_on_grid is not None else None
+    if values is not None:
+        falls = np.flatnonzero(values < 0)
+        if falls.size == 0:
+            return Crossover(None, "pays_throughout", max_batch)
+        j = int(falls[0])
+        low, low_value = (points[j - 1], float(values[j - 1])) if j else (1.0, excess(1.0))
+        return Crossover(_fall_in_cell(excess, low, points[j], low_value, float(values[j]), bisections),
+                         "crosses", max_batch)
+    previous, excess_previous = 1.0, None
+    for b in points:
+        value = excess(b)
+        if value < 0:
+            low_value = excess_previous if excess_previous is not None else excess(previous)
+            return Crossover(_fall_in_cell(excess, previous, b, low_value, value, bisections),
+                             "crosses", max_batch)
+        previous, excess_previous = b, value
     return Crossover(None, "pays_throughout", max_batch)
+
+
+# ITP's truncation constants (Oliveira & Takahashi, ACM TOMS 47(1), 2020): κ1 = 0.2 / width, κ2 = 2
+# and one step of slack over bisection (n0 = 1)
+_ITP_KAPPA1 = 0.2
+_ITP_SLACK = 1
+
+
+def _fall_in_cell(excess, low: float, high: float, excess_low: float, excess_high: float,
+                  bisections: int) -> float:
+    """Where `excess` falls through 0 in [low, high] (excess(low) ≥ 0 > excess(high)): the middle
+    of a bracket `bisections` halvings narrow, as bisection would give, found by the ITP method.
+
+    ITP steps toward the regula falsi point while that keeps bisection's worst case (one step more
+    at most), so a smooth S takes a handful of evaluations instead of `bisections`. The bracket
+    keeps bisection's invariant (excess ≥ 0 at its low end, < 0 at its high end), so the answer is
+    a fall through 0 within the same precision.
+    """
+    width = high - low
+    epsilon = width * 2.0 ** -(bisections + 1)  # half the final bracket bisection leaves
+    kappa1 = _ITP_KAPPA1 / width
+    most = bisections + _ITP_SLACK
+    for j in range(most):
+        if high - low <= 2.0 * epsilon:
+            break
+        middle = 0.5 * (low + high)
+        radius = epsilon * 2.0 ** (most - j) - 0.5 * (high - low)
+        delta = kappa1 * (high - low) ** 2
+        # regula falsi on excess (≥ 0 at low, < 0 at high)
+        falsi = (low * excess_high - high * excess_low) / (excess_high - excess_low)
+        if not (low <= falsi <= high):  # rounding at a nearly flat end
+            falsi = middle
+        sigma = 1.0 if middle >= falsi else -1.0
+        truncated = falsi + sigma * delta if delta <= abs(middle - falsi) else middle
+        x = truncated if abs(truncated - middle) <= radius else middle - sigma * radius
+        if not (low < x < high):
+            x = middle
+        value = excess(x)
+        if value >= 0:
+            low, excess_low = x, value
+        else:
+            high, excess_high = x, value
+    return 0.5 * (low + high)
 
 
 def _plain_hinge(h: HingeParameters) -> bool:
