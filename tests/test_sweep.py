@@ -445,6 +445,20 @@ def test_without_usage_the_chunks_are_counted():
     assert result.output_tokens == 3 and result.tpot_s == pytest.approx(0.05)
 
 
+def test_tokens_that_decode_to_no_text_yet_are_still_timed_and_counted():
+    # a tiny random model's tokens often decode to nothing (partial UTF-8, special tokens): vLLM
+    # still streams a chunk per step with "text": "", and usage counts the tokens
+    steps = lambda clock: [(0.3, sse(completions_chunk(""))), (0.05, sse(completions_chunk(""))),
+                           (0.05, sse(completions_chunk("z"))),
+                           (0.01, sse({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})),
+                           (0.0, sse(completions_chunk("", usage={"prompt_tokens": 2, "completion_tokens": 3}))),
+                           (0.0, sse("[DONE]"))]
+    result, _ = asyncio.run(one_request(steps))
+    assert result.ok and result.failure is None
+    assert result.output_tokens == 3 and result.chunks == 3
+    assert result.ttft_s == pytest.approx(0.3) and result.tpot_s == pytest.approx(0.05)
+
+
 def test_chat_requests_send_messages_and_read_deltas():
     steps = lambda clock: [(0.2, sse({"choices": [{"delta": {"role": "assistant", "content": ""}}]})),
                            (0.1, sse({"choices": [{"delta": {"content": "x"}}]})),

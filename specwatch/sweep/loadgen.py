@@ -384,6 +384,25 @@ def _chunk_text(chunk: dict) -> str:
     return "".join(parts)
 
 
+def _chunk_holds_generated_text(chunk: dict) -> bool:
+    """Whether a chunk carries a generated piece, even one whose text is empty.
+
+    vLLM streams a chunk per step in which the sequence got new tokens; a token that decodes to no
+    text yet (part of a multi-byte character, a special token) still comes as a chunk with
+    `"text": ""`, and the final usage says how many tokens there were. Such chunks time the decode
+    as any other. Chat's opening chunk (the role, sent before any token) and finish-only chunks do not.
+    """
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict) or choice.get("finish_reason"):
+            continue
+        if isinstance(choice.get("text"), str):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and "role" not in delta and isinstance(delta.get("content"), str):
+            return True
+    return False
+
+
 def _chunk_token_ids(chunk: dict) -> int:
     """Tokens a chunk carries when the server says (vLLM's `token_ids` with return_token_ids)."""
     total = 0
@@ -449,7 +468,7 @@ async def stream_request(
                         prompt_tokens = usage["prompt_tokens"]
                 text = _chunk_text(chunk)
                 ids = _chunk_token_ids(chunk)
-                if text or ids:
+                if text or ids or _chunk_holds_generated_text(chunk):
                     chunks += 1
                     counted_tokens += ids or 1
                     if first is None:
