@@ -254,6 +254,7 @@ class SpecwatchApp(App[int]):
         self._stepping = False
         self._reading = False  # a poll is awaiting source.read() (not yet ingesting)
         self._poll_started = 0.0  # event-loop time the last poll began
+        self._panels: tuple[Panel, ...] = ()  # the default screen's panels, found once (see panels())
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -512,7 +513,11 @@ class SpecwatchApp(App[int]):
         return target.speculation if target is not None else None
 
     def panels(self) -> Iterable[Panel]:
-        return self.screen_stack[0].query(Panel) if self.screen_stack else ()
+        # compose() makes every panel once and none is added or removed later: a CSS query of the
+        # whole DOM after every poll would find the same ones
+        if not self._panels and self.screen_stack:
+            self._panels = tuple(self.screen_stack[0].query(Panel))
+        return self._panels
 
     @staticmethod
     def is_shown(widget: Panel) -> bool:

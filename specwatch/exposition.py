@@ -214,21 +214,40 @@ def select_samples(text: str) -> list[Sample]:
         if own != tracked:
             return _select_line_by_line(text)
         if name in TYPE_NAMES:
-            wanted_lines.extend(line for line in body.split("\n") if line and line[0] != "#")
+            wanted_lines += [line for line in body.split("\n") if line and line[0] != "#"]
     samples: list[Sample] = []
+    append, heads, plain_number = samples.append, _HEAD_CACHE.get, _VALUE.fullmatch
     for line in wanted_lines:
+        # _canonical_sample's first step, inline: most lines are a head seen before and a number
+        head, _, value = line.rpartition(" ")
+        hit = heads(head)
+        if hit is not None and plain_number(value) is not None:
+            append(Sample(hit[0], hit[1], float(value), hit[2]))
+            continue
         sample = _canonical_sample(line)
         if sample is None:
             return _parse_with_prometheus_client(wanted_lines)
-        samples.append(sample)
+        append(sample)
     return samples
 
 
 _EMPTY_LABELS: tuple[dict[str, str], tuple[tuple[str, str], ...]] = ({}, ())
 
 
+# `name{labels}` (or a bare name) of a line found canonical → its Sample's name, labels and series.
+# Only the value changes between scrapes: a line whose head was seen has only its value left to read.
+# Bounded like _LABEL_CACHE.
+_HEAD_CACHE: dict[str, tuple[str, dict[str, str], tuple[tuple[str, str], ...]]] = {}
+
+
 def _canonical_sample(line: str) -> Sample | None:
     """`name{labels} value` in the canonical shape, or None (the caller falls back)."""
+    # A head is cached only when the line was `head value` with one space between: a line that
+    # splits the same way at its last space, with a plain number after it, is canonical too.
+    head, _, value = line.rpartition(" ")
+    hit = _HEAD_CACHE.get(head)
+    if hit is not None and _VALUE.fullmatch(value) is not None:
+        return Sample(hit[0], hit[1], float(value), hit[2])
     brace = line.find("{")
     space = line.find(" ")
     if brace != -1 and (space == -1 or brace < space):
@@ -249,6 +268,10 @@ def _canonical_sample(line: str) -> Sample | None:
     value = rest.strip(" \t")
     if _VALUE.fullmatch(value) is None:  # a timestamp, an underscore, an exotic spelling: fall back
         return None
+    if len(rest) == len(value) + 1 and rest[0] == " ":
+        if len(_HEAD_CACHE) >= _LABEL_CACHE_MAX:
+            _HEAD_CACHE.clear()
+        _HEAD_CACHE[line[:len(line) - len(rest)]] = (name, parsed[0], parsed[1])
     return Sample(name, parsed[0], float(value), parsed[1])
 
 

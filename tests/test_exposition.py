@@ -50,6 +50,27 @@ def test_lines_outside_the_canonical_shape_still_match_the_oracle(odd_line):
     _assert_identical(samples_by_series(select_samples(text)), samples_by_series(full_parse_samples(text)))
 
 
+@pytest.mark.parametrize(
+    "odd_value",
+    [" 1_000", " 3 1700000000000", " 0x10", "  3", "\t3", " 3 ", " 1e3", " -.5", " NaN", " infinity", " +Inf", " 7"],
+)
+def test_a_line_seen_on_an_earlier_scrape_is_read_as_closely(odd_value):
+    """The reader remembers the heads (`name{labels}`) of lines it has read: the next scrape's line
+    with the same head and another value spelling must still read as prometheus_client reads it."""
+    line = 'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0'
+    text = read(NGRAM_K4)
+    assert line in text
+    select_samples(text)  # this head is now known
+    changed = text.replace(line, line[: -len(" 0.0")] + odd_value)
+    try:
+        oracle = samples_by_series(full_parse_samples(changed))
+    except Exception:  # noqa: BLE001 - prometheus_client refuses the line: so must the reader
+        with pytest.raises(ExpositionError):
+            select_samples(changed)
+        return
+    _assert_identical(samples_by_series(select_samples(changed)), oracle)
+
+
 def test_real_sample_engine_figures():
     parsed = parse_payload(read(NGRAM_K4))
     assert len(parsed.engines) == 1

@@ -38,6 +38,8 @@ class Panel(Widget):
         self.view: DashboardView | None = None
         self._content_key: Any = _NEVER
         self._layout_key: Any = _NEVER
+        # (view, width, renderable) of the last picture drawn to compare (see show)
+        self._drawn: tuple[DashboardView, int, RenderableType] | None = None
 
     def content_key(self, view: DashboardView) -> Any:
         """What the picture depends on; equal keys mean an identical picture. Default: the view."""
@@ -52,9 +54,13 @@ class Panel(Widget):
         self.view = view
         content, layout = self.content_key(view), self.layout_key(view)
         if content is view:
-            picture = picture_key(self.render_view(view, self._render_width()))
+            width = self._render_width()
+            drawn = self.render_view(view, width)
+            picture = picture_key(drawn)
             if picture is not None:
-                content = (picture, self._render_width())
+                content = (picture, width)
+                # the repaint that follows draws this same picture: render() hands it over
+                self._drawn = (view, width, drawn)
         if content == self._content_key and layout == self._layout_key:
             return False
         relayout = layout != self._layout_key
@@ -65,7 +71,11 @@ class Panel(Widget):
     def render(self) -> RenderableType:
         if self.view is None:
             return Text("waiting for the first reading…", style="dim")
-        return self.render_view(self.view, self._render_width())
+        width = self._render_width()
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is self.view and drawn[1] == width:
+            return drawn[2]
+        return self.render_view(self.view, width)
 
     def _render_width(self) -> int:
         return max(10, self.content_size.width or self.size.width or 80)
