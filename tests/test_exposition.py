@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,27 @@ def test_non_finite_values_are_kept_out_of_engine_samples():
     assert "vllm:num_requests_running" not in e.gauges
     assert "vllm:spec_decode_num_drafts" not in e.counters
     assert "vllm:num_requests_running" in parsed.families_present
+
+
+CORPUS_METRICS = Path(__file__).parent / "corpus" / "metrics"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS_METRICS.glob("*.prom")) + ["real-ngram-k4", "8-engines"])
+def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(name, monkeypatch):
+    """Line heads and where each series is filed are remembered between scrapes: what a payload
+    reads as must not depend on what was read before it (the bad-input corpus included)."""
+    import specwatch.exposition as exposition
+
+    text = PAYLOADS[name]() if name in PAYLOADS else (CORPUS_METRICS / name).read_text(errors="replace")
+
+    def read(payload):
+        try:
+            return parse_payload(payload)
+        except ExpositionError as exc:
+            return str(exc)
+
+    warm = [read(text), read(text)]  # the second reads with the first one's heads and routes
+    for cache in ("_HEAD_CACHE", "_ROUTES", "_LABEL_CACHE"):
+        monkeypatch.setattr(exposition, cache, {})
+    cold = read(text)
+    assert warm[0] == cold and warm[1] == cold
