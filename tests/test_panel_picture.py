@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import App
 
-from specwatch.widgets.panel import Panel, picture_key
+from specwatch.widgets.panel import Panel, Same, picture_key
 from specwatch.widgets.view import DashboardView, SourceInfo
 
 
@@ -78,6 +78,47 @@ async def test_a_panel_draws_each_new_view_once_and_an_unchanged_picture_not_at_
         assert "t=1.0" in str(panel.render_line(0).text)
         # a new view with the same picture: compared (drawn once), not repainted
         assert not panel.show(DashboardView(source=source, time=1.0))
+        await pilot.pause()
+        assert panel.drawn == 2
+        assert panel.show(DashboardView(source=source, time=2.0))
+        await pilot.pause()
+        assert panel.drawn == 3
+        assert "t=2.0" in str(panel.render_line(0).text)
+
+
+class _ListingPanel(_CountingPanel):
+    """Lists what it draws: the view's time alone."""
+
+    def inputs(self, view: DashboardView) -> object:
+        return (view.time, Same(view.source), self._render_width())
+
+    def render_view(self, view: DashboardView, width: int) -> Text:
+        self.drawn += 1
+        return Text(f"t={view.time} {view.source.kind}")
+
+
+class _OneListingPanel(App[None]):
+    def compose(self):
+        yield _ListingPanel()
+
+
+@pytest.mark.anyio
+async def test_a_panel_whose_inputs_did_not_change_is_not_drawn_at_all():
+    app = _OneListingPanel()
+    async with app.run_test(size=(40, 5)) as pilot:
+        panel = app.query_one(_ListingPanel)
+        await pilot.pause()
+        source = SourceInfo("LIVE", "test")
+        assert panel.show(DashboardView(source=source, time=1.0))
+        await pilot.pause()
+        assert panel.drawn == 1
+        # a new view, the same inputs: not drawn, not repainted
+        assert not panel.show(DashboardView(source=source, time=1.0, window_s=30.0))
+        await pilot.pause()
+        assert panel.drawn == 1
+        # an equal object that is not the same one (compared by identity): drawn to compare; the
+        # picture is the same, so not repainted
+        assert not panel.show(DashboardView(source=SourceInfo("LIVE", "test"), time=1.0))
         await pilot.pause()
         assert panel.drawn == 2
         assert panel.show(DashboardView(source=source, time=2.0))
