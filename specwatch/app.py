@@ -278,6 +278,7 @@ class SpecwatchApp(App[int]):
         self.verdict_index: VerdictIndex | None = None
         self.verdict_index_error: str | None = None
         self.verdict_index_done = 0.0  # fraction of the recording indexed so far
+        self._panels: tuple[Panel, ...] = ()  # the default screen's panels, found once (see panels())
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -537,7 +538,11 @@ class SpecwatchApp(App[int]):
         return target.speculation if target is not None else None
 
     def panels(self) -> Iterable[Panel]:
-        return self.screen_stack[0].query(Panel) if self.screen_stack else ()
+        # compose() makes every panel once and none is added or removed later: a CSS query of the
+        # whole DOM after every poll would find the same ones
+        if not self._panels and self.screen_stack:
+            self._panels = tuple(self.screen_stack[0].query(Panel))
+        return self._panels
 
     @staticmethod
     def is_shown(widget: Panel) -> bool:

@@ -13,8 +13,8 @@ values identical to a full prometheus_client parse on every sample of the real c
 
 from __future__ import annotations
 
-import math
 import re
+from math import isfinite
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
@@ -214,21 +214,53 @@ def select_samples(text: str) -> list[Sample]:
         if own != tracked:
             return _select_line_by_line(text)
         if name in TYPE_NAMES:
-            wanted_lines.extend(line for line in body.split("\n") if line and line[0] != "#")
+            wanted_lines += [line for line in body.split("\n") if line and line[0] != "#"]
+    known = _known_lines(wanted_lines)
+    if known is not None:
+        return known
     samples: list[Sample] = []
+    append = samples.append
     for line in wanted_lines:
         sample = _canonical_sample(line)
         if sample is None:
             return _parse_with_prometheus_client(wanted_lines)
-        samples.append(sample)
+        append(sample)
     return samples
 
 
 _EMPTY_LABELS: tuple[dict[str, str], tuple[tuple[str, str], ...]] = ({}, ())
+# Plain numbers, one a line: the values of a scrape whose every line head was seen before.
+_VALUES = re.compile(r"(?:" + _VALUE.pattern + r"\n)*" + _VALUE.pattern)
+
+
+def _known_lines(lines: list[str]) -> list[Sample] | None:
+    """The samples of `lines` when every line is a head seen before (see _HEAD_CACHE), one space
+    and a plain number, as on every scrape of a server after its first; else None. What
+    _canonical_sample does for each such line, a step at a time over all of them."""
+    split = [line.rpartition(" ") for line in lines]
+    heads = list(map(_HEAD_CACHE.get, [head for head, _, _ in split]))
+    if None in heads:
+        return None
+    values = [value for _, _, value in split]
+    if _VALUES.fullmatch("\n".join(values)) is None:
+        return None
+    return [Sample(h[0], h[1], v, h[2]) for h, v in zip(heads, map(float, values))]
+
+
+# `name{labels}` (or a bare name) of a line found canonical → its Sample's name, labels and series.
+# Only the value changes between scrapes: a line whose head was seen has only its value left to read.
+# Bounded like _LABEL_CACHE.
+_HEAD_CACHE: dict[str, tuple[str, dict[str, str], tuple[tuple[str, str], ...]]] = {}
 
 
 def _canonical_sample(line: str) -> Sample | None:
     """`name{labels} value` in the canonical shape, or None (the caller falls back)."""
+    # A head is cached only when the line was `head value` with one space between: a line that
+    # splits the same way at its last space, with a plain number after it, is canonical too.
+    head, _, value = line.rpartition(" ")
+    hit = _HEAD_CACHE.get(head)
+    if hit is not None and _VALUE.fullmatch(value) is not None:
+        return Sample(hit[0], hit[1], float(value), hit[2])
     brace = line.find("{")
     space = line.find(" ")
     if brace != -1 and (space == -1 or brace < space):
@@ -249,6 +281,10 @@ def _canonical_sample(line: str) -> Sample | None:
     value = rest.strip(" \t")
     if _VALUE.fullmatch(value) is None:  # a timestamp, an underscore, an exotic spelling: fall back
         return None
+    if len(rest) == len(value) + 1 and rest[0] == " ":
+        if len(_HEAD_CACHE) >= _LABEL_CACHE_MAX:
+            _HEAD_CACHE.clear()
+        _HEAD_CACHE[line[:len(line) - len(rest)]] = (name, parsed[0], parsed[1])
     return Sample(name, parsed[0], float(value), parsed[1])
 
 
@@ -345,8 +381,9 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
     start_time: float | None = None
     present: set[str] = set()
     cache_info: dict[str, dict[str, float]] = {}
-    for (name, _), sample in per_series.items():
-        family, role = SAMPLE_NAMES[name]
+    routes = _ROUTES
+    for identity, sample in per_series.items():
+        family, role = SAMPLE_NAMES[identity[0]]
         labels, value = sample.labels, sample.value
         present.add(family)
         if family == START_TIME_FAMILY:
@@ -360,15 +397,71 @@ def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
                 if (number := _ascii_int(labels.get(label, ""))) is not None
             }
             continue
-        key = (labels.get("model_name"), labels.get("engine", "0"))
+        route = routes.get(identity)
+        if route is None:
+            if len(routes) >= _LABEL_CACHE_MAX:
+                routes.clear()
+            route = routes[identity] = _route(family, role, labels)
+        key, slot, field, also = route
         b = builders.get(key)
         if b is None:
             b = builders[key] = _EngineBuilder(engine=key[1], model_name=key[0])
-        b.add(family, role, labels, value)
+        if not isfinite(value):
+            # NaN or ±Inf in a counter, gauge or bucket count means nothing usable; keeping it out
+            # of the Snapshot keeps it out of every rate (the family still counts as present).
+            continue
+        if slot is _COUNTERS:
+            counters = b.counters
+            counters[field] = counters.get(field, 0.0) + value
+            if also is not None:
+                counters[also] = counters.get(also, 0.0) + value
+        elif slot is _GAUGES:
+            b.gauges[field] = b.gauges.get(field, 0.0) + value
+        elif slot is _BUCKETS:
+            per_le = b.buckets.setdefault(family, {})
+            per_le[field] = per_le.get(field, 0.0) + value
+        elif slot is _SUMS:
+            b.sums[family] = b.sums.get(family, 0.0) + value
+        elif slot is _COUNTS:
+            b.counts[family] = b.counts.get(family, 0.0) + value
+        elif slot is _POSITIONS:
+            b.per_position[field] = b.per_position.get(field, 0.0) + value
     for b in builders.values():
         b.gauges.update(cache_info.get(b.engine, {}))
     engines = tuple(b.build() for _, b in sorted(builders.items(), key=lambda kv: _engine_order(kv[0])))
     return ParsedPayload(engines, start_time, frozenset(present))
+
+
+# Where build_engines files a sample of each engine family: the dict of the engine it adds the value
+# to, under which key (a family, a bucket's le, a draft position), and a second counter it adds to
+# (a finish reason's own); None files nothing (a bucket whose le is not a number, a position past
+# MAX_POSITIONS). Worked out once per series (sample name and labels): every scrape repeats them.
+_COUNTERS, _GAUGES, _BUCKETS, _SUMS, _COUNTS, _POSITIONS = "counters", "gauges", "buckets", "sums", "counts", "positions"
+_ROUTES: dict[tuple[str, tuple[tuple[str, str], ...]],
+              tuple[tuple[str | None, str], str | None, str | float | int | None, str | None]] = {}
+
+
+def _route(family: str, role: str, labels: dict[str, str]
+           ) -> tuple[tuple[str | None, str], str | None, str | float | int | None, str | None]:
+    key = (labels.get("model_name"), labels.get("engine", "0"))
+    kind = WANTED[family]
+    if family == PER_POSITION_FAMILY:
+        pos = _ascii_int(labels.get("position", ""))
+        return (key, _POSITIONS, pos, None) if pos is not None and pos < MAX_POSITIONS else (key, None, None, None)
+    if kind == COUNTER:
+        # series with extra labels (finished_reason, ...) are summed into the family total
+        reason = labels.get(FINISH_REASON_LABEL) if family == FINISH_REASON_FAMILY else None
+        also = f"{family}:{reason}" if reason and reason.isascii() and reason.isidentifier() else None
+        return key, _COUNTERS, family, also
+    if kind == GAUGE:
+        return key, _GAUGES, family, None
+    if role == "bucket":
+        try:
+            le = float(labels.get("le", ""))
+        except ValueError:
+            return key, None, None, None
+        return key, _BUCKETS, le, None
+    return key, _SUMS if role == "sum" else _COUNTS, family, None
 
 
 def _engine_order(key: tuple[str | None, str]) -> tuple[str, int, str]:
@@ -387,38 +480,6 @@ class _EngineBuilder:
         self.sums: dict[str, float] = {}
         self.counts: dict[str, float] = {}
         self.per_position: dict[int, float] = {}
-
-    def add(self, family: str, role: str, labels: dict[str, str], value: float) -> None:
-        if not math.isfinite(value):
-            # NaN or ±Inf in a counter, gauge or bucket count means nothing usable; keeping it out
-            # of the Snapshot keeps it out of every rate (the family still counts as present).
-            return
-        kind = WANTED[family]
-        if family == PER_POSITION_FAMILY:
-            pos = _ascii_int(labels.get("position", ""))
-            if pos is not None and pos < MAX_POSITIONS:
-                self.per_position[pos] = self.per_position.get(pos, 0.0) + value
-            return
-        if kind == COUNTER:
-            # series with extra labels (finished_reason, ...) are summed into the family total
-            self.counters[family] = self.counters.get(family, 0.0) + value
-            reason = labels.get(FINISH_REASON_LABEL) if family == FINISH_REASON_FAMILY else None
-            if reason and reason.isascii() and reason.isidentifier():
-                per_reason = f"{family}:{reason}"
-                self.counters[per_reason] = self.counters.get(per_reason, 0.0) + value
-        elif kind == GAUGE:
-            self.gauges[family] = self.gauges.get(family, 0.0) + value
-        elif role == "bucket":
-            try:
-                le = float(labels.get("le", ""))
-            except ValueError:
-                return
-            per_le = self.buckets.setdefault(family, {})
-            per_le[le] = per_le.get(le, 0.0) + value
-        elif role == "sum":
-            self.sums[family] = self.sums.get(family, 0.0) + value
-        else:
-            self.counts[family] = self.counts.get(family, 0.0) + value
 
     def build(self) -> EngineSample:
         histograms = {}

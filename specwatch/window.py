@@ -123,6 +123,10 @@ class Window:
         # Per target URL, what target() worked out for each Snapshot of the window when it last ran
         # (see _walk): it only works out the Snapshots added since.
         self._walks: dict[str, _Walk] = {}
+        # Per target URL, the last TargetWindow made and the window it was made of (its first and
+        # last Snapshot, by identity, and its length): the advisor's evaluation and the dashboard's
+        # view of the same poll ask for the same window.
+        self._made: dict[str, tuple[Snapshot, Snapshot, int, TargetWindow]] = {}
 
     def __len__(self) -> int:
         return len(self._snapshots)
@@ -141,6 +145,7 @@ class Window:
             self._snapshots.clear()
             self._restarts.clear()
             self._walks.clear()
+            self._made.clear()
         self._snapshots.append(snapshot)
         # keep one snapshot at or before the window's start, so the span covers the whole window
         while len(self._snapshots) > 2 and self._snapshots[1].time <= snapshot.time - self.seconds:
@@ -254,7 +259,23 @@ class Window:
         return [t.url for t in latest.targets] if latest else []
 
     def target(self, url: str) -> TargetWindow | None:
-        """The window for one target; None if the latest Snapshot does not list it."""
+        """The window for one target; None if the latest Snapshot does not list it. Made once per
+        state of the window: asked again before a Snapshot is added, it is the same object."""
+        snapshots = self._snapshots
+        if not snapshots:
+            return None
+        made = self._made.get(url)
+        if made is not None and made[0] is snapshots[0] and made[1] is snapshots[-1] and made[2] == len(snapshots):
+            return made[3]
+        made_of = (snapshots[0], snapshots[-1], len(snapshots))
+        window = self._target(url)
+        if window is not None:
+            if len(self._made) > 16 + 2 * len(snapshots[-1].targets):
+                self._made.clear()  # URLs that are no longer read
+            self._made[url] = (*made_of, window)
+        return window
+
+    def _target(self, url: str) -> TargetWindow | None:
         latest_snap = self.latest
         if latest_snap is None:
             return None

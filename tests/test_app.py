@@ -913,3 +913,28 @@ def test_replay_snapshot(snap_compare, tmp_path, moment, size):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=size, run_before=to_the_moment)
+
+
+async def test_the_speculation_panel_is_drawn_once_per_verdict_not_once_per_poll(monkeypatch):
+    """Between the advisor's evaluations (every 5 s of data time) the overview's speculation panel
+    has nothing new to draw: it is drawn for a new state, not for every poll."""
+    drawn: list[object] = []
+    render_view = SpeculationPanel.render_view
+
+    def counting(self, view, width):
+        if self.id == "ov-speculation":
+            drawn.append(view.state)
+        return render_view(self, view, width)
+
+    monkeypatch.setattr(SpeculationPanel, "render_view", counting)
+    data = snapshots(LOW)
+    app = make_app(ScriptedSource(data))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        assert app.polls == len(data)
+    states = {id(s) for s in drawn if s is not None}
+    evaluations = len(data) // 5 + 1  # every 5 s of data time, the first reading included
+    assert len(states) <= evaluations
+    # each state drawn once to compare, once more only if Textual laid the panel out anew
+    assert len(drawn) <= 2 * evaluations + 2 < len(data)

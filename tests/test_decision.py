@@ -303,3 +303,29 @@ def test_a_step_model_with_no_usable_step_time_is_refused_not_a_traceback():
     zero = HingeParameters(0.0, 1e9, 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="no usable step time"):
         decide(inputs(step_model=zero))
+
+
+def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
+    """A 1 Hz poll does not re-judge the node every second: the advisor runs every
+    `evaluate_every_s` of data time, and the readings between only join the window."""
+    from specwatch.advisor import Advisor
+    from specwatch.monitor import Monitor
+    from specwatch.synthetic import SyntheticNode, generate
+
+    evaluated: list[float] = []
+    update = Advisor.update
+
+    def counting_update(self, window, gpus):
+        evaluated.append(window.time)
+        return update(self, window, gpus)
+
+    monkeypatch.setattr(Advisor, "update", counting_update)
+    node = SyntheticNode(step=HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134,
+                                              kv_s_per_token=0.0, per_token_s=0.0),
+                         gpu_name="NVIDIA A100-SXM4-80GB", k=2, per_position=(0.6, 0.4), context_per_sequence=0.0)
+    monitor = Monitor(window_s=10, evaluate_every_s=5)
+    snapshots = list(generate(node, [8.0] * 21, interval_s=1.0))
+    for snap in snapshots:
+        monitor.ingest(snap)
+    start = snapshots[0].time
+    assert [t - start for t in evaluated] == [0.0, 5.0, 10.0, 15.0, 20.0]

@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,27 @@ def test_lines_outside_the_canonical_shape_still_match_the_oracle(odd_line):
         'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0', odd_line
     )
     _assert_identical(samples_by_series(select_samples(text)), samples_by_series(full_parse_samples(text)))
+
+
+@pytest.mark.parametrize(
+    "odd_value",
+    [" 1_000", " 3 1700000000000", " 0x10", "  3", "\t3", " 3 ", " 1e3", " -.5", " NaN", " infinity", " +Inf", " 7"],
+)
+def test_a_line_seen_on_an_earlier_scrape_is_read_as_closely(odd_value):
+    """The reader remembers the heads (`name{labels}`) of lines it has read: the next scrape's line
+    with the same head and another value spelling must still read as prometheus_client reads it."""
+    line = 'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0'
+    text = read(NGRAM_K4)
+    assert line in text
+    select_samples(text)  # this head is now known
+    changed = text.replace(line, line[: -len(" 0.0")] + odd_value)
+    try:
+        oracle = samples_by_series(full_parse_samples(changed))
+    except Exception:  # noqa: BLE001 - prometheus_client refuses the line: so must the reader
+        with pytest.raises(ExpositionError):
+            select_samples(changed)
+        return
+    _assert_identical(samples_by_series(select_samples(changed)), oracle)
 
 
 def test_real_sample_engine_figures():
@@ -149,3 +171,27 @@ def test_non_finite_values_are_kept_out_of_engine_samples():
     assert "vllm:num_requests_running" not in e.gauges
     assert "vllm:spec_decode_num_drafts" not in e.counters
     assert "vllm:num_requests_running" in parsed.families_present
+
+
+CORPUS_METRICS = Path(__file__).parent / "corpus" / "metrics"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS_METRICS.glob("*.prom")) + ["real-ngram-k4", "8-engines"])
+def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(name, monkeypatch):
+    """Line heads and where each series is filed are remembered between scrapes: what a payload
+    reads as must not depend on what was read before it (the bad-input corpus included)."""
+    import specwatch.exposition as exposition
+
+    text = PAYLOADS[name]() if name in PAYLOADS else (CORPUS_METRICS / name).read_text(errors="replace")
+
+    def read(payload):
+        try:
+            return parse_payload(payload)
+        except ExpositionError as exc:
+            return str(exc)
+
+    warm = [read(text), read(text)]  # the second reads with the first one's heads and routes
+    for cache in ("_HEAD_CACHE", "_ROUTES", "_LABEL_CACHE"):
+        monkeypatch.setattr(exposition, cache, {})
+    cold = read(text)
+    assert warm[0] == cold and warm[1] == cold

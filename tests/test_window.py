@@ -219,6 +219,25 @@ def test_a_window_read_every_step_agrees_with_a_fresh_one():
     assert restarts > 0
 
 
+def test_the_window_of_one_state_is_made_once():
+    """The advisor's evaluation and the dashboard's view of one poll share one TargetWindow; any
+    Snapshot added (or a step back in time) makes a new one."""
+    readings = [snap(float(t), engine(t * 10.0, t * 40.0, t * 20.0, [t * 10.0, t * 5.0], gen=t * 30.0))
+                for t in range(0, 30, 10)]
+    w = Window(60)
+    w.add(readings[0])
+    w.add(readings[1])
+    first = w.target(URL)
+    assert w.target(URL) is first
+    w.add(readings[2])
+    second = w.target(URL)
+    assert second is not first and second.time == 20.0
+    w.add(readings[0])  # back in time: the window starts over
+    w.add(readings[1])
+    again = w.target(URL)
+    assert again is not first and again == first
+
+
 def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
     """A real vLLM 0.32 capture (n-gram, k=4, 20 requests of 57 tokens): iteration_tokens_total's sum
     is prompt computed + tokens emitted, and the positions the steps computed are counted apart."""

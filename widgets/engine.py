@@ -8,7 +8,7 @@ from rich.text import Text
 
 from specwatch.widgets.format import MISSING, num, pct, rate, seconds
 from specwatch.widgets.health import energy_line, goodput_line
-from specwatch.widgets.panel import Panel
+from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView
 
 DEMO_HINT = "No node to read? Run `specwatch demo` for a recorded one."
@@ -58,6 +58,19 @@ def unreachable(view: DashboardView) -> RenderableType:
 
 class EnginePanel(Panel):
     BORDER_TITLE = "Engine"
+
+    def inputs(self, view: DashboardView) -> object:
+        # the figures come from the state's window and the selected engine; of the health block,
+        # the goodput and energy lines
+        target, health = view.target, view.health
+        return (Same(view.state), view.engine, view.engine_keys,
+                (target.ok, target.url, target.engine_name, target.message, target.state) if target is not None
+                else None,
+                view.sources,
+                view.last_good if target is not None and not target.ok else None,  # said when down only
+                (health.get("goodput"), health.get("energy"), health.get("speculation_toggled_to"))
+                if health is not None else None,
+                self._render_width())
 
     def layout_key(self, view: DashboardView) -> object:
         target = view.target

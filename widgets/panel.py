@@ -38,6 +38,9 @@ class Panel(Widget):
         self.view: DashboardView | None = None
         self._content_key: Any = _NEVER
         self._layout_key: Any = _NEVER
+        # (view, width, renderable) of the last picture drawn to compare (see show)
+        self._drawn: tuple[DashboardView, int, RenderableType] | None = None
+        self._inputs: Any = None  # what inputs() gave for the last view drawn
 
     def content_key(self, view: DashboardView) -> Any:
         """What the picture depends on; equal keys mean an identical picture. Default: the view."""
@@ -47,14 +50,29 @@ class Panel(Widget):
         """What the panel's height depends on. Default: nothing (a fixed or stable height)."""
         return None
 
+    def inputs(self, view: DashboardView) -> Any:
+        """Everything render_view reads (the width included), where a panel can list it cheaply:
+        equal inputs draw the same picture, so the panel is not even drawn to compare. None (the
+        default): not listed, the picture is compared. Objects that are replaced, not changed,
+        between polls (a TargetState) are compared by identity: wrap them in Same."""
+        return None
+
     def show(self, view: DashboardView) -> bool:
         """Take a new view; repaint only if the picture changed. Returns whether it repaints."""
         self.view = view
+        inputs = self.inputs(view)
+        if inputs is not None and inputs == self._inputs:
+            return False
+        self._inputs = inputs
         content, layout = self.content_key(view), self.layout_key(view)
         if content is view:
-            picture = picture_key(self.render_view(view, self._render_width()))
+            width = self._render_width()
+            drawn = self.render_view(view, width)
+            picture = picture_key(drawn)
             if picture is not None:
-                content = (picture, self._render_width())
+                content = (picture, width)
+                # the repaint that follows draws this same picture: render() hands it over
+                self._drawn = (view, width, drawn)
         if content == self._content_key and layout == self._layout_key:
             return False
         relayout = layout != self._layout_key
@@ -65,13 +83,33 @@ class Panel(Widget):
     def render(self) -> RenderableType:
         if self.view is None:
             return Text("waiting for the first reading…", style="dim")
-        return self.render_view(self.view, self._render_width())
+        width = self._render_width()
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is self.view and drawn[1] == width:
+            return drawn[2]
+        return self.render_view(self.view, width)
 
     def _render_width(self) -> int:
         return max(10, self.content_size.width or self.size.width or 80)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         raise NotImplementedError  # every panel defines its own picture
+
+
+class Same:
+    """An object compared by identity in a panel's inputs: a TargetState, a Window's figures, which
+    the Monitor replaces rather than changes (and deep equality would cost more than a drawing)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def picture_key(renderable: RenderableType) -> Any:

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from specwatch.snapshot import FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO, SpeculationConfig
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
-from specwatch.widgets.panel import Panel
+from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView
 
 
@@ -67,6 +67,12 @@ def provenance_line(config: SpeculationConfig | None) -> Text:
 
 class SpeculationPanel(Panel):
     BORDER_TITLE = "Speculation"
+
+    def inputs(self, view: DashboardView) -> object:
+        # the figures and the lifetime come from the state's window and the selected engine
+        return (Same(view.state), view.target.ok if view.target is not None else None, view.engine,
+                view.speculation, view.method_words, view.method, Same(view.sweep), view.unconfigured_k,
+                self._render_width())
 
     def layout_key(self, view: DashboardView) -> object:
         state = view.state

@@ -121,6 +121,8 @@ class VerdictBanner(Panel):
     }
     """
 
+    _wrapped: tuple[str, int, int] | None = None  # (reason, width, its line count), see _reason_lines
+
     def show(self, view: DashboardView) -> None:
         # the class picks the banner's colour in TCSS; the block letters carry the word without it
         speculation = view.state.verdict.speculation if view.state is not None else "unknown"
@@ -143,8 +145,16 @@ class VerdictBanner(Panel):
         # Its numbers change every poll; a relayout repaints the whole screen.
         reason = v.reasons[0] if v is not None and v.reasons else ""
         width = max(10, self.content_size.width or 80)
+        return (self._reason_lines(reason, width), view.nothing_reachable, view.down_since is not None, width)
+
+    def _reason_lines(self, reason: str, width: int) -> int:
+        """The reason's line count at this width, wrapped again only when the reason or the width
+        changed (the advisor words it anew at its cadence, not on every poll)."""
+        if self._wrapped is not None and self._wrapped[0] == reason and self._wrapped[1] == width:
+            return self._wrapped[2]
         lines = len(Text("▶ " + reason).wrap(self.app.console, width)) if reason else 1
-        return (lines, view.nothing_reachable, view.down_since is not None, width)
+        self._wrapped = (reason, width, lines)
+        return lines
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         verdict = view.state.verdict if view.state is not None else None
