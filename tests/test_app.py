@@ -269,7 +269,9 @@ async def test_unreachable_target_shows_each_sources_state_and_points_to_demo():
         banner = text_of(app.query_one(VerdictBanner))
         engine = text_of(app.query_one("#ov-engine", EnginePanel))
         screen = screen_text(app)
-    assert "UNKNOWN" not in banner and "█ █ █▄ █ █ ▄▀" in banner  # UNKNOWN in block letters
+    # UNKNOWN in block letters (readable without colour), and once as a plain word for screen
+    # readers and copy-paste
+    assert "█ █ █▄ █ █ ▄▀" in banner and banner.count("UNKNOWN") == 1 and "verdict UNKNOWN" in banner
     assert "connection refused" in banner
     assert "specwatch demo" in banner  # visible at 80×24 without a tab switch
     assert f"vLLM at {url}: connection refused" in flat(engine)
@@ -684,6 +686,23 @@ async def test_no_color_keeps_the_verdict_readable(monkeypatch):
         screen = screen_text(app)
     assert "█▀█ █▀▀ █▀▀" in screen  # OFF
     assert "▶ acceptance length" in screen
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_verdict_is_a_plain_word_once_beside_its_block_letters(size):
+    """Screen readers and copy-paste get the verdict as a word; the block letters stay for the eye.
+    The word is there once, in the banner's first row, not repeated in the line under it."""
+    app = make_app(ScriptedSource(snapshots(FLIP)))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        banner = text_of(app.query_one(VerdictBanner))
+    assert app.states[NODE.url].verdict.speculation == "off"
+    rows = banner.splitlines()
+    assert "█▀█ █▀▀ █▀▀" in rows[0]
+    assert re.findall(r"\bOFF\b", banner) == ["OFF"]
+    assert re.search(r"verdict:? OFF", rows[0])
+    assert "expected 0." in rows[0]  # the speedup still fits beside it
 
 
 # -- one GPU spec: the advisor's, clock-capped -----------------------------------------------------
