@@ -32,7 +32,7 @@ import logging
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -216,8 +216,11 @@ class SpecwatchApp(App[int]):
         record_path: str | None = None,
         sweep: Any | None = None,
         history_minutes: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
+        self.wall_clock = wall_clock  # the header's ticking clock and countdown (tests pass their own)
+        self._next_poll_at: float | None = None  # on wall_clock; None while none is scheduled
         if title:
             self.title = title
         self.source = source
@@ -293,6 +296,14 @@ class SpecwatchApp(App[int]):
     def on_mount(self) -> None:
         self._show_everywhere(self.view())
         self._start_poll()
+        if not self.replay:
+            # the header's clock and countdown only: no panel is given a view on this tick
+            self.set_interval(1.0, self.tick_clock, name="clock")
+
+    def tick_clock(self) -> None:
+        """Move the header's wall clock and next-poll countdown on (once a second, live only)."""
+        if self.screen_stack and self.screen is self.screen_stack[0]:
+            self.screen.query_one(HeaderBar).tick(self.wall_clock(), self._next_poll_at)
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -312,6 +323,7 @@ class SpecwatchApp(App[int]):
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self._poll_timer = None
+        self._next_poll_at = None
         if self.ended or (self.paused and self.replay) or self._poll_in_flight:
             return
         interval = self.poll_delay()
@@ -323,9 +335,11 @@ class SpecwatchApp(App[int]):
             self.call_later(self._start_poll)  # as fast as the source gives (a replay at full speed)
         else:
             self._poll_timer = self.set_timer(delay, self._start_poll, name="poll")
+            self._next_poll_at = self.wall_clock() + delay
 
     def _start_poll(self) -> None:
         self._poll_timer = None
+        self._next_poll_at = None
         if self._poll_in_flight or self.ended:
             return
         self._poll_in_flight = True

@@ -162,7 +162,15 @@ def with_engines(snapshot: Snapshot, engines: int) -> Snapshot:
 
 
 def make_app(source: Any, **kwargs: Any) -> SpecwatchApp:
-    return SpecwatchApp(source, Monitor(WINDOW_S, CONFIG), **kwargs)
+    return data_clocked(SpecwatchApp(source, Monitor(WINDOW_S, CONFIG), **kwargs), kwargs)
+
+
+def data_clocked(app: SpecwatchApp, kwargs: dict[str, Any] | None = None) -> SpecwatchApp:
+    """The header's wall clock, for tests that do not drive it: the latest reading's time, so
+    pictures and texts do not depend on when the test runs."""
+    if not kwargs or "wall_clock" not in kwargs:
+        app.wall_clock = lambda: app.latest.time if app.latest is not None else 0.0
+    return app
 
 
 async def until(pilot, condition, what: str, rounds: int = 2000) -> None:
@@ -640,7 +648,7 @@ def test_health_tab_snapshot_at_80x24(snap_compare):
     from specwatch.advisor import AdvisorConfig as Config
 
     config = Config(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
-    app = SpecwatchApp(ScriptedSource(snapshots(LOW)), Monitor(WINDOW_S, config), history_minutes=1.0)
+    app = data_clocked(SpecwatchApp(ScriptedSource(snapshots(LOW)), Monitor(WINDOW_S, config), history_minutes=1.0))
 
     async def on_the_health_tab(pilot) -> None:
         await _played_out(pilot)
@@ -703,6 +711,47 @@ async def test_the_verdict_is_a_plain_word_once_beside_its_block_letters(size):
     assert re.findall(r"\bOFF\b", banner) == ["OFF"]
     assert re.search(r"verdict:? OFF", rows[0])
     assert "expected 0." in rows[0]  # the speedup still fits beside it
+
+
+async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without_repainting_panels():
+    """At 30 s polling the screen must not look hung between polls: the header's clock and a
+    countdown move each second. Time is the test's: the tick is called with a clock it sets."""
+    from specwatch.widgets.format import clock
+
+    now = [1_800_000_000.0]
+    source = ScriptedSource(snapshots(LOW[:2])[:1], end=False, interval_s=30.0)
+    app = make_app(source, wall_clock=lambda: now[0])
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 1 and app._next_poll_at is not None, "the next poll armed")
+        await pilot.pause()
+        due = app._next_poll_at
+        views = {panel.id: panel.view for panel in app.panels()}
+        header = app.query_one(HeaderBar)
+        texts = []
+        for left in (18.2, 17.2, 0.0):
+            now[0] = due - left
+            app.tick_clock()
+            texts.append(text_of(header))
+        assert {panel.id: panel.view for panel in app.panels()} == views  # no panel was given a view
+        assert all(panel.view is views[panel.id] for panel in app.panels())
+    assert "every 30 s, next in 19 s" in texts[0] and clock(due - 18.2) in texts[0]
+    assert "next in 18 s" in texts[1] and clock(due - 17.2) in texts[1]
+    assert "reading…" in texts[2]
+
+
+async def test_a_replay_header_shows_the_readings_time_not_the_wall_clock():
+    from specwatch.widgets.format import clock, date_clock
+
+    data = snapshots(LOW[:6])
+    wall = data[-1].time + 12 * 3600.0  # half a day after the recording
+    app = make_app(FakeReplay(data), wall_clock=lambda: wall)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 3, "the replay's first readings")
+        await pilot.pause()
+        app.tick_clock()  # not scheduled for a replay; even when called it changes no time shown
+        header = text_of(app.query_one(HeaderBar))
+    assert date_clock(app.latest.time) in header
+    assert clock(wall) not in header and "next in" not in header
 
 
 # -- one GPU spec: the advisor's, clock-capped -----------------------------------------------------

@@ -1,6 +1,13 @@
-"""The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC)."""
+"""The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC).
+
+Live, it carries the wall clock and, at intervals from LONG_INTERVAL_S, a countdown to the next
+poll: both tick once a second (HeaderBar.tick, driven by the app), so a screen between two polls
+30 s apart does not look hung. A tick repaints this one line and nothing else. A replay shows the
+reading's own date and time instead: the wall clock says nothing about a recorded incident."""
 
 from __future__ import annotations
+
+import math
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -10,7 +17,23 @@ from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
 
-def header_text(view: DashboardView, width: int) -> Text:
+# From this interval the header counts down to the next poll; below it the next reading comes before
+# anyone wonders.
+LONG_INTERVAL_S = 5.0
+
+
+def countdown(source_interval_s: float, now: float | None, next_poll_at: float | None) -> str:
+    """"next in 18 s" while a poll is due later, "reading…" once it is due; "" when not counting."""
+    if source_interval_s < LONG_INTERVAL_S or now is None or next_poll_at is None:
+        return ""
+    left = next_poll_at - now
+    return f"next in {math.ceil(left):.0f} s" if left > 0 else "reading…"
+
+
+def header_text(view: DashboardView, width: int, now: float | None = None,
+                next_poll_at: float | None = None) -> Text:
+    """`now` is the wall clock of the last tick (None: show the reading's time), `next_poll_at` when
+    the next poll is due on that clock (None: none is scheduled: in flight, ended, or replay)."""
     source = view.source
     text = Text(no_wrap=True, overflow="ellipsis")
     badge = f" {source.kind} "
@@ -23,6 +46,9 @@ def header_text(view: DashboardView, width: int) -> Text:
             text.append(f" ×{source.replay_speed:g}")
     else:
         text.append(f" every {source.interval_s:g} s" if width >= 100 else f" {source.interval_s:g} s")
+        left = "" if source.ended else countdown(source.interval_s, now, next_poll_at)
+        if left:
+            text.append(f", {left}", style="bold")
     if source.ended:
         text.append("  ENDED", style="bold")
     if source.paused:
@@ -52,11 +78,12 @@ def header_text(view: DashboardView, width: int) -> Text:
         names = sorted({g.name.removeprefix("NVIDIA ") for g in view.gpus})
         text.append("  ")
         text.append(f"{len(view.gpus)}× {names[0]}" if len(names) == 1 else f"{len(view.gpus)} GPUs, mixed")
-    if source.kind != "REPLAY" and view.time is not None:
-        right = f"  {clock(view.time)}"
-        if text.cell_len + len(right) < width:
-            text.append(" " * (width - text.cell_len - len(right)))
-            text.append(right, style="dim")
+    shown = now if now is not None else view.time
+    if source.kind != "REPLAY" and shown is not None:
+        # the clock keeps its place at the right edge: what gives way is the end of the model name
+        right = f"  {clock(shown)}"
+        text.truncate(max(0, width - len(right)), overflow="ellipsis", pad=True)
+        text.append(right, style="dim")
     return text
 
 
@@ -68,9 +95,29 @@ class HeaderBar(Panel):
     }
     """
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.now: float | None = None
+        self.next_poll_at: float | None = None
+
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
-                view.model_name, len(view.gpus), len(view.target_urls), view.others_down)
+                view.model_name, len(view.gpus), len(view.target_urls), view.others_down,
+                self.now, self.next_poll_at)
+
+    def tick(self, now: float, next_poll_at: float | None) -> bool:
+        """The wall clock moved on: repaint this line if what it says changed (a new second, a new
+        countdown figure). Returns whether it repaints."""
+        if self.view is None:
+            return False
+        width = self._render_width()
+        before = header_text(self.view, width, self.now, self.next_poll_at).plain
+        self.now, self.next_poll_at = now, next_poll_at
+        if header_text(self.view, width, now, next_poll_at).plain == before:
+            return False
+        self._content_key = self.content_key(self.view)
+        self.refresh()
+        return True
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
-        return header_text(view, width)
+        return header_text(view, width, self.now, self.next_poll_at)
