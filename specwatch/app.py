@@ -283,8 +283,7 @@ class SpecwatchApp(App[int]):
             with TabPane("Roofline", id="roofline"):
                 yield RooflinePanel(id="roofline-panel")
             with TabPane("Trends", id="trends"):
-                with VerticalScroll():
-                    yield TrendsPanel(id="trends-panel")
+                yield TrendsPanel(id="trends-panel", fill=True)
             with TabPane("Events", id="events"):
                 with VerticalScroll():
                     yield EventLog(id="events-panel")

@@ -622,6 +622,7 @@ async def _played_out(pilot) -> None:
     layout has settled (a panel whose line count changed is laid out on a later refresh)."""
     app = pilot.app
     await until(pilot, lambda: app.ended, "the source ended")
+    app.tick_clock()  # the header's clock at the last reading's time (data_clocked), whenever the timer ran
     await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
                 "every panel on screen shows the final view")
     for _ in range(5):
@@ -767,7 +768,7 @@ def clocked(data: list[Snapshot], reasons: tuple[str, ...]) -> list[Snapshot]:
 
 
 def ridge_shown(app: SpecwatchApp) -> float:
-    match = re.search(r"ridge (\d+) FLOP/B, ([^\n]*)", flat(text_of(app.query_one("#roofline-panel"))))
+    match = re.search(r"ridge (\d+) FLOP/byte, ([^\n]*)", flat(text_of(app.query_one("#roofline-panel"))))
     assert match, text_of(app.query_one("#roofline-panel"))
     return float(match.group(1))
 

@@ -93,7 +93,7 @@ class EnginePanel(Panel):
         if health is not None and health.get("goodput") is not None:
             rows.append(goodput_line(health))
         if health is not None and health.get("energy") is not None:
-            rows.append(energy_line(health))
+            rows.append(energy_line(health, width))
         footer = Text(f"{which} · window {f.seconds:.0f} s", style="dim", no_wrap=True, overflow="ellipsis")
         if f.restarts:
             footer.append(f" · RESTARTED ×{f.restarts}", style="bold")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -9,6 +11,7 @@ from specwatch.widgets.format import clock, pct, short_host, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView, TargetEvent
 
+INDENT = 10  # the reasons sit under the change, past its HH:MM:SS
 WORD = {"on": "ON", "off": "OFF", "hold": "HOLD", "unknown": "UNKNOWN", None: "start"}
 
 
@@ -50,5 +53,8 @@ class EventLog(Panel):
                 head.append(f"  {short_host(change.url)}", style="dim")
             lines.append(head)
             for reason in v.reasons[: self.REASONS_SHOWN]:
-                lines.append(Text("          " + reason, style="dim" if reason is not v.reasons[0] else ""))
+                # a hanging indent: a reason that wraps stays under its change, clear of the times
+                style = "dim" if reason is not v.reasons[0] else ""
+                for part in textwrap.wrap(reason, max(20, width - INDENT)) or [""]:
+                    lines.append(Text(" " * INDENT + part, style=style))
         return Group(*lines)

@@ -73,9 +73,23 @@ def no_gpus(view: DashboardView) -> RenderableType:
     return Group(*lines)
 
 
+# The columns besides the three activity bars, wide layout: index, name, util, power, clocks, memory
+# and the gaps between them.
+WIDE_FIXED = 3 + 19 + 3 * 7 + 6 + 12 + 12 + 9
+MAX_BAR = 24
+
+
+def bar_width_for(width: int) -> int:
+    """The activity bars take the room the panel has: 4 cells under WIDE, from 8 up to MAX_BAR above
+    (about 11 at 120 columns, 24 at 200), so a wide panel is not a narrow table and a blank half."""
+    if width < WIDE:
+        return 4
+    return max(8, min(MAX_BAR, (width - WIDE_FIXED) // 3))
+
+
 def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
     wide = width >= WIDE
-    bar_width = 8 if wide else 4
+    bar_width = bar_width_for(width)
     act = bar_width + 5
     name_width = 18
     head = f"{'#':>2} " + (f"{'name':<{name_width}} " if wide else "")

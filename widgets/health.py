@@ -69,16 +69,28 @@ def goodput_line(block: dict) -> Text:
     return _line("goodput", *parts)
 
 
-def energy_line(block: dict) -> Text:
+def energy_line(block: dict, width: int = 200) -> Text:
+    """Energy per output token, with speculation toggled and computed per emitted token. In a
+    narrow panel (the overview's Engine panel) the line gives way rather than being cut: first the
+    computed/emitted ratio goes, then the words shorten, then the toggled figure goes."""
     e = block.get("energy")
     if e is None:
         return _line("energy", ("no GPU energy counter read", "dim"))
-    parts: list[tuple[str, str]] = [(_joules(e["joules_per_token"]), "bold"), (" per output token", "dim")]
-    if e.get("joules_per_token_if_toggled") is not None:
-        parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"), (_joules(e["joules_per_token_if_toggled"]), "bold")]
-    if e.get("computed_per_emitted") is not None:
-        parts += [(" · ", "dim"), (f"{e['computed_per_emitted']:.2f}", "bold"), (" computed/emitted", "dim")]
-    return _line("energy", *parts)
+    toggled = e.get("joules_per_token_if_toggled")
+    ratio = e.get("computed_per_emitted")
+    line = Text()
+    for compact, with_toggled, with_ratio in ((False, True, True), (False, True, False), (True, True, False),
+                                              (True, False, False)):
+        parts: list[tuple[str, str]] = [(_joules(e["joules_per_token"]), "bold"),
+                                        ("/token" if compact else " per output token", "dim")]
+        if toggled is not None and with_toggled:
+            parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"), (_joules(toggled), "bold")]
+        if ratio is not None and with_ratio:
+            parts += [(" · ", "dim"), (f"{ratio:.2f}", "bold"), (" computed/emitted", "dim")]
+        line = _line("energy", *parts)
+        if line.cell_len <= width:
+            break
+    return line
 
 
 def _share(low: float | None, high: float | None) -> str:
