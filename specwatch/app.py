@@ -270,7 +270,7 @@ class SpecwatchApp(App[int]):
                         yield EnginePanel(id="ov-engine")
                         yield SpeculationPanel(id="ov-speculation")
                         yield RooflinePanel(id="ov-roofline", classes="wide-only")
-                    yield GpuPanel(id="ov-gpus", classes="roomy-only")
+                    yield GpuPanel(id="ov-gpus", classes="roomy-only", summary_from=4)
                     yield TrendsPanel(id="ov-trends", classes="roomy-only")
                     yield EventLog(id="ov-events", classes="wide-only")
             with TabPane("GPUs", id="gpus"):

@@ -633,8 +633,6 @@ async def _played_out(pilot) -> None:
 @pytest.mark.parametrize(
     ("node", "load", "size"),
     [
-        pytest.param(dataclasses.replace(NODE, gpus=8), FLIP, (200, 50), id="wide"),
-        pytest.param(NODE, FLIP, (80, 24), id="80x24"),
         pytest.param(dataclasses.replace(NODE, gpus=0), LOW, (120, 36), id="no_gpu"),
         pytest.param(dataclasses.replace(NODE, speculation=False), LOW, (120, 36), id="speculation_off"),
     ],
@@ -643,28 +641,52 @@ def test_layouts_snapshot(snap_compare, node, load, size):
     assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
 
 
-def test_health_tab_snapshot_at_80x24(snap_compare):
-    """The Health tab (key 7) fits 80×24: latency table, request shape, finish reasons, goodput
-    (with an SLO given) and energy per output token."""
-    from specwatch.advisor import AdvisorConfig as Config
+SIZES = [(80, 24), (120, 36), (200, 50)]
+TAB_KEYS = {"overview": "1", "gpus": "2", "speculation": "3", "roofline": "4", "trends": "5", "events": "6",
+            "health": "7"}
+# An 8-GPU node (the usual home of a 70B model) with an SLO given, so goodput shows too.
+EIGHT_GPUS = dataclasses.replace(NODE, gpus=8)
 
-    config = Config(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
-    app = data_clocked(SpecwatchApp(ScriptedSource(snapshots(LOW)), Monitor(WINDOW_S, config), history_minutes=1.0))
 
-    async def on_the_health_tab(pilot) -> None:
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("tab", list(TAB_KEYS))
+def test_tab_snapshot(snap_compare, tab, size):
+    """Every tab at the three designed sizes: at 80×24 no figure cut, at 120×36 more panels at once,
+    at 200×50 charts that use the width."""
+    config = AdvisorConfig(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
+    # six minutes of history: the load's step from 8 to 100 running is on the trend charts
+    app = data_clocked(SpecwatchApp(ScriptedSource(snapshots(FLIP, EIGHT_GPUS)), Monitor(WINDOW_S, config),
+                                    history_minutes=6.0))
+
+    async def on_the_tab(pilot) -> None:
         await _played_out(pilot)
-        await pilot.press("7")
-        await until(pilot, lambda: app.is_shown(app.query_one("#health-panel")), "the Health tab shown")
-        for _ in range(5):
-            await pilot.pause(0.05)
-        from rich.console import Console
+        if tab != "overview":
+            await pilot.press(TAB_KEYS[tab])
+            await until(pilot, lambda: app.query_one("#tabs").active == tab, f"the {tab} tab shown")
+            await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                        "every panel on the tab shows the final view")
+            for _ in range(5):
+                await pilot.pause(0.05)
+        if tab == "health":
+            text = text_of(app.query_one("#health-panel"))
+            assert "goodput" in text and "energy" in text and "no SLO given" not in text
 
-        console = Console(width=78, record=True, color_system=None)
-        console.print(app.query_one("#health-panel").render_view(app.view(), 78))
-        text = console.export_text()
-        assert "goodput" in text and "energy" in text and "no SLO given" not in text
+    assert snap_compare(app, terminal_size=size, run_before=on_the_tab)
 
-    assert snap_compare(app, terminal_size=(80, 24), run_before=on_the_health_tab)
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_unreachable_node_snapshot(snap_compare, size):
+    """A node whose only server refuses from the first reading: what is down and why, and where to
+    look instead, at every size."""
+    url = "http://localhost:8000"
+    down = Snapshot(
+        time=1_800_000_000.0,
+        targets=(TargetSample(url, "connection_refused",
+                              f"vLLM at {url}: connection refused (is the server running?)"),),
+        sources=(SourceStatus("nvml", "no_driver", "no NVIDIA driver (NVML Shared Library Not Found)"),),
+    )
+    app = make_app(ScriptedSource([down, dataclasses.replace(down, time=down.time + 1)]), history_minutes=1.0)
+    assert snap_compare(app, terminal_size=size, run_before=_played_out)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -954,6 +976,43 @@ def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
     low, high = scale("tpot_s", doubling)
     drawn = sparkline(doubling, len(doubling), low, high)
     assert drawn[0] != drawn[-1] and drawn[0] == drawn[1] and drawn[2] == drawn[3]
+
+
+def test_trend_rows_say_the_scale_they_are_drawn_on():
+    from specwatch.widgets.trends import scale, scale_text
+
+    # DRAM and tensor share 0–100 %, whatever their readings: their heights compare across rows
+    assert scale("dram", [0.09, 0.1]) == scale("tensor", [0.9]) == (0.0, 1.0)
+    assert scale_text("dram", 0.0, 1.0, [0.09, 0.1]) == "0–100%"
+    # counts from 0 to a round top, so "▁ is 0, █ is 2,000" reads at a glance
+    low, high = scale("tokens_per_s", [1144.0, 1175.0])
+    assert (low, high) == (0.0, 2000.0) and scale_text("tokens_per_s", low, high, [1144.0]) == "0–2,000"
+    # the speedup's scale always holds 1×, so a row under it is visibly under break-even
+    assert scale("expected_speedup", [0.53, 0.54]) == (0.53, 1.1)
+    # a row inside the dead band says it is drawn flat, with the readings' own range and units
+    noise = [0.085, 0.0862, 0.088]
+    low, high = scale("tpot_s", noise)
+    assert scale_text("tpot_s", low, high, noise) == "flat 85–88 ms"
+
+
+def test_a_missed_reading_is_a_gap_but_columns_narrower_than_the_poll_are_not():
+    from specwatch.widgets.format import bucket_series
+
+    every_5_s = [(t, 1.0) for t in range(0, 30, 5)] + [(t, 2.0) for t in range(45, 61, 5)]  # 30–40 s missed
+    buckets = bucket_series(every_5_s, 0.0, 60.0, 60, hold_s=1.5 * 5)
+    assert all(b == 1.0 for b in buckets[:26])  # 1 s columns between 5 s polls: carried, not gaps
+    assert all(b is None for b in buckets[26:45])  # 25 s to 45 s without a reading: a gap
+    assert buckets[45:] == [2.0] * 15
+    assert bucket_series(every_5_s, 0.0, 60.0, 60)[1] is None  # without hold_s every column stands alone
+
+
+def test_the_time_axis_marks_seconds_or_minutes_before_now():
+    from specwatch.widgets.trends import time_axis
+
+    short = time_axis(60.0, 60)
+    assert short.endswith("now") and "−30 s" in short and len(short) == 60
+    long = time_axis(600.0, 150)
+    assert "−2 min" in long and "−10 min" in long and long.endswith("now") and " s" not in long
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")

@@ -91,6 +91,7 @@ def scale(key: str, values: list[float]) -> tuple[float | None, float | None]:
         if high - low <= DEAD_BAND * max(abs(low), abs(high)):
             middle = (low + high) / 2
             return middle, middle  # no span: every reading sits at mid-height
+        return low, high
     return None, None
 
 
@@ -170,8 +171,8 @@ def columns(width: int) -> tuple[int, int]:
 
 def rows_per_series(height: int) -> int:
     """Rows each series is drawn on in a panel of `height` rows: taller sparklines where the Trends
-    tab has the room (8 levels a row), never more than 4."""
-    return max(1, min(4, (height - 1) // len(SERIES)))
+    tab has the room (8 levels a row), never more than 6."""
+    return max(1, min(6, (height - 1) // len(SERIES)))
 
 
 class TrendsPanel(Panel):

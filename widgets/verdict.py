@@ -71,6 +71,8 @@ def summary_line(view: DashboardView, compact: bool = False) -> Text:
     if verdict is None:
         text.append("no reading yet", style="dim")
         return text
+    if speculation == "unknown" and not verdict.confidence:
+        return text  # no confidence, no speedup: the reason under the letters says why
     text.append("confidence ", style="dim")
     text.append(f"{pct(verdict.confidence)} ", style="bold")
     text.append(bar(verdict.confidence, 8))
