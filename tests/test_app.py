@@ -755,6 +755,7 @@ async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without
             now[0] = due - left
             app.tick_clock()
             texts.append(text_of(header))
+        assert not header.tick(now[0], due)  # the same second again: nothing to paint
         assert {panel.id: panel.view for panel in app.panels()} == views  # no panel was given a view
         assert all(panel.view is views[panel.id] for panel in app.panels())
     assert "every 30 s, next in 19 s" in texts[0] and clock(due - 18.2) in texts[0]

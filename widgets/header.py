@@ -99,6 +99,7 @@ class HeaderBar(Panel):
         super().__init__(id=id, classes=classes)
         self.now: float | None = None
         self.next_poll_at: float | None = None
+        self._drawn = ""  # the line as last drawn, so a tick that changes no character paints nothing
 
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
@@ -108,16 +109,16 @@ class HeaderBar(Panel):
     def tick(self, now: float, next_poll_at: float | None) -> bool:
         """The wall clock moved on: repaint this line if what it says changed (a new second, a new
         countdown figure). Returns whether it repaints."""
+        self.now, self.next_poll_at = now, next_poll_at
         if self.view is None:
             return False
-        width = self._render_width()
-        before = header_text(self.view, width, self.now, self.next_poll_at).plain
-        self.now, self.next_poll_at = now, next_poll_at
-        if header_text(self.view, width, now, next_poll_at).plain == before:
+        if header_text(self.view, self._render_width(), now, next_poll_at).plain == self._drawn:
             return False
         self._content_key = self.content_key(self.view)
         self.refresh()
         return True
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
-        return header_text(view, width, self.now, self.next_poll_at)
+        text = header_text(view, width, self.now, self.next_poll_at)
+        self._drawn = text.plain
+        return text
