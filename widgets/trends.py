@@ -206,9 +206,12 @@ class TrendsPanel(Panel):
         history = view.history
         if history is None or history.latest_time is None:
             return Text("no history yet", style="dim")
-        end = history.latest_time
-        start = end - history.seconds
         label_width, spark_width = columns(width)
+        # columns on fixed boundaries of data time (multiples of one column's seconds): as time goes
+        # on, a column's average stays put and the chart moves by whole columns rather than shimmer
+        column_s = history.seconds / spark_width
+        end = (math.floor(history.latest_time / column_s) + 1) * column_s
+        start = end - history.seconds
         rows = self._rows()
         # a reading later than this after the one before it is a gap; closer, the columns between
         # them (narrower than one poll) carry the earlier reading instead of drawing a false gap
