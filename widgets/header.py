@@ -47,6 +47,8 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
     else:
         text.append(f" every {source.interval_s:g} s" if width >= 100 else f" {source.interval_s:g} s")
         left = "" if source.ended else countdown(source.interval_s, now, next_poll_at)
+        if left and width < 100:
+            left = left.replace("next in", "next")
         if left:
             text.append(f", {left}", style="bold")
     if source.ended:
@@ -70,8 +72,9 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
     text.append(view.target.version if view.target is not None and view.target.version else MISSING)
     model = view.model_name
     if model:
-        if width < 120:
-            model = model.rsplit("/", 1)[-1]  # the organisation prefix is the first thing to go
+        if width < 150:
+            # the organisation prefix is the first thing to go (at 120 columns, for the GPUs and the clock)
+            model = model.rsplit("/", 1)[-1]
         text.append("  ")
         text.append(model, style="bold")
     if view.gpus:
@@ -79,11 +82,15 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
         text.append("  ")
         text.append(f"{len(view.gpus)}× {names[0]}" if len(names) == 1 else f"{len(view.gpus)} GPUs, mixed")
     shown = now if now is not None else view.time
-    if source.kind != "REPLAY" and shown is not None:
+    # under 100 columns a countdown is the sign of life, and the clock gives its room to the model
+    counting = source.kind != "REPLAY" and not source.ended and bool(countdown(source.interval_s, now, next_poll_at))
+    if source.kind != "REPLAY" and shown is not None and not (counting and width < 100):
         # the clock keeps its place at the right edge: what gives way is the end of the model name
         right = f"  {clock(shown)}"
         text.truncate(max(0, width - len(right)), overflow="ellipsis", pad=True)
         text.append(right, style="dim")
+    # cut here with an ellipsis: left to the widget, a line too long wraps its last word out of sight
+    text.truncate(width, overflow="ellipsis")
     return text
 
 
