@@ -272,7 +272,7 @@ class SpecwatchApp(App[int]):
                         yield RooflinePanel(id="ov-roofline", classes="wide-only")
                     yield GpuPanel(id="ov-gpus", classes="roomy-only", summary_from=4)
                     yield TrendsPanel(id="ov-trends", classes="roomy-only")
-                    yield EventLog(id="ov-events", classes="wide-only")
+                    yield EventLog(id="ov-events", classes="wide-only", latest=2)
             with TabPane("GPUs", id="gpus"):
                 with VerticalScroll():
                     yield GpuPanel(id="gpu-panel")
