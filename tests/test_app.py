@@ -674,6 +674,35 @@ def test_tab_snapshot(snap_compare, tab, size):
     assert snap_compare(app, terminal_size=size, run_before=on_the_tab)
 
 
+async def test_at_80x24_no_tab_cuts_a_figure_and_at_120x36_an_8_gpu_overview_keeps_its_trends():
+    config = AdvisorConfig(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
+
+    def app() -> SpecwatchApp:
+        return data_clocked(SpecwatchApp(ScriptedSource(snapshots(FLIP, EIGHT_GPUS)), Monitor(WINDOW_S, config),
+                                         history_minutes=6.0))
+
+    small = app()
+    cut: dict[str, list[str]] = {}
+    async with small.run_test(size=(80, 24)) as pilot:
+        await _played_out(pilot)
+        for tab, key in TAB_KEYS.items():
+            await pilot.press(key)
+            await until(pilot, lambda: all(p.view is small.view() for p in small.panels() if small.is_shown(p)),
+                        f"the {tab} tab drawn")
+            await pilot.pause(0.05)
+            # below the header (whose model name gives way to the clock by design), no line ends in "…"
+            lines = screen_text(small).splitlines()[1:]
+            cut[tab] = [line for line in lines if "…" in line.replace("▁…█", "")]
+    assert cut == {tab: [] for tab in TAB_KEYS}
+
+    medium = app()
+    async with medium.run_test(size=(120, 36)) as pilot:
+        await _played_out(pilot)
+        screen = screen_text(medium)
+    assert "8× A100-SXM4-80GB  SM" in screen  # the GPUs summed up in two lines, not eight rows
+    assert "tensor activity" in screen and "now scale" in screen  # so the trends' last row and axis show
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_unreachable_node_snapshot(snap_compare, size):
     """A node whose only server refuses from the first reading: what is down and why, and where to
