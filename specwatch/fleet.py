@@ -356,6 +356,11 @@ def node_detail(node: str, result: QueryResult) -> NodeDetail:
             relation = "above" if length > be else "below"  # type: ignore[operator]
             at = f" at {running:.0f} running" if _finite(running) else ""
             reason = f"acceptance length {length:.2f} is {relation} break-even {be:.2f}{at} ({reason})"
+        read_state = read_states.get(target, "ok")
+        if read_state != "ok":  # the banner leads with why there is no verdict, as the table does
+            last_good = last.get(f"vllm {target}")
+            since = time.strftime("%H:%M:%S", time.localtime(last_good)) if _finite(last_good) else "never"
+            reason = f"DOWN: unreachable ({read_state.replace('_', ' ')}), last good reading {since}"
         verdict = Verdict(
             speculation=speculation,
             confidence=get(schema.CONFIDENCE) or 0.0,
@@ -370,8 +375,8 @@ def node_detail(node: str, result: QueryResult) -> NodeDetail:
             running=running,
             flags=flags,
         )
-        details.append(TargetDetail(target, verdict, get(schema.ACCEPTANCE_RATE),
-                                    read_states.get(target, "ok"), last.get(f"vllm {target}")))
+        details.append(TargetDetail(target, verdict, get(schema.ACCEPTANCE_RATE), read_state,
+                                    last.get(f"vllm {target}")))
     gpus: dict[tuple[str, str], dict[str, Any]] = {}
     for metric, key in ((schema.GPU_DRAM, "dram"), (schema.GPU_TENSOR, "tensor"), (schema.GPU_SM, "sm"),
                         (schema.GPU_LOST, "lost")):

@@ -461,6 +461,8 @@ def test_an_unreachable_target_is_down_with_its_reason_in_the_node_detail() -> N
     assert "configured" not in down_block and "verdict" not in down_block
     assert "verdict ON" in fine_block and "configured yes" in fine_block
     assert [t.reachable for t in detail.targets] == [False, True]
+    # the banner above the detail leads with the same words
+    assert detail.targets[0].verdict.reasons[0].startswith("DOWN: unreachable (connection refused), last good reading")
 
 
 def _canned_prometheus(series: list[dict[str, Any]], up: list[dict[str, Any]]):
