@@ -61,7 +61,7 @@ from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.health import HealthPanel
-from specwatch.widgets.header import HeaderBar
+from specwatch.widgets.header import LONG_INTERVAL_S, HeaderBar
 from specwatch.widgets.help import HelpScreen
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.roofline import RooflinePanel
@@ -300,9 +300,17 @@ class SpecwatchApp(App[int]):
             self.set_interval(1.0, self.tick_clock, name="clock")
 
     def tick_clock(self) -> None:
-        """Move the header's wall clock and next-poll countdown on (once a second, live only)."""
-        if self.screen_stack and self.screen is self.screen_stack[0]:
-            self.screen.query_one(HeaderBar).tick(self.wall_clock(), self._next_poll_at)
+        """Move the header's wall clock and next-poll countdown on (once a second, live only). Under
+        LONG_INTERVAL_S the polls themselves move the header's clock (the reading's time), and the
+        tick costs nothing."""
+        if not self.screen_stack or self.screen is not self.screen_stack[0]:
+            return
+        header = self.screen.query_one(HeaderBar)
+        if self.interval_s < LONG_INTERVAL_S:
+            if header.now is not None:  # the interval was just shortened: back to the reading's time
+                header.tick(None, None)
+            return
+        header.tick(self.wall_clock(), self._next_poll_at)
 
     # -- polling -------------------------------------------------------------------------------
 

@@ -622,7 +622,6 @@ async def _played_out(pilot) -> None:
     layout has settled (a panel whose line count changed is laid out on a later refresh)."""
     app = pilot.app
     await until(pilot, lambda: app.ended, "the source ended")
-    app.tick_clock()  # the header's clock at the last reading's time (data_clocked), whenever the timer ran
     await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
                 "every panel on screen shows the final view")
     for _ in range(5):
@@ -787,9 +786,17 @@ async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without
         assert not header.tick(now[0], due)  # the same second again: nothing to paint
         assert {panel.id: panel.view for panel in app.panels()} == views  # no panel was given a view
         assert all(panel.view is views[panel.id] for panel in app.panels())
+        # back to 1 s polling: the polls move the clock (the reading's time) and the tick stands aside
+        app.set_interval_s(1.0)
+        now[0] += 3600.0
+        app.tick_clock()
+        await pilot.pause()
+        short = text_of(header)
     assert "every 30 s, next in 19 s" in texts[0] and clock(due - 18.2) in texts[0]
     assert "next in 18 s" in texts[1] and clock(due - 17.2) in texts[1]
     assert "reading…" in texts[2]
+    assert "every 1 s" in short and "next" not in short and clock(app.latest.time) in short
+    assert clock(now[0]) not in short
 
 
 async def test_a_replay_header_shows_the_readings_time_not_the_wall_clock():

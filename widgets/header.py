@@ -1,8 +1,9 @@
 """The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC).
 
-Live, it carries the wall clock and, at intervals from LONG_INTERVAL_S, a countdown to the next
-poll: both tick once a second (HeaderBar.tick, driven by the app), so a screen between two polls
-30 s apart does not look hung. A tick repaints this one line and nothing else. A replay shows the
+Live, at intervals from LONG_INTERVAL_S, it carries the wall clock and a countdown to the next poll:
+both tick once a second (HeaderBar.tick, driven by the app), so a screen between two polls 30 s
+apart does not look hung. A tick repaints this one line and nothing else. At shorter intervals the
+clock is the latest reading's, moved on by the polls themselves. A replay shows the
 reading's own date and time instead: the wall clock says nothing about a recorded incident."""
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class HeaderBar(Panel):
                 view.model_name, len(view.gpus), len(view.target_urls), view.others_down,
                 self.now, self.next_poll_at)
 
-    def tick(self, now: float, next_poll_at: float | None) -> bool:
+    def tick(self, now: float | None, next_poll_at: float | None) -> bool:
         """The wall clock moved on: repaint this line if what it says changed (a new second, a new
         countdown figure). Returns whether it repaints."""
         self.now, self.next_poll_at = now, next_poll_at
