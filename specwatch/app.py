@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Container, Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -278,8 +278,9 @@ class SpecwatchApp(App[int]):
                     yield GpuPanel(id="gpu-panel")
             with TabPane("Speculation", id="speculation"):
                 with VerticalScroll():
-                    yield SpeculationPanel(id="speculation-panel")
-                    yield EnginePanel(id="engine-panel")
+                    with Container(id="speculation-pair"):
+                        yield SpeculationPanel(id="speculation-panel")
+                        yield EnginePanel(id="engine-panel")
             with TabPane("Roofline", id="roofline"):
                 yield RooflinePanel(id="roofline-panel")
             with TabPane("Trends", id="trends"):

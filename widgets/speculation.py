@@ -134,7 +134,7 @@ class SpeculationPanel(Panel):
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:
             length = lifetime.acceptance_length
-        gauge_width = max(8, min(48, width - 11))
+        gauge_width = max(8, min(72, width - 11))
         gauge = Text("L ", style="dim")
         gauge.append(f"{num(length, 2):>5} ", style="bold")
         gauge.append_text(length_gauge(length, verdict.break_even_length, k, gauge_width))
@@ -143,7 +143,7 @@ class SpeculationPanel(Panel):
         lines.append(break_even_line(verdict, lifetime, width))
 
         rates = acc.per_position if acc and acc.per_position else ()
-        bar_width = max(6, min(30, width - 16))
+        bar_width = max(6, min(48, width - 16))
         for i, p in enumerate(rates):
             row = Text(f"pos {i + 1:<2} ", style="dim", no_wrap=True)
             row.append(bar(p, bar_width))
