@@ -221,6 +221,7 @@ class SpecwatchApp(App[int]):
         super().__init__()
         self.wall_clock = wall_clock  # the header's ticking clock and countdown (tests pass their own)
         self._next_poll_at: float | None = None  # on wall_clock; None while none is scheduled
+        self._header: HeaderBar | None = None
         if title:
             self.title = title
         self.source = source
@@ -261,7 +262,8 @@ class SpecwatchApp(App[int]):
     # -- layout --------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
+        self._header = HeaderBar(id="header")
+        yield self._header
         yield VerdictBanner(id="verdict")
         with TabbedContent(id="tabs", initial="overview"):
             with TabPane("Overview", id="overview"):
@@ -304,9 +306,11 @@ class SpecwatchApp(App[int]):
         """Move the header's wall clock and next-poll countdown on (once a second, live only). Under
         LONG_INTERVAL_S the polls themselves move the header's clock (the reading's time), and the
         tick costs nothing."""
-        if not self.screen_stack or self.screen is not self.screen_stack[0]:
+        header = self._header
+        # not yet (or no longer) on screen, or under a modal: nothing to move on
+        if header is None or not (header.is_mounted and header.is_attached) or not self.screen_stack \
+                or self.screen is not self.screen_stack[0]:
             return
-        header = self.screen.query_one(HeaderBar)
         if self.interval_s < LONG_INTERVAL_S:
             if header.now is not None:  # the interval was just shortened: back to the reading's time
                 header.tick(None, None)
