@@ -522,7 +522,10 @@ def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch
         async def read(pilot) -> None:
             while app.reading is None:
                 await pilot.pause(0.05)
-            await pilot.pause()
+            # the table lays its rows out on later refreshes: under load one pause was not always enough
+            for _ in range(5):
+                await pilot.pause(0.05)
+            await pilot.wait_for_scheduled_animations()
 
         assert snap_compare(app, terminal_size=(80, 24), run_before=read)
     row = app.rows[0]
