@@ -32,12 +32,12 @@ import logging
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Container, Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -63,7 +63,7 @@ from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.health import HealthPanel
-from specwatch.widgets.header import HeaderBar
+from specwatch.widgets.header import LONG_INTERVAL_S, HeaderBar
 from specwatch.widgets.help import HelpScreen
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.roofline import RooflinePanel
@@ -236,8 +236,12 @@ class SpecwatchApp(App[int]):
         record_path: str | None = None,
         sweep: Any | None = None,
         history_minutes: float = 10.0,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
+        self.wall_clock = wall_clock  # the header's ticking clock and countdown (tests pass their own)
+        self._next_poll_at: float | None = None  # on wall_clock; None while none is scheduled
+        self._header: HeaderBar | None = None
         if title:
             self.title = title
         self.source = source
@@ -283,7 +287,8 @@ class SpecwatchApp(App[int]):
     # -- layout --------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
+        self._header = HeaderBar(id="header")
+        yield self._header
         yield VerdictBanner(id="verdict")
         with TabbedContent(id="tabs", initial="overview"):
             with TabPane("Overview", id="overview"):
@@ -292,21 +297,21 @@ class SpecwatchApp(App[int]):
                         yield EnginePanel(id="ov-engine")
                         yield SpeculationPanel(id="ov-speculation")
                         yield RooflinePanel(id="ov-roofline", classes="wide-only")
-                    yield GpuPanel(id="ov-gpus", classes="roomy-only")
+                    yield GpuPanel(id="ov-gpus", classes="roomy-only", summary_from=4)
                     yield TrendsPanel(id="ov-trends", classes="roomy-only")
-                    yield EventLog(id="ov-events", classes="wide-only")
+                    yield EventLog(id="ov-events", classes="wide-only", latest=2)
             with TabPane("GPUs", id="gpus"):
                 with VerticalScroll():
                     yield GpuPanel(id="gpu-panel")
             with TabPane("Speculation", id="speculation"):
                 with VerticalScroll():
-                    yield SpeculationPanel(id="speculation-panel")
-                    yield EnginePanel(id="engine-panel")
+                    with Container(id="speculation-pair"):
+                        yield SpeculationPanel(id="speculation-panel")
+                        yield EnginePanel(id="engine-panel")
             with TabPane("Roofline", id="roofline"):
                 yield RooflinePanel(id="roofline-panel")
             with TabPane("Trends", id="trends"):
-                with VerticalScroll():
-                    yield TrendsPanel(id="trends-panel")
+                yield TrendsPanel(id="trends-panel", fill=True)
             with TabPane("Events", id="events"):
                 with VerticalScroll():
                     yield EventLog(id="events-panel")
@@ -319,6 +324,24 @@ class SpecwatchApp(App[int]):
         self._show_everywhere(self.view())
         self._start_verdict_index()  # before the first reading: the index starts from the Monitor's start
         self._start_poll()
+        if not self.replay:
+            # the header's clock and countdown only: no panel is given a view on this tick
+            self.set_interval(1.0, self.tick_clock, name="clock")
+
+    def tick_clock(self) -> None:
+        """Move the header's wall clock and next-poll countdown on (once a second, live only). Under
+        LONG_INTERVAL_S the polls themselves move the header's clock (the reading's time), and the
+        tick costs nothing."""
+        header = self._header
+        # not yet (or no longer) on screen, or under a modal: nothing to move on
+        if header is None or not (header.is_mounted and header.is_attached) or not self.screen_stack \
+                or self.screen is not self.screen_stack[0]:
+            return
+        if self.interval_s < LONG_INTERVAL_S:
+            if header.now is not None:  # the interval was just shortened: back to the reading's time
+                header.tick(None, None)
+            return
+        header.tick(self.wall_clock(), self._next_poll_at)
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -338,6 +361,7 @@ class SpecwatchApp(App[int]):
         if self._poll_timer is not None:
             self._poll_timer.stop()
         self._poll_timer = None
+        self._next_poll_at = None
         if self.ended or (self.paused and self.replay) or self._poll_in_flight:
             return
         interval = self.poll_delay()
@@ -349,9 +373,11 @@ class SpecwatchApp(App[int]):
             self.call_later(self._start_poll)  # as fast as the source gives (a replay at full speed)
         else:
             self._poll_timer = self.set_timer(delay, self._start_poll, name="poll")
+            self._next_poll_at = self.wall_clock() + delay
 
     def _start_poll(self) -> None:
         self._poll_timer = None
+        self._next_poll_at = None
         if self._poll_in_flight or self.ended:
             return
         self._poll_in_flight = True

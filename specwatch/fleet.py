@@ -254,6 +254,14 @@ class TargetDetail:
     target: str
     verdict: Any  # specwatch.advisor.Verdict rebuilt from the series
     acceptance_rate: float | None
+    # how the agent's last reading of the target went, and when it last read it (agent wall clock),
+    # as in FleetRow: an unreadable target has no verdict to show, only why and since when
+    read_state: str = "ok"
+    last_good: float | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.read_state == "ok"
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,9 @@ def node_detail(node: str, result: QueryResult, where: str = "read through Prome
     verdicts = {s.labels.get(TARGET, ""): s.labels.get(STATE, "unknown")
                 for s in by_name.get(schema.VERDICT.series, ()) if s.value == 1}
     targets = sorted({s.labels.get(TARGET, "") for s in by_name.get(schema.VERDICT.series, ())})
+    read_states = {s.labels.get(TARGET, ""): s.labels.get(STATE, "unknown") if s.value == 0 else "ok"
+                   for s in by_name.get(schema.TARGET_UP.series, ())}
+    last = {s.labels.get(SOURCE, ""): s.value for s in by_name.get(schema.SOURCE_LAST_SUCCESS.series, ())}
     values = {metric: per_target(metric) for metric in (
         schema.CONFIDENCE, schema.EXPECTED_SPEEDUP, schema.BREAK_EVEN, schema.CROSSOVER, schema.CHANGE_RECOMMENDED,
         schema.CONFIGURED, schema.ACCEPTANCE_LENGTH, schema.RUNNING, schema.ACCEPTANCE_RATE)}
@@ -349,6 +360,11 @@ def node_detail(node: str, result: QueryResult, where: str = "read through Prome
             relation = "above" if length > be else "below"  # type: ignore[operator]
             at = f" at {running:.0f} running" if _finite(running) else ""
             reason = f"acceptance length {length:.2f} is {relation} break-even {be:.2f}{at} ({reason})"
+        read_state = read_states.get(target, "ok")
+        if read_state != "ok":  # the banner leads with why there is no verdict, as the table does
+            last_good = last.get(f"vllm {target}")
+            since = time.strftime("%H:%M:%S", time.localtime(last_good)) if _finite(last_good) else "never"
+            reason = f"DOWN: unreachable ({read_state.replace('_', ' ')}), last good reading {since}"
         verdict = Verdict(
             speculation=speculation,
             confidence=get(schema.CONFIDENCE) or 0.0,
@@ -363,7 +379,8 @@ def node_detail(node: str, result: QueryResult, where: str = "read through Prome
             running=running,
             flags=flags,
         )
-        details.append(TargetDetail(target, verdict, get(schema.ACCEPTANCE_RATE)))
+        details.append(TargetDetail(target, verdict, get(schema.ACCEPTANCE_RATE), read_state,
+                                    last.get(f"vllm {target}")))
     gpus: dict[tuple[str, str], dict[str, Any]] = {}
     for metric, key in ((schema.GPU_DRAM, "dram"), (schema.GPU_TENSOR, "tensor"), (schema.GPU_SM, "sm"),
                         (schema.GPU_LOST, "lost")):
@@ -372,7 +389,6 @@ def node_detail(node: str, result: QueryResult, where: str = "read through Prome
             entry[key] = (s.value == 1) if key == "lost" else s.value
     gpu_details = tuple(GpuDetail(index, name, v.get("dram"), v.get("tensor"), v.get("sm"), bool(v.get("lost")))
                         for (index, name), v in sorted(gpus.items(), key=lambda kv: (_int(kv[0][0]), kv[0][1])))
-    last = {s.labels.get(SOURCE, ""): s.value for s in by_name.get(schema.SOURCE_LAST_SUCCESS.series, ())}
     sources = tuple(sorted(
         (SourceDetail(s.labels.get(SOURCE, ""), s.labels.get(KIND, ""), s.labels.get(STATE, ""), s.value == 1,
                       last.get(s.labels.get(SOURCE, "")))
@@ -469,6 +485,11 @@ def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
     for t in detail.targets:
         v = t.verdict
         text.append(f"{t.target}\n", style="bold")
+        if not t.reachable:
+            # as in the table: an unreadable target's health is never shown as a verdict
+            text.append(f"  DOWN: unreachable ({t.read_state.replace('_', ' ')}), "
+                        f"last good reading {_ago(t.last_good, now)}\n", style="bold red")
+            continue
         text.append(f"  verdict {v.speculation.upper()}  confidence {_num(v.confidence)}  "
                     f"expected speedup {_num(v.expected_speedup)}×  configured {'yes' if v.configured else 'no'}\n")
         text.append(f"  L {_num(v.acceptance_length)}  acceptance rate {_pct(t.acceptance_rate)}  "

@@ -162,7 +162,15 @@ def with_engines(snapshot: Snapshot, engines: int) -> Snapshot:
 
 
 def make_app(source: Any, **kwargs: Any) -> SpecwatchApp:
-    return SpecwatchApp(source, Monitor(WINDOW_S, CONFIG), **kwargs)
+    return data_clocked(SpecwatchApp(source, Monitor(WINDOW_S, CONFIG), **kwargs), kwargs)
+
+
+def data_clocked(app: SpecwatchApp, kwargs: dict[str, Any] | None = None) -> SpecwatchApp:
+    """The header's wall clock, for tests that do not drive it: the latest reading's time, so
+    pictures and texts do not depend on when the test runs."""
+    if not kwargs or "wall_clock" not in kwargs:
+        app.wall_clock = lambda: app.latest.time if app.latest is not None else 0.0
+    return app
 
 
 async def until(pilot, condition, what: str, rounds: int = 2000) -> None:
@@ -269,7 +277,9 @@ async def test_unreachable_target_shows_each_sources_state_and_points_to_demo():
         banner = text_of(app.query_one(VerdictBanner))
         engine = text_of(app.query_one("#ov-engine", EnginePanel))
         screen = screen_text(app)
-    assert "UNKNOWN" not in banner and "█ █ █▄ █ █ ▄▀" in banner  # UNKNOWN in block letters
+    # UNKNOWN in block letters (readable without colour), and once as a plain word for screen
+    # readers and copy-paste
+    assert "█ █ █▄ █ █ ▄▀" in banner and banner.count("UNKNOWN") == 1 and "verdict UNKNOWN" in banner
     assert "connection refused" in banner
     assert "specwatch demo" in banner  # visible at 80×24 without a tab switch
     assert f"vLLM at {url}: connection refused" in flat(engine)
@@ -622,8 +632,6 @@ async def _played_out(pilot) -> None:
 @pytest.mark.parametrize(
     ("node", "load", "size"),
     [
-        pytest.param(dataclasses.replace(NODE, gpus=8), FLIP, (200, 50), id="wide"),
-        pytest.param(NODE, FLIP, (80, 24), id="80x24"),
         pytest.param(dataclasses.replace(NODE, gpus=0), LOW, (120, 36), id="no_gpu"),
         pytest.param(dataclasses.replace(NODE, speculation=False), LOW, (120, 36), id="speculation_off"),
     ],
@@ -632,28 +640,81 @@ def test_layouts_snapshot(snap_compare, node, load, size):
     assert snap_compare(snapshot_app(node, load), terminal_size=size, run_before=_played_out)
 
 
-def test_health_tab_snapshot_at_80x24(snap_compare):
-    """The Health tab (key 7) fits 80×24: latency table, request shape, finish reasons, goodput
-    (with an SLO given) and energy per output token."""
-    from specwatch.advisor import AdvisorConfig as Config
+SIZES = [(80, 24), (120, 36), (200, 50)]
+TAB_KEYS = {"overview": "1", "gpus": "2", "speculation": "3", "roofline": "4", "trends": "5", "events": "6",
+            "health": "7"}
+# An 8-GPU node (the usual home of a 70B model) with an SLO given, so goodput shows too.
+EIGHT_GPUS = dataclasses.replace(NODE, gpus=8)
 
-    config = Config(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
-    app = SpecwatchApp(ScriptedSource(snapshots(LOW)), Monitor(WINDOW_S, config), history_minutes=1.0)
 
-    async def on_the_health_tab(pilot) -> None:
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("tab", list(TAB_KEYS))
+def test_tab_snapshot(snap_compare, tab, size):
+    """Every tab at the three designed sizes: at 80×24 no figure cut, at 120×36 more panels at once,
+    at 200×50 charts that use the width."""
+    config = AdvisorConfig(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
+    # six minutes of history: the load's step from 8 to 100 running is on the trend charts
+    app = data_clocked(SpecwatchApp(ScriptedSource(snapshots(FLIP, EIGHT_GPUS)), Monitor(WINDOW_S, config),
+                                    history_minutes=6.0))
+
+    async def on_the_tab(pilot) -> None:
         await _played_out(pilot)
-        await pilot.press("7")
-        await until(pilot, lambda: app.is_shown(app.query_one("#health-panel")), "the Health tab shown")
-        for _ in range(5):
+        if tab != "overview":
+            await pilot.press(TAB_KEYS[tab])
+            await until(pilot, lambda: app.query_one("#tabs").active == tab, f"the {tab} tab shown")
+            await until(pilot, lambda: all(p.view is app.view() for p in app.panels() if app.is_shown(p)),
+                        "every panel on the tab shows the final view")
+            for _ in range(5):
+                await pilot.pause(0.05)
+        if tab == "health":
+            text = text_of(app.query_one("#health-panel"))
+            assert "goodput" in text and "energy" in text and "no SLO given" not in text
+
+    assert snap_compare(app, terminal_size=size, run_before=on_the_tab)
+
+
+async def test_at_80x24_no_tab_cuts_a_figure_and_at_120x36_an_8_gpu_overview_keeps_its_trends():
+    config = AdvisorConfig(method="ngram", slo_ttft_s=2.0, slo_tpot_s=0.05)
+
+    def app() -> SpecwatchApp:
+        return data_clocked(SpecwatchApp(ScriptedSource(snapshots(FLIP, EIGHT_GPUS)), Monitor(WINDOW_S, config),
+                                         history_minutes=6.0))
+
+    small = app()
+    cut: dict[str, list[str]] = {}
+    async with small.run_test(size=(80, 24)) as pilot:
+        await _played_out(pilot)
+        for tab, key in TAB_KEYS.items():
+            await pilot.press(key)
+            await until(pilot, lambda: all(p.view is small.view() for p in small.panels() if small.is_shown(p)),
+                        f"the {tab} tab drawn")
             await pilot.pause(0.05)
-        from rich.console import Console
+            # below the header (whose model name gives way to the clock by design), no line ends in "…"
+            lines = screen_text(small).splitlines()[1:]
+            cut[tab] = [line for line in lines if "…" in line.replace("▁…█", "")]
+    assert cut == {tab: [] for tab in TAB_KEYS}
 
-        console = Console(width=78, record=True, color_system=None)
-        console.print(app.query_one("#health-panel").render_view(app.view(), 78))
-        text = console.export_text()
-        assert "goodput" in text and "energy" in text and "no SLO given" not in text
+    medium = app()
+    async with medium.run_test(size=(120, 36)) as pilot:
+        await _played_out(pilot)
+        screen = screen_text(medium)
+    assert "8× A100-SXM4-80GB  SM" in screen  # the GPUs summed up in two lines, not eight rows
+    assert "tensor activity" in screen and "now scale" in screen  # so the trends' last row and axis show
 
-    assert snap_compare(app, terminal_size=(80, 24), run_before=on_the_health_tab)
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_unreachable_node_snapshot(snap_compare, size):
+    """A node whose only server refuses from the first reading: what is down and why, and where to
+    look instead, at every size."""
+    url = "http://localhost:8000"
+    down = Snapshot(
+        time=1_800_000_000.0,
+        targets=(TargetSample(url, "connection_refused",
+                              f"vLLM at {url}: connection refused (is the server running?)"),),
+        sources=(SourceStatus("nvml", "no_driver", "no NVIDIA driver (NVML Shared Library Not Found)"),),
+    )
+    app = make_app(ScriptedSource([down, dataclasses.replace(down, time=down.time + 1)]), history_minutes=1.0)
+    assert snap_compare(app, terminal_size=size, run_before=_played_out)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -686,6 +747,73 @@ async def test_no_color_keeps_the_verdict_readable(monkeypatch):
     assert "▶ acceptance length" in screen
 
 
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_verdict_is_a_plain_word_once_beside_its_block_letters(size):
+    """Screen readers and copy-paste get the verdict as a word; the block letters stay for the eye.
+    The word is there once, in the banner's first row, not repeated in the line under it."""
+    app = make_app(ScriptedSource(snapshots(FLIP)))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause()
+        banner = text_of(app.query_one(VerdictBanner))
+    assert app.states[NODE.url].verdict.speculation == "off"
+    rows = banner.splitlines()
+    assert "█▀█ █▀▀ █▀▀" in rows[0]
+    assert re.findall(r"\bOFF\b", banner) == ["OFF"]
+    assert re.search(r"verdict:? OFF", rows[0])
+    assert "expected 0." in rows[0]  # the speedup still fits beside it
+
+
+async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without_repainting_panels():
+    """At 30 s polling the screen must not look hung between polls: the header's clock and a
+    countdown move each second. Time is the test's: the tick is called with a clock it sets."""
+    from specwatch.widgets.format import clock
+
+    now = [1_800_000_000.0]
+    source = ScriptedSource(snapshots(LOW[:2])[:1], end=False, interval_s=30.0)
+    app = make_app(source, wall_clock=lambda: now[0])
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 1 and app._next_poll_at is not None, "the next poll armed")
+        await pilot.pause()
+        due = app._next_poll_at
+        views = {panel.id: panel.view for panel in app.panels()}
+        header = app.query_one(HeaderBar)
+        texts = []
+        for left in (18.2, 17.2, 0.0):
+            now[0] = due - left
+            app.tick_clock()
+            texts.append(text_of(header))
+        assert not header.tick(now[0], due)  # the same second again: nothing to paint
+        assert {panel.id: panel.view for panel in app.panels()} == views  # no panel was given a view
+        assert all(panel.view is views[panel.id] for panel in app.panels())
+        # back to 1 s polling: the polls move the clock (the reading's time) and the tick stands aside
+        app.set_interval_s(1.0)
+        now[0] += 3600.0
+        app.tick_clock()
+        await pilot.pause()
+        short = text_of(header)
+    assert "every 30 s, next in 19 s" in texts[0] and clock(due - 18.2) in texts[0]
+    assert "next in 18 s" in texts[1] and clock(due - 17.2) in texts[1]
+    assert "reading…" in texts[2]
+    assert "every 1 s" in short and "next" not in short and clock(app.latest.time) in short
+    assert clock(now[0]) not in short
+
+
+async def test_a_replay_header_shows_the_readings_time_not_the_wall_clock():
+    from specwatch.widgets.format import clock, date_clock
+
+    data = snapshots(LOW[:6])
+    wall = data[-1].time + 12 * 3600.0  # half a day after the recording
+    app = make_app(FakeReplay(data), wall_clock=lambda: wall)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 3, "the replay's first readings")
+        await pilot.pause()
+        app.tick_clock()  # not scheduled for a replay; even when called it changes no time shown
+        header = text_of(app.query_one(HeaderBar))
+    assert date_clock(app.latest.time) in header
+    assert clock(wall) not in header and "next in" not in header
+
+
 # -- one GPU spec: the advisor's, clock-capped -----------------------------------------------------
 
 H100_NODE = dataclasses.replace(NODE, gpu_name="NVIDIA H100 80GB HBM3")
@@ -699,7 +827,7 @@ def clocked(data: list[Snapshot], reasons: tuple[str, ...]) -> list[Snapshot]:
 
 
 def ridge_shown(app: SpecwatchApp) -> float:
-    match = re.search(r"ridge (\d+) FLOP/B, ([^\n]*)", flat(text_of(app.query_one("#roofline-panel"))))
+    match = re.search(r"ridge (\d+) FLOP/byte, ([^\n]*)", flat(text_of(app.query_one("#roofline-panel"))))
     assert match, text_of(app.query_one("#roofline-panel"))
     return float(match.group(1))
 
@@ -885,6 +1013,43 @@ def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
     low, high = scale("tpot_s", doubling)
     drawn = sparkline(doubling, len(doubling), low, high)
     assert drawn[0] != drawn[-1] and drawn[0] == drawn[1] and drawn[2] == drawn[3]
+
+
+def test_trend_rows_say_the_scale_they_are_drawn_on():
+    from specwatch.widgets.trends import scale, scale_text
+
+    # DRAM and tensor share 0–100 %, whatever their readings: their heights compare across rows
+    assert scale("dram", [0.09, 0.1]) == scale("tensor", [0.9]) == (0.0, 1.0)
+    assert scale_text("dram", 0.0, 1.0, [0.09, 0.1]) == "0–100%"
+    # counts from 0 to a round top, so "▁ is 0, █ is 2,000" reads at a glance
+    low, high = scale("tokens_per_s", [1144.0, 1175.0])
+    assert (low, high) == (0.0, 2000.0) and scale_text("tokens_per_s", low, high, [1144.0]) == "0–2,000"
+    # the speedup's scale always holds 1×, so a row under it is visibly under break-even
+    assert scale("expected_speedup", [0.53, 0.54]) == (0.53, 1.1)
+    # a row inside the dead band says it is drawn flat, with the readings' own range and units
+    noise = [0.085, 0.0862, 0.088]
+    low, high = scale("tpot_s", noise)
+    assert scale_text("tpot_s", low, high, noise) == "flat 85–88 ms"
+
+
+def test_a_missed_reading_is_a_gap_but_columns_narrower_than_the_poll_are_not():
+    from specwatch.widgets.format import bucket_series
+
+    every_5_s = [(t, 1.0) for t in range(0, 30, 5)] + [(t, 2.0) for t in range(45, 61, 5)]  # 30–40 s missed
+    buckets = bucket_series(every_5_s, 0.0, 60.0, 60, hold_s=1.5 * 5)
+    assert all(b == 1.0 for b in buckets[:26])  # 1 s columns between 5 s polls: carried, not gaps
+    assert all(b is None for b in buckets[26:45])  # 25 s to 45 s without a reading: a gap
+    assert buckets[45:] == [2.0] * 15
+    assert bucket_series(every_5_s, 0.0, 60.0, 60)[1] is None  # without hold_s every column stands alone
+
+
+def test_the_time_axis_marks_seconds_or_minutes_before_now():
+    from specwatch.widgets.trends import time_axis
+
+    short = time_axis(60.0, 60)
+    assert short.endswith("now") and "−30 s" in short and len(short) == 60
+    long = time_axis(600.0, 150)
+    assert "−2 min" in long and "−10 min" in long and long.endswith("now") and " s" not in long
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 36), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")

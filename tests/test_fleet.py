@@ -439,6 +439,32 @@ def test_an_unreachable_target_is_down_with_its_reason_at_80_columns() -> None:
     assert "not configured" not in " ".join(cells) and "never" not in " ".join(cells)
 
 
+def test_an_unreachable_target_is_down_with_its_reason_in_the_node_detail() -> None:
+    """The detail screen says what the table says: DOWN, why, and the last good reading; never the
+    "configured no" or verdict figures of a target nobody could read."""
+    from specwatch.collectors.prometheus import PromSample, QueryResult
+    from specwatch.fleet import detail_text, node_detail
+
+    down, fine = "http://10.0.0.7:8000", "http://10.0.0.7:8001"
+    series = _verdict_series("gpu-7", "unknown", down) + _verdict_series("gpu-7", "on", fine) + [
+        PromSample({"__name__": "specwatch_target_up", "node": "gpu-7", "target": down,
+                    "state": "connection_refused"}, 0.0),
+        PromSample({"__name__": "specwatch_target_up", "node": "gpu-7", "target": fine, "state": "ok"}, 1.0),
+        PromSample({"__name__": "specwatch_speculation_configured", "node": "gpu-7", "target": fine}, 1.0),
+        PromSample({"__name__": "specwatch_source_last_success_timestamp_seconds", "node": "gpu-7",
+                    "source": f"vllm {down}"}, 1000.0),
+    ]
+    detail = node_detail("gpu-7", QueryResult("ok", samples=tuple(series)))
+    text = detail_text(detail, now=1000.0 + 180).plain
+    down_block, fine_block = text.split(f"{fine}\n")[0], text.split(f"{fine}\n")[1].split("GPUs")[0]
+    assert f"{down}\n  DOWN: unreachable (connection refused), last good reading 3 min ago" in down_block
+    assert "configured" not in down_block and "verdict" not in down_block
+    assert "verdict ON" in fine_block and "configured yes" in fine_block
+    assert [t.reachable for t in detail.targets] == [False, True]
+    # the banner above the detail leads with the same words
+    assert detail.targets[0].verdict.reasons[0].startswith("DOWN: unreachable (connection refused), last good reading")
+
+
 def _canned_prometheus(series: list[dict[str, Any]], up: list[dict[str, Any]]):
     """A handler answering the fleet's two queries the way Prometheus' query API does."""
     import json
@@ -496,7 +522,10 @@ def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch
         async def read(pilot) -> None:
             while app.reading is None:
                 await pilot.pause(0.05)
-            await pilot.pause()
+            # the table lays its rows out on later refreshes: under load one pause was not always enough
+            for _ in range(5):
+                await pilot.pause(0.05)
+            await pilot.wait_for_scheduled_animations()
 
         assert snap_compare(app, terminal_size=(80, 24), run_before=read)
     row = app.rows[0]

@@ -104,9 +104,9 @@ class EnginePanel(Panel):
         # Health tab has the rest)
         health = view.health
         if health is not None and health.get("goodput") is not None:
-            rows.append(goodput_line(health))
+            rows.append(goodput_line(health, width))
         if health is not None and health.get("energy") is not None:
-            rows.append(energy_line(health))
+            rows.append(energy_line(health, width))
         footer = Text(f"{which} · window {f.seconds:.0f} s", style="dim", no_wrap=True, overflow="ellipsis")
         if f.restarts:
             footer.append(f" · RESTARTED ×{f.restarts}", style="bold")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -9,14 +11,22 @@ from specwatch.widgets.format import clock, pct, short_host, speedup
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView, TargetEvent
 
+INDENT = 10  # the reasons sit under the change, past its HH:MM:SS
 WORD = {"on": "ON", "off": "OFF", "hold": "HOLD", "unknown": "UNKNOWN", None: "start"}
 
 
 class EventLog(Panel):
+    """`latest`: show only the latest this many events, with their deciding reason, and say how many
+    more the Events tab holds (the overview's log, which shares the screen with four panels)."""
+
     BORDER_TITLE = "Verdict changes"
 
     #: how many reasons under each change; the first is the one that decided it
     REASONS_SHOWN = 2
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None, latest: int | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.latest = latest
 
     def content_key(self, view: DashboardView) -> object:
         return (len(view.events), id(view.events[0]) if view.events else None, len(view.target_urls) > 1)
@@ -29,7 +39,9 @@ class EventLog(Panel):
             return Text("no verdict changes yet", style="dim")
         several = len(view.target_urls) > 1
         lines: list[Text] = []
-        for change in view.events:
+        events = view.events if self.latest is None else view.events[: self.latest]
+        reasons_shown = self.REASONS_SHOWN if self.latest is None else 1
+        for change in events:
             if isinstance(change, TargetEvent):
                 line = Text(no_wrap=True, overflow="ellipsis")
                 line.append(clock(change.time), style="dim")
@@ -49,6 +61,11 @@ class EventLog(Panel):
             if several:
                 head.append(f"  {short_host(change.url)}", style="dim")
             lines.append(head)
-            for reason in v.reasons[: self.REASONS_SHOWN]:
-                lines.append(Text("          " + reason, style="dim" if reason is not v.reasons[0] else ""))
+            for reason in v.reasons[:reasons_shown]:
+                # a hanging indent: a reason that wraps stays under its change, clear of the times
+                style = "dim" if reason is not v.reasons[0] else ""
+                for part in textwrap.wrap(reason, max(20, width - INDENT)) or [""]:
+                    lines.append(Text(" " * INDENT + part, style=style))
+        if len(events) < len(view.events):
+            lines.append(Text(f"{len(view.events) - len(events)} earlier in the Events tab (key 6)", style="dim"))
         return Group(*lines)

@@ -113,22 +113,60 @@ def sparkline(values: Sequence[float | None], width: int, low: float | None = No
     return "".join(out).rjust(width)
 
 
+def sparkline_rows(values: Sequence[float | None], width: int, low: float | None = None,
+                   high: float | None = None, rows: int = 1) -> list[str]:
+    """`rows` rows of block characters, top first, for a taller sparkline: 8 levels per row. The
+    lowest reading still shows (one eighth of the bottom row); None (no reading) is blank."""
+    if rows <= 1:
+        return [sparkline(values, width, low, high)]
+    if width <= 0:
+        return [""] * rows
+    present = [v for v in values if finite(v)]
+    lo = (min(present) if present else 0.0) if low is None else low
+    hi = (max(present) if present else 0.0) if high is None else high
+    span = hi - lo
+    cells = list(values[-width:])
+    cells = [None] * (width - len(cells)) + cells
+    out = [[" "] * width for _ in range(rows)]
+    top = 8 * rows
+    for c, v in enumerate(cells):
+        if not finite(v):
+            continue
+        level = 0.5 if span <= 0 else (min(hi, max(lo, v)) - lo) / span
+        eighths = 1 + int(level * (top - 1) + 0.5)
+        for b in range(rows):  # b = 0 is the bottom row
+            filled = max(0, min(8, eighths - 8 * b))
+            if filled:
+                out[rows - 1 - b][c] = SPARK_LEVELS[filled - 1]
+    return ["".join(row) for row in out]
+
+
 def bucket_series(points: Sequence[tuple[float, float | None]], start: float, end: float,
-                  width: int) -> list[float | None]:
+                  width: int, hold_s: float = 0.0) -> list[float | None]:
     """Average (time, value) points into `width` equal time buckets over [start, end]; a bucket
-    without a reading is None, so gaps in the data stay visible."""
+    without a reading is None, so gaps in the data stay visible. With `hold_s`, an empty bucket
+    between two readings at most hold_s apart carries the earlier one: buckets narrower than the
+    poll interval are not gaps."""
     if width <= 0:
         return []
     sums = [0.0] * width
     counts = [0] * width
     span = max(end - start, 1e-9)
+    index: list[tuple[int, float, float]] = []  # (bucket, time, value) of each reading used
     for t, v in points:
         if not finite(v) or t < start:
             continue
         i = min(width - 1, int((t - start) / span * width))
         sums[i] += v
         counts[i] += 1
-    return [s / c if c else None for s, c in zip(sums, counts)]
+        index.append((i, t, v))
+    buckets = [s / c if c else None for s, c in zip(sums, counts)]
+    if hold_s > 0:
+        for (i, t, v), (j, t_next, _) in zip(index, index[1:]):
+            if j > i + 1 and t_next - t <= hold_s:
+                for k in range(i + 1, j):
+                    buckets[k] = v
+    return buckets
 
 
 # Braille: each character cell is a 2×4 grid of dots. Bit for (dx, dy), dx in 0..1, dy in 0..3.

@@ -73,9 +73,23 @@ def no_gpus(view: DashboardView) -> RenderableType:
     return Group(*lines)
 
 
+# The columns besides the three activity bars, wide layout: index, name, util, power, clocks, memory
+# and the gaps between them.
+WIDE_FIXED = 3 + 19 + 3 * 7 + 6 + 12 + 12 + 9
+MAX_BAR = 32
+
+
+def bar_width_for(width: int) -> int:
+    """The activity bars take the room the panel has: 4 cells under WIDE, from 8 up to MAX_BAR above
+    (about 11 at 120 columns, 32 at 200), so a wide panel is not a narrow table and a blank half."""
+    if width < WIDE:
+        return 4
+    return max(8, min(MAX_BAR, (width - WIDE_FIXED) // 3))
+
+
 def gpu_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
     wide = width >= WIDE
-    bar_width = 8 if wide else 4
+    bar_width = bar_width_for(width)
     act = bar_width + 5
     name_width = 18
     head = f"{'#':>2} " + (f"{'name':<{name_width}} " if wide else "")
@@ -117,16 +131,77 @@ def extra_lines(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
     return notes
 
 
+def summary_rows(gpus: tuple[GpuSample, ...], width: int) -> list[Text]:
+    """The node's GPUs in two lines: per model, the mean activity as bars with the lowest–highest
+    across devices (a straggler shows as a wide spread), the power and memory summed; then what
+    needs a look (lost or throttled devices). For an overview with no room for a row per GPU."""
+    live = [g for g in gpus if not g.lost]
+    names = sorted({g.name.removeprefix("NVIDIA ") for g in gpus})
+    bar_width = 12 if width >= 150 else 6 if width >= WIDE else 4
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"{len(gpus)}× {names[0] if len(names) == 1 else 'mixed'}", style="bold")
+    spread = Text("   across GPUs:", style="dim", no_wrap=True, overflow="ellipsis")
+    for field, label in (("sm_active", "SM"), ("tensor_active", "tensor"), ("dram_bw_util", "DRAM bw")):
+        values = [g.get(field) for g in live if finite(g.get(field))]
+        mean = sum(values) / len(values) if values else None
+        line.append(f"  {label} ", style="dim")
+        line.append(f"{bar(mean, bar_width)} {pct(mean):>4}")
+        low, high = (pct(min(values)), pct(max(values))) if values else (MISSING, MISSING)
+        spread.append(f"  {label} " + (f"all {high}" if low == high else f"{low.removesuffix('%')}–{high}"),
+                      style="dim")
+    used = [g.get("power_w") for g in live if finite(g.get("power_w"))]
+    limits = [g.get("power_limit_w") for g in live if finite(g.get("power_limit_w"))]
+    if used:
+        line.append("  power ", style="dim")
+        line.append(f"{sum(used):,.0f}" + (f"/{sum(limits):,.0f} W" if len(limits) == len(used) else " W"))
+    memory_used = [g.get("memory_used_bytes") for g in live if finite(g.get("memory_used_bytes"))]
+    memory_total = [g.get("memory_total_bytes") for g in live if finite(g.get("memory_total_bytes"))]
+    if memory_used:
+        line.append("  mem ", style="dim")
+        line.append(f"{gigabytes(sum(memory_used))}" + (f"/{gigabytes(sum(memory_total))} GB"
+                                                        if len(memory_total) == len(memory_used) else " GB"))
+    lost = [g.index for g in gpus if g.lost]
+    throttled = [g.index for g in live if is_performance_limited(g.throttle_reasons)]
+    if lost:
+        spread.append(f"  LOST: {', '.join(map(str, lost))}", style="bold")
+    if throttled:
+        spread.append(f"  throttled: {', '.join(map(str, throttled))}", style="bold")
+    spread.append("  (key 2: each GPU)", style="dim")
+    return [line, spread]
+
+
 class GpuPanel(Panel):
+    """`summary_from`: with this many GPUs or more, and a screen under `summary_below_rows` rows,
+    the panel sums the GPUs up in two lines instead of a row each (the overview at 120×36, where a
+    row per GPU of an 8-GPU node would push the trends off the screen)."""
+
     BORDER_TITLE = "GPUs"
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None, summary_from: int | None = None,
+                 summary_below_rows: int = 40) -> None:
+        super().__init__(id=id, classes=classes)
+        self.summary_from = summary_from
+        self.summary_below_rows = summary_below_rows
+
+    def summarised(self, view: DashboardView) -> bool:
+        return (self.summary_from is not None and len(view.gpus) >= self.summary_from
+                and self.is_mounted and self.app.size.height < self.summary_below_rows)
 
     def layout_key(self, view: DashboardView) -> object:
         if not view.gpus:
             return ("none", len(view.sources))
+        if self.summarised(view):
+            return ("summary", len(footnotes(view.gpus)))
         return (len(view.gpus), len(footnotes(view.gpus)),
                 any(is_performance_limited(g.throttle_reasons) for g in view.gpus))
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         if not view.gpus:
             return no_gpus(view)
+        if self.summarised(view):
+            return Group(*summary_rows(view.gpus, width), *footnotes_lines(view.gpus))
         return Group(*gpu_rows(view.gpus, width), *extra_lines(view.gpus, width))
+
+
+def footnotes_lines(gpus: tuple[GpuSample, ...]) -> list[Text]:
+    return [Text(n, style="dim", no_wrap=True, overflow="ellipsis") for n in footnotes(gpus)]

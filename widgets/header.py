@@ -1,6 +1,14 @@
-"""The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC)."""
+"""The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC).
+
+Live, at intervals from LONG_INTERVAL_S, it carries the wall clock and a countdown to the next poll:
+both tick once a second (HeaderBar.tick, driven by the app), so a screen between two polls 30 s
+apart does not look hung. A tick repaints this one line and nothing else. At shorter intervals the
+clock is the latest reading's, moved on by the polls themselves. A replay shows the
+reading's own date and time instead: the wall clock says nothing about a recorded incident."""
 
 from __future__ import annotations
+
+import math
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -10,7 +18,23 @@ from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
 
-def header_text(view: DashboardView, width: int) -> Text:
+# From this interval the header counts down to the next poll; below it the next reading comes before
+# anyone wonders.
+LONG_INTERVAL_S = 5.0
+
+
+def countdown(source_interval_s: float, now: float | None, next_poll_at: float | None) -> str:
+    """"next in 18 s" while a poll is due later, "reading…" once it is due; "" when not counting."""
+    if source_interval_s < LONG_INTERVAL_S or now is None or next_poll_at is None:
+        return ""
+    left = next_poll_at - now
+    return f"next in {math.ceil(left):.0f} s" if left > 0 else "reading…"
+
+
+def header_text(view: DashboardView, width: int, now: float | None = None,
+                next_poll_at: float | None = None) -> Text:
+    """`now` is the wall clock of the last tick (None: show the reading's time), `next_poll_at` when
+    the next poll is due on that clock (None: none is scheduled: in flight, ended, or replay)."""
     source = view.source
     text = Text(no_wrap=True, overflow="ellipsis")
     badge = f" {source.kind} "
@@ -26,6 +50,11 @@ def header_text(view: DashboardView, width: int) -> Text:
             text.append(f" ×{source.replay_speed:g}")
     else:
         text.append(f" every {source.interval_s:g} s" if width >= 100 else f" {source.interval_s:g} s")
+        left = "" if source.ended else countdown(source.interval_s, now, next_poll_at)
+        if left and width < 100:
+            left = left.replace("next in", "next")
+        if left:
+            text.append(f", {left}", style="bold")
     if source.ended:
         text.append("  ENDED", style="bold")
     if source.paused:
@@ -47,8 +76,9 @@ def header_text(view: DashboardView, width: int) -> Text:
     text.append(view.target.version if view.target is not None and view.target.version else MISSING)
     model = view.model_name
     if model:
-        if width < 120:
-            model = model.rsplit("/", 1)[-1]  # the organisation prefix is the first thing to go
+        if width < 150:
+            # the organisation prefix is the first thing to go (at 120 columns, for the GPUs and the clock)
+            model = model.rsplit("/", 1)[-1]
         text.append("  ")
         text.append(model, style="bold")
     whole = [g for g in view.gpus if g.mig is None]  # MIG devices are slices of these, not more GPUs
@@ -59,11 +89,16 @@ def header_text(view: DashboardView, width: int) -> Text:
         slices = [g.mig.profile or "device" for g in view.gpus if g.mig is not None]
         if slices:
             text.append(f" · MIG {slices[0]}" if len(slices) == 1 else f" · {len(slices)} MIG devices")
-    if source.kind != "REPLAY" and view.time is not None:
-        right = f"  {clock(view.time)}"
-        if text.cell_len + len(right) < width:
-            text.append(" " * (width - text.cell_len - len(right)))
-            text.append(right, style="dim")
+    shown = now if now is not None else view.time
+    # under 100 columns a countdown is the sign of life, and the clock gives its room to the model
+    counting = source.kind != "REPLAY" and not source.ended and bool(countdown(source.interval_s, now, next_poll_at))
+    if source.kind != "REPLAY" and shown is not None and not (counting and width < 100):
+        # the clock keeps its place at the right edge: what gives way is the end of the model name
+        right = f"  {clock(shown)}"
+        text.truncate(max(0, width - len(right)), overflow="ellipsis", pad=True)
+        text.append(right, style="dim")
+    # cut here with an ellipsis: left to the widget, a line too long wraps its last word out of sight
+    text.truncate(width, overflow="ellipsis")
     return text
 
 
@@ -75,9 +110,30 @@ class HeaderBar(Panel):
     }
     """
 
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.now: float | None = None
+        self.next_poll_at: float | None = None
+        self._drawn = ""  # the line as last drawn, so a tick that changes no character paints nothing
+
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
-                view.model_name, len(view.gpus), len(view.target_urls), view.others_down)
+                view.model_name, len(view.gpus), len(view.target_urls), view.others_down,
+                self.now, self.next_poll_at)
+
+    def tick(self, now: float | None, next_poll_at: float | None) -> bool:
+        """The wall clock moved on: repaint this line if what it says changed (a new second, a new
+        countdown figure). Returns whether it repaints."""
+        self.now, self.next_poll_at = now, next_poll_at
+        if self.view is None:
+            return False
+        if header_text(self.view, self._render_width(), now, next_poll_at).plain == self._drawn:
+            return False
+        self._content_key = self.content_key(self.view)
+        self.refresh()
+        return True
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
-        return header_text(view, width)
+        text = header_text(view, width, self.now, self.next_poll_at)
+        self._drawn = text.plain
+        return text

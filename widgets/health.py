@@ -71,30 +71,58 @@ def prefill_share_line(block: dict) -> Text | None:
                  (" (bounds; lengths unpaired)" if bounds else "", "dim"))
 
 
-def goodput_line(block: dict) -> Text:
+def goodput_line(block: dict, width: int = 200) -> Text:
+    """The share of requests within the SLO, and with speculation toggled. In a narrow panel the SLO
+    is named rather than spelled out, then the toggled share goes, so neither figure is cut."""
     g = block.get("goodput")
     if g is None:
         return _line("goodput", ("no SLO given (--slo-ttft, --slo-tpot)", "dim"))
     slo = " ".join(part for part in (
         f"TTFT≤{seconds(g['slo_ttft_s'])}" if g["slo_ttft_s"] is not None else "",
         f"TPOT≤{seconds(g['slo_tpot_s'])}" if g["slo_tpot_s"] is not None else "") if part)
-    parts: list[tuple[str, str]] = [(_share(g["share_low"], g["share_high"]), "bold"), (f" within {slo}", "dim")]
-    if g.get("share_high_if_toggled") is not None:
-        parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"),
-                  (_share(g["share_low_if_toggled"], g["share_high_if_toggled"]), "bold")]
-    return _line("goodput", *parts)
+    line = Text()
+    toggled_to = block.get("speculation_toggled_to")
+    for within, toggle_words, with_toggled in ((f" within {slo}", f" · spec {toggled_to}: ", True),
+                                               (" within SLO", f" · spec {toggled_to}: ", True),
+                                               (" in SLO", f" · spec {toggled_to} ", True),
+                                               (" within SLO", "", False)):
+        parts: list[tuple[str, str]] = [(_share(g["share_low"], g["share_high"]), "bold"), (within, "dim")]
+        if g.get("share_high_if_toggled") is not None and with_toggled:
+            parts += [(toggle_words, "dim"),
+                      (_share(g["share_low_if_toggled"], g["share_high_if_toggled"]), "bold")]
+        line = _line("goodput", *parts)
+        if line.cell_len <= width:
+            break
+    return line
 
 
-def energy_line(block: dict) -> Text:
+def energy_line(block: dict, width: int = 200) -> Text:
+    """Energy per output token, with speculation toggled and computed per emitted token. In a
+    narrow panel (the overview's Engine panel) the line gives way rather than being cut: first the
+    computed/emitted ratio goes, then the words shorten, then the toggled figure goes."""
     e = block.get("energy")
     if e is None:
         return _line("energy", ("no GPU energy counter read", "dim"))
-    parts: list[tuple[str, str]] = [(_joules(e["joules_per_token"]), "bold"), (" per output token", "dim")]
-    if e.get("joules_per_token_if_toggled") is not None:
-        parts += [(f" · spec {block['speculation_toggled_to']}: ", "dim"), (_joules(e["joules_per_token_if_toggled"]), "bold")]
-    if e.get("computed_per_emitted") is not None:
-        parts += [(" · ", "dim"), (f"{e['computed_per_emitted']:.2f}", "bold"), (" computed/emitted", "dim")]
-    return _line("energy", *parts)
+    toggled = e.get("joules_per_token_if_toggled")
+    ratio = e.get("computed_per_emitted")
+    toggled_to = block.get("speculation_toggled_to")
+    line = Text()
+    for per, toggle_words, with_toggled, with_ratio in (
+            (" per output token", f" · spec {toggled_to}: ", True, True),
+            (" per output token", f" · spec {toggled_to}: ", True, False),
+            ("/token", f" · spec {toggled_to}: ", True, False),
+            ("/tok", f" · spec {toggled_to} ", True, False),
+            ("/tok", f" · {toggled_to} ", True, False),
+            (" per output token", "", False, False)):
+        parts: list[tuple[str, str]] = [(_joules(e["joules_per_token"]), "bold"), (per, "dim")]
+        if toggled is not None and with_toggled:
+            parts += [(toggle_words, "dim"), (_joules(toggled), "bold")]
+        if ratio is not None and with_ratio:
+            parts += [(" · ", "dim"), (f"{ratio:.2f}", "bold"), (" computed/emitted", "dim")]
+        line = _line("energy", *parts)
+        if line.cell_len <= width:
+            break
+    return line
 
 
 def _share(low: float | None, high: float | None) -> str:

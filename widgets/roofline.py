@@ -18,6 +18,7 @@ from specwatch.widgets.view import DashboardView
 X_LOW, X_HIGH = 1.0, 10_000.0
 Y_LOW = 1e-3  # attainable fraction of peak at the bottom of the picture
 X_TICKS = ((1.0, "1"), (10.0, "10"), (100.0, "100"), (1000.0, "1k"), (10_000.0, "10k"))
+Y_TICKS = ((1.0, "100%"), (0.1, "10%"), (0.01, "1%"), (1e-3, "0.1%"))  # of peak FLOP/s
 Y_LABEL_WIDTH = 5
 
 # The bound signals as an operator names them (perf.bound's identifiers stay in the JSON and exports).
@@ -61,18 +62,45 @@ def roofline_rows(ridge: float, points: list[tuple[float, str]], width: int, hei
     for intensity, mark in points:
         x, y = xy(intensity)
         canvas.text(int(x) // 2, min(height - 1, int(y) // 4), mark)
+    # y: the share of peak FLOP/s the roof allows, labelled at each decade that has a row to itself
+    y_labels: dict[int, str] = {}
+    for fraction, label in Y_TICKS:
+        row = int(((dh - 1) - log_position(fraction, Y_LOW, 1.0, dh)) // 4)
+        y_labels.setdefault(min(height - 1, row), label)
     rows = []
     for r, row in enumerate(canvas.rows()):
-        label = "peak" if r == 0 else ("1e-3" if r == height - 1 else "")
-        rows.append(Text(f"{label:>{Y_LABEL_WIDTH - 1}} ", style="dim") + Text(row))
-    axis = [" "] * plot_w
-    for value, label in X_TICKS:
-        col = int(log_position(value, X_LOW, X_HIGH, plot_w))
-        col = min(col, plot_w - len(label))
-        for i, ch in enumerate(label):
-            axis[col + i] = ch
-    rows.append(Text(" " * Y_LABEL_WIDTH + "".join(axis), style="dim"))
+        rows.append(Text(f"{y_labels.get(r, ''):>{Y_LABEL_WIDTH - 1}} ", style="dim") + Text(row))
+    rows.append(Text(" " * Y_LABEL_WIDTH + x_axis(plot_w), style="dim"))
     return rows
+
+
+def x_axis(plot_w: int) -> str:
+    """The decades of arithmetic intensity, the first with its unit where the row has the room."""
+    axis = [" "] * plot_w
+    free_from = 0
+    for i, (value, label) in enumerate(X_TICKS):
+        if i == 0 and plot_w >= 40:
+            label += " FLOP/byte"
+        col = min(int(log_position(value, X_LOW, X_HIGH, plot_w)), plot_w - len(label))
+        if col < free_from:
+            continue
+        axis[col:col + len(label)] = label
+        free_from = col + len(label) + 1
+    return "".join(axis)
+
+
+def bound_words(bound) -> str:
+    """The bound state and what each signal says, in operator words: "compute-bound · DRAM vs tensor
+    says compute · tokens/step says compute"."""
+    state = bound.state if bound is not None else "unknown"
+    words = f"{state}-bound" if state != "unknown" else "bound: unknown"
+    signals = tuple(bound.signals) if bound is not None else ()
+    names = [SIGNAL_WORDS.get(s.name, s.name.replace("_", " ")) for s in signals]
+    if state != "unknown" and len(signals) > 1 and all(s.state == state for s in signals):
+        return f"{words} · {', '.join(names[:-1])} and {names[-1]} agree"
+    for name, s in zip(names, signals):
+        words += f" · {name} says {s.state}"
+    return words
 
 
 class RooflinePanel(Panel):
@@ -132,14 +160,21 @@ class RooflinePanel(Panel):
             verify = figures.running * (k + 1)
             points.append((verify, "○"))
             legend.append(f"  ○ with k={k}: {verify:.0f}")
-        legend.append(f"   ┊ ridge {ridge:.0f} FLOP/B, {ridge_name}", style="dim")
+        legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")
         bound = view.state.verdict.bound if view.state is not None else None
         state = bound.state if bound is not None else "unknown"
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
-        verdict_line.append(f"{state}-bound" if state != "unknown" else "bound: unknown", style="bold")
-        for s in bound.signals if bound is not None else ():
-            verdict_line.append(f"  {SIGNAL_WORDS.get(s.name, s.name)}: {s.state}", style="dim")
-        text_rows = 2
+        words = bound_words(bound)
+        head, _, tail = words.partition(" · ")
+        verdict_line.append(head, style="bold")
+        if tail:
+            verdict_line.append(" · " + tail, style="dim")
+        signals = tuple(bound.signals) if bound is not None else ()
+        # with the room (the Roofline tab), each signal's own numbers on a line of its own
+        details = [Text(f"  {SIGNAL_WORDS.get(s.name, s.name.replace('_', ' '))}: {s.detail}", style="dim",
+                        no_wrap=True, overflow="ellipsis")
+                   for s in signals if s.detail] if height >= 18 else []
+        text_rows = 2 + len(details)
         picture_rows = max(3, height - text_rows - 1)
         rows = roofline_rows(ridge, points, width, picture_rows)
-        return Group(*rows, legend, verdict_line)
+        return Group(*rows, legend, verdict_line, *details)

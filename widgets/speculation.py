@@ -38,6 +38,30 @@ _FROM_WORDS = {FROM_SERVER_INFO: "/server_info", FROM_FLAGS: "flags", FROM_METRI
 _FLAG_OF = {"method": "--method", "draft_model": "--draft-model"}
 
 
+def break_even_line(verdict, lifetime, width: int) -> Text:
+    """The break-even under the gauge, its low-load value and the engine's lifetime L. Where the line
+    does not fit (the overview at 80 and 120 columns) it gives way rather than being cut: shorter
+    words first, then the lifetime L (the Speculation tab has it)."""
+    low_load = verdict.low_load_break_even
+    differs = finite(low_load) and finite(verdict.break_even_length) \
+        and abs(low_load - verdict.break_even_length) > 0.005
+    life = lifetime.acceptance_length if lifetime is not None else None
+    be = Text()
+    for short, with_life in ((False, True), (True, True), (True, False)):
+        be = Text(no_wrap=True, overflow="ellipsis")
+        be.append("┃ break-even ", style="dim")
+        be.append(num(verdict.break_even_length, 2), style="bold")
+        if differs:
+            be.append(f" (low load {low_load:.2f})" if short else f" (1+k·r = {low_load:.2f} at low load)",
+                      style="dim")
+        if life is not None and with_life:
+            be.append("  lifetime L ", style="dim")
+            be.append(num(life, 2))
+        if be.cell_len <= width:
+            break
+    return be
+
+
 def provenance_line(config: SpeculationConfig | None) -> Text:
     """Where the method, k and draft model came from, or how to make them known."""
     line = Text(no_wrap=True, overflow="ellipsis")
@@ -116,25 +140,16 @@ class SpeculationPanel(Panel):
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:
             length = lifetime.acceptance_length
-        gauge_width = max(8, min(48, width - 11))
+        gauge_width = max(8, min(72, width - 11))
         gauge = Text("L ", style="dim")
         gauge.append(f"{num(length, 2):>5} ", style="bold")
         gauge.append_text(length_gauge(length, verdict.break_even_length, k, gauge_width))
         gauge.append(f" {k + 1}", style="dim")
         lines.append(gauge)
-        be = Text(no_wrap=True, overflow="ellipsis")
-        be.append("┃ break-even ", style="dim")
-        be.append(num(verdict.break_even_length, 2), style="bold")
-        if finite(verdict.low_load_break_even) and finite(verdict.break_even_length) \
-                and abs(verdict.low_load_break_even - verdict.break_even_length) > 0.005:
-            be.append(f" (1+k·r = {verdict.low_load_break_even:.2f} at low load)", style="dim")
-        if lifetime is not None and lifetime.acceptance_length is not None:
-            be.append("  lifetime L ", style="dim")
-            be.append(num(lifetime.acceptance_length, 2))
-        lines.append(be)
+        lines.append(break_even_line(verdict, lifetime, width))
 
         rates = acc.per_position if acc and acc.per_position else ()
-        bar_width = max(6, min(30, width - 16))
+        bar_width = max(6, min(48, width - 16))
         for i, p in enumerate(rates):
             row = Text(f"pos {i + 1:<2} ", style="dim", no_wrap=True)
             row.append(bar(p, bar_width))

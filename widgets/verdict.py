@@ -56,17 +56,27 @@ def big_word(word: str) -> list[str]:
     return rows
 
 
-def summary_line(view: DashboardView) -> Text:
-    """Confidence, expected speedup and the break-even, on one line."""
+def summary_line(view: DashboardView, compact: bool = False) -> Text:
+    """The verdict as a plain word, then confidence and expected speedup, on one line.
+
+    The block letters beside it read as noise to a screen reader and paste as box characters: the
+    word in plain text is what those (and grep on a captured screen) find. Once, at every size;
+    under 110 columns without the "verdict:" prefix' colon and padding, so the speedup still fits."""
     verdict = view.state.verdict if view.state is not None else None
+    speculation = verdict.speculation if verdict is not None else "unknown"
     text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("verdict " if compact else "verdict: ", style="dim")
+    text.append(WORDS.get(speculation, speculation.upper()), style="bold")
+    text.append("  " if compact else "   ")
     if verdict is None:
         text.append("no reading yet", style="dim")
         return text
+    if speculation == "unknown" and not verdict.confidence:
+        return text  # no confidence, no speedup: the reason under the letters says why
     text.append("confidence ", style="dim")
     text.append(f"{pct(verdict.confidence)} ", style="bold")
     text.append(bar(verdict.confidence, 8))
-    text.append("   expected ", style="dim")
+    text.append("  expected " if compact else "   expected ", style="dim")
     text.append(speedup(verdict.expected_speedup), style="bold")
     return text
 
@@ -161,7 +171,7 @@ class VerdictBanner(Panel):
         speculation = verdict.speculation if verdict is not None else "unknown"
         word = WORDS.get(speculation, speculation.upper())
         letters = big_word(word)
-        right: list[Text] = [summary_line(view), detail_line(view, width)]
+        right: list[Text] = [summary_line(view, compact=width < 110), detail_line(view, width)]
         words = MEANING.get(speculation, "")
         if verdict is not None and not verdict.configured and speculation in UNCONFIGURED_MEANING:
             words = UNCONFIGURED_MEANING[speculation]
