@@ -114,7 +114,7 @@ class HeaderBar(Panel):
         super().__init__(id=id, classes=classes)
         self.now: float | None = None
         self.next_poll_at: float | None = None
-        self._drawn = ""  # the line as last drawn, so a tick that changes no character paints nothing
+        self._line_drawn = ""  # the line as last drawn, so a tick that changes no character paints nothing
 
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
@@ -127,13 +127,14 @@ class HeaderBar(Panel):
         self.now, self.next_poll_at = now, next_poll_at
         if self.view is None:
             return False
-        if header_text(self.view, self._render_width(), now, next_poll_at).plain == self._drawn:
+        if header_text(self.view, self._render_width(), now, next_poll_at).plain == self._line_drawn:
             return False
         self._content_key = self.content_key(self.view)
+        self._drawn = None  # the picture show() kept has the old clock in it
         self.refresh()
         return True
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         text = header_text(view, width, self.now, self.next_poll_at)
-        self._drawn = text.plain
+        self._line_drawn = text.plain
         return text
