@@ -195,10 +195,14 @@ class _SnapshotDecoderV1:
 _scan_once = json.JSONDecoder().scan_once
 
 try:
-    # A recording is 86 400 lines a day: orjson parses one in a sixth of the stdlib's time, which is
+    # A recording is 86 400 lines a day: orjson parses one in a sixth of the stdlib's time, which was
     # most of a headless replay's reading. It reads strict JSON into the same values (floats
-    # correctly rounded, as the stdlib's); what it refuses (NaN, integers beyond 64 bits, lone
-    # surrogates, bad UTF-8) goes through the stdlib below, which accepts it or says what is wrong.
+    # correctly rounded, as the stdlib's); what it refuses (NaN, lone surrogates, bad UTF-8, a line
+    # that is not one value) goes through the stdlib below, which accepts it or says what is wrong.
+    # One difference: an integer beyond 64 bits comes back as the nearest float, not as an int. No
+    # recorder writes one (counters are floats; indices, pids and byte counts fit), and the reader
+    # passes numbers through float() (the same float either way) or int() (inf or a huge int alike
+    # make a GPU index no collector gives).
     from orjson import loads as _fast_loads
 except ImportError:  # a platform without its wheel: the stdlib alone
     _fast_loads = None
