@@ -150,6 +150,13 @@ class _Model:
         return seconds(self.i.step_model.step_time(b, b * self.i.context_per_sequence))
 
     def parts(self, b: float, k: int) -> dict[str, float]:
+        plain, verify, attention, draft = self._parts(b, k)
+        return {"plain_s": plain, "verify_s": verify, "attention_s": attention, "draft_s": draft,
+                "speculative_s": verify + attention + draft}
+
+    def _parts(self, b: float, k: int) -> tuple[float, float, float, float]:
+        """(plain, verify, attention, draft) seconds at batch b: `parts` without its dict, for
+        `speedup` (a dozen calls a decision, most of them the crossover's root search)."""
         i = self.i
         context = b * i.context_per_sequence
         positions = _positions(i, k)
@@ -161,8 +168,7 @@ class _Model:
             attention = verify_attention_s(kv_read, positions)
         draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
         draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
-        return {"plain_s": plain, "verify_s": verify, "attention_s": attention, "draft_s": draft,
-                "speculative_s": verify + attention + draft}
+        return plain, verify, attention, draft
 
     def capacity(self, k: int) -> Capacity:
         known = self._capacities.get(k)
@@ -204,8 +210,10 @@ class _Model:
 
     def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
-        spec = self.parts(b_spec, k)["speculative_s"]
-        plain = self.plain(b_plain)
+        plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
+        spec = verify + attention + draft
+        # the same batch in both modes (no cap binds) is the same plain step, priced once
+        plain = plain_at_spec if b_plain == b_spec else self.plain(b_plain)
         if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
             raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
                              f"(plain {plain!r} s, speculative {spec!r} s)")

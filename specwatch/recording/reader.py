@@ -194,12 +194,27 @@ class _SnapshotDecoderV1:
 
 _scan_once = json.JSONDecoder().scan_once
 
+try:
+    # A recording is 86 400 lines a day: orjson parses one in a sixth of the stdlib's time, which was
+    # most of a headless replay's reading. It reads strict JSON into the same values (floats
+    # correctly rounded, as the stdlib's); what it refuses (NaN, lone surrogates, bad UTF-8, a line
+    # that is not one value) goes through the stdlib below, which accepts it or says what is wrong.
+    # One difference: an integer beyond 64 bits comes back as the nearest float, not as an int. No
+    # recorder writes one (counters are floats; indices, pids and byte counts fit), and the reader
+    # passes numbers through float() (the same float either way) or int() (inf or a huge int alike
+    # make a GPU index no collector gives).
+    from orjson import loads as _fast_loads
+except ImportError:  # a platform without its wheel: the stdlib alone
+    _fast_loads = None
+
 
 def _loads_line(line: bytes) -> Any:
     """json.loads(line), without its per-call overhead for the lines the writer makes (one object,
     UTF-8, no surrounding whitespace). Anything else, errors included, goes through json.loads."""
     if line[:1] == b"{":
         try:
+            if _fast_loads is not None:
+                return _fast_loads(line)
             text = line.decode()
             obj, end = _scan_once(text, 0)
             if end == len(text):
@@ -241,21 +256,200 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
         yield snapshot
 
 
-def _gpu(written: Any, before: tuple[GpuSample, ...], i: int) -> GpuSample:
-    """A GPU as written: whole, or as the values that changed since the earlier reading."""
-    changed = written.get("changed")
-    if changed is None:
-        return GpuSample.from_dict(written)
-    old = before[i]  # IndexError when there is no earlier reading: a bad file
-    values = dict(old.values)
-    if not changed.keys() <= values.keys():
-        raise ValueError("a GPU value that was not read before")
-    for k, v in changed.items():
-        values[k] = v if v.__class__ is float else decode_float(v)
-    return GpuSample(index=old.index, name=old.name, uuid=old.uuid, source=old.source, values=values,
-                     errors=old.errors, lost=old.lost, throttle_reasons=old.throttle_reasons,
-                     processes=old.processes, compute_capability=old.compute_capability, mig_mode=old.mig_mode,
-                     mig=old.mig)
+def _slots_maker(cls: type) -> Callable[..., Any]:
+    """cls(*fields), in the dataclass's field order, set through its slots: a frozen dataclass's
+    __init__ sets each field through object.__setattr__, which costs twice as much. A line of an
+    8-GPU node makes a dozen such objects (86 400 lines a day); the fields are the dataclass's own,
+    so a field added later is set too (and one not given fails at once)."""
+    setters = tuple(cls.__dict__[f].__set__ for f in cls.__dataclass_fields__)
+    count = len(setters)
+
+    def make(*values: Any) -> Any:
+        if len(values) != count:
+            raise TypeError(f"{cls.__name__} takes {count} fields, {len(values)} given")
+        obj = _new_object(cls)
+        for set_, value in zip(setters, values):
+            set_(obj, value)
+        return obj
+
+    return make
+
+
+_new_object = object.__new__
+_make_target = _slots_maker(TargetSample)
+_make_engine = _slots_maker(EngineSample)
+_make_snapshot = _slots_maker(Snapshot)
+
+# A GpuSample with another `values`: 8 GPUs a line, most written as the one value that changed (the
+# energy counter): the other fields are copied through their slots.
+_GPU_KEPT = tuple((GpuSample.__dict__[f].__get__, GpuSample.__dict__[f].__set__)
+                  for f in GpuSample.__dataclass_fields__ if f != "values")
+_GPU_SET_VALUES = GpuSample.__dict__["values"].__set__
+
+
+def _gpu_with_values(old: GpuSample, values: dict[str, float]) -> GpuSample:
+    sample = _new_object(GpuSample)
+    for get, set_ in _GPU_KEPT:
+        set_(sample, get(old))
+    _GPU_SET_VALUES(sample, values)
+    return sample
+
+
+def _gpu_readings(written: Any, before: tuple[tuple[GpuSample, ...], tuple[dict[str, float], ...]],
+                  ) -> tuple[tuple[GpuSample, ...], tuple[dict[str, float], ...]]:
+    """The GPUs of a line as written (each whole, "same", or the values that changed since the
+    earlier reading), as each GPU's last reading written whole and its values now: the GpuSamples
+    are made when the Snapshot's `gpus` are first read (see _ReadSnapshot)."""
+    bases, values = before
+    out_bases: list[GpuSample] = []
+    out_values: list[dict[str, float]] = []
+    for i, e in enumerate(written):
+        if e == SAME:
+            base, vals = bases[i], values[i]  # IndexError when a "same" points nowhere: a bad file
+        else:
+            changed = e.get("changed")
+            if changed is None:
+                base = GpuSample.from_dict(e)
+                vals = base.values
+            else:
+                base = bases[i]  # IndexError when there is no earlier reading: a bad file
+                vals = values[i].copy()
+                if not changed.keys() <= vals.keys():
+                    raise ValueError("a GPU value that was not read before")
+                for k, v in changed.items():
+                    vals[k] = v if v.__class__ is float else decode_float(v)
+        out_bases.append(base)
+        out_values.append(vals)
+    return tuple(out_bases), tuple(out_values)
+
+
+_SNAPSHOT_GPUS = Snapshot.__dict__["gpus"]  # the dataclass's slot, under the property below
+_UNSET = object()
+
+
+class _ReadSnapshot(Snapshot):
+    """A Snapshot of a format-2 line whose GPUs changed since the line before: its GpuSamples are
+    made when `gpus` is first read. Eight GPUs a line and 86 400 lines a day, while a headless
+    replay reads the GPUs of one line in five (at the advisor's evaluations): making them all was a
+    third of reading a line. Equal to, hashed, shown and copied as the Snapshot it stands for."""
+
+    __slots__ = ("_gpu_source",)
+
+    def __init__(self, time: float, targets: tuple[TargetSample, ...] = (), gpus: tuple[GpuSample, ...] = (),
+                 sources: tuple[SourceStatus, ...] = (), version: int = SNAPSHOT_VERSION) -> None:
+        # Snapshot's own fields, all read (dataclasses.replace() makes one of these from another)
+        _make_snapshot_fields(self, time, targets, gpus, sources, version)
+        _READ_SNAPSHOT_SOURCE(self, None)
+
+    @property
+    def gpus(self) -> tuple[GpuSample, ...]:  # type: ignore[override]
+        try:
+            return _SNAPSHOT_GPUS.__get__(self)
+        except AttributeError:
+            pass
+        bases, values = self._gpu_source
+        gpus = tuple([base if vals is base.values else _gpu_with_values(base, vals)
+                      for base, vals in zip(bases, values)])
+        _SNAPSHOT_GPUS.__set__(self, gpus)
+        return gpus
+
+    def _fields(self) -> tuple[Any, ...]:
+        return self.time, self.targets, self.gpus, self.sources, self.version
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return self._fields() == (other.time, other.targets, other.gpus, other.sources, other.version)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"Snapshot(time={self.time!r}, targets={self.targets!r}, gpus={self.gpus!r}, "
+                f"sources={self.sources!r}, version={self.version!r})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Snapshot, self._fields()
+
+
+_READ_SNAPSHOT_SOURCE = _ReadSnapshot.__dict__["_gpu_source"].__set__
+_SNAPSHOT_SETTERS = tuple(Snapshot.__dict__[f].__set__ for f in Snapshot.__dataclass_fields__)
+
+
+def _make_snapshot_fields(snapshot: Snapshot, *values: Any) -> None:
+    for set_, value in zip(_SNAPSHOT_SETTERS, values, strict=True):
+        if value is not _UNSET:
+            set_(snapshot, value)
+
+
+def _make_read_snapshot(time: float, targets: tuple[TargetSample, ...], gpus: Any, sources: tuple[SourceStatus, ...],
+                        version: int, gpu_source: tuple[Any, Any]) -> _ReadSnapshot:
+    snapshot = _new_object(_ReadSnapshot)
+    _make_snapshot_fields(snapshot, time, targets, gpus, sources, version)
+    _READ_SNAPSHOT_SOURCE(snapshot, gpu_source)
+    return snapshot
+
+
+_HISTOGRAM_BUCKETS = Histogram.__dict__["buckets"]  # the dataclass's slot, under the property below
+
+
+class _WrittenHistogram(Histogram):
+    """A Histogram as a format-2 line writes it (counts against the bucket bounds of its layout):
+    the (bound, count) pairs are made when first read. Seven histograms a line, 86 400 lines a day,
+    and a Window reads the buckets of few of them (the first and last reading of a window at each
+    evaluation), while pairing them was a fifth of reading a line. Equal to, hashed, shown and
+    copied as the Histogram it stands for."""
+
+    __slots__ = ("_bounds", "_counts")
+
+    def __init__(self, bounds: tuple[float, ...], counts: list[float], sum: float, count: float) -> None:
+        set_ = object.__setattr__
+        set_(self, "_bounds", bounds)
+        set_(self, "_counts", counts)  # as many as bounds, or fewer: the rest repeat the last
+        set_(self, "sum", sum)
+        set_(self, "count", count)
+
+    @property
+    def buckets(self) -> tuple[tuple[float, float], ...]:  # type: ignore[override]
+        try:
+            return _HISTOGRAM_BUCKETS.__get__(self)
+        except AttributeError:
+            pass
+        bounds, counts = self._bounds, self._counts
+        missing = len(bounds) - len(counts)
+        buckets = tuple(zip(bounds, counts + [counts[-1]] * missing if missing else counts))
+        _HISTOGRAM_BUCKETS.__set__(self, buckets)
+        return buckets
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        return (self.buckets, self.sum, self.count) == (other.buckets, other.sum, other.count)
+
+    def __hash__(self) -> int:
+        return hash((self.buckets, self.sum, self.count))
+
+    def __repr__(self) -> str:
+        return f"Histogram(buckets={self.buckets!r}, sum={self.sum!r}, count={self.count!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Histogram, (self.buckets, self.sum, self.count)
+
+
+_WRITTEN_HISTOGRAM_SLOTS = (_WrittenHistogram.__dict__["_bounds"].__set__, _WrittenHistogram.__dict__["_counts"].__set__,
+                            Histogram.__dict__["sum"].__set__, Histogram.__dict__["count"].__set__)
+
+
+def _make_written_histogram(bounds: tuple[float, ...], counts: list[float], sum: float,
+                            count: float) -> _WrittenHistogram:
+    """_WrittenHistogram(bounds, counts, sum, count), set through its slots (seven a line)."""
+    h = _new_object(_WrittenHistogram)
+    set_bounds, set_counts, set_sum, set_count = _WRITTEN_HISTOGRAM_SLOTS
+    set_bounds(h, bounds)
+    set_counts(h, counts)
+    set_sum(h, sum)
+    set_count(h, count)
+    return h
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
@@ -298,30 +492,37 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 raw = obj.get(name, ())
                 if raw == SAME:
                     entries = previous[name]  # KeyError when there is no previous Snapshot: a bad file
+                elif decode is None:
+                    entries = _gpu_readings(raw, previous.get(name, ((), ())))
                 else:
                     before = previous.get(name, ())
                     # IndexError when a "same" points nowhere: a bad file
-                    entries = tuple([before[i] if e == SAME else decode(e) if decode is not None
-                                     else _gpu(e, before, i) for i, e in enumerate(raw)])
+                    entries = tuple([before[i] if e == SAME else decode(e) for i, e in enumerate(raw)])
                 previous[name] = entries
                 out.append(entries)
-            return Snapshot(time=float(obj["time"]), targets=out[0], gpus=out[1], sources=out[2])
+            time = float(obj["time"])
+            bases, values = out[1]
+            for base, vals in zip(bases, values):
+                if vals is not base.values:
+                    return _make_read_snapshot(time, out[0], _UNSET, out[2], SNAPSHOT_VERSION, out[1])
+            return _make_snapshot(time, out[0], bases, out[2], SNAPSHOT_VERSION)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
             raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
 
     def _target(self, d: dict[str, Any]) -> TargetSample:
         url = str(d["url"])
-        return TargetSample(
-            url=url,
-            state=str(d["state"]),
-            message=str(d.get("message", "")),
-            version=d.get("version"),
-            engines=tuple([self._engine(url, e) for e in d.get("engines", ())]),
-            process_start_time=d.get("process_start_time"),
-            scrape_seconds=d.get("scrape_seconds"),
-            payload_bytes=d.get("payload_bytes"),
-            speculation=self._speculation_of(url, d.get("speculation")),
-            engine=None if d.get("engine") is None else str(d["engine"]),
+        engine = d.get("engine")
+        return _make_target(  # TargetSample's fields, in order
+            url,
+            str(d["state"]),
+            str(d.get("message", "")),
+            d.get("version"),
+            tuple([self._engine(url, e) for e in d.get("engines", ())]),
+            d.get("process_start_time"),
+            d.get("scrape_seconds"),
+            d.get("payload_bytes"),
+            self._speculation_of(url, d.get("speculation")),
+            None if engine is None else str(engine),
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:
@@ -341,6 +542,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
         histograms = {}
         layouts = self._layouts
+        written_histogram = _make_written_histogram
         written = d.get("histograms", {})
         if written.__class__ is list:  # the families of the earlier reading, in its order
             names = before.histograms
@@ -366,20 +568,19 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             counts = [c if c.__class__ is float else float(c) for c in h[2:]]
             missing = len(bounds) - len(counts)
             if missing > 0:
-                counts += [counts[-1]] * missing  # IndexError when none was written: a bad file
+                counts[-1]  # noqa: B018 - IndexError when none was written: a bad file
             elif missing < 0:
                 raise ValueError("more bucket counts than bucket bounds")
             count = h[1]
-            histograms[name] = Histogram(tuple(zip(bounds, counts)), float(h[0]),
-                                         counts[-1] if count is None else float(count))
-        sample = EngineSample(
-            engine=engine,
-            model_name=model_name,
-            counters=counters,
-            gauges=gauges,
-            histograms=histograms,
-            accepted_per_position=tuple([v if v.__class__ is float else float(v)
-                                         for v in d.get("accepted_per_position", ())]),
+            histograms[name] = written_histogram(bounds, counts, float(h[0]),
+                                                 counts[-1] if count is None else float(count))
+        sample = _make_engine(  # EngineSample's fields, in order
+            engine,
+            model_name,
+            counters,
+            gauges,
+            histograms,
+            tuple([v if v.__class__ is float else float(v) for v in d.get("accepted_per_position", ())]),
         )
         self._engines[key] = sample
         return sample
