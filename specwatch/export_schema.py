@@ -44,7 +44,8 @@ REASON = "reason"
 
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
-               "method_assumed", "engine_stalled", "gpu_unidentified")
+               "method_assumed", "engine_stalled", "gpu_unidentified", "mig_shape_assumed", "sweep_mismatch",
+               "sweep_stale", "sweep_unverified", "sweep_disagrees")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
 # quietly and not found, NVML turned off by a flag, no NVIDIA driver on the node. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.

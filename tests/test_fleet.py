@@ -522,10 +522,14 @@ def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch
         async def read(pilot) -> None:
             while app.reading is None:
                 await pilot.pause(0.05)
-            # the table lays its rows out on later refreshes: under load one pause was not always enough
-            for _ in range(5):
+            # The table sizes its columns to their cells on a later refresh: until then the node
+            # names are cut to their headers' width. Wait for the whole name on screen, however
+            # long a loaded machine takes (a fixed number of pauses was not always enough).
+            for _ in range(400):
                 await pilot.pause(0.05)
-            await pilot.wait_for_scheduled_animations()
+                await pilot.wait_for_scheduled_animations()
+                if "gpu-node-8&#160;" in app.export_screenshot():
+                    break
 
         assert snap_compare(app, terminal_size=(80, 24), run_before=read)
     row = app.rows[0]
