@@ -204,9 +204,7 @@ class _Model:
                 ratio = (cap.speculative / cap.plain) if cap.plain and cap.speculative else 1.0
                 plain_cap = held if plain_cap is None else min(plain_cap, held)
                 spec_cap = held * ratio if spec_cap is None else min(spec_cap, held * ratio)
-        b_plain = demand if plain_cap is None else max(1.0, min(demand, plain_cap))
-        b_spec = demand if spec_cap is None else max(1.0, min(demand, spec_cap))
-        return b_plain, b_spec, cap
+        return _held_to(demand, plain_cap), _held_to(demand, spec_cap), cap
 
     def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
@@ -224,8 +222,7 @@ class _Model:
         (the same operations, elementwise). None where a step time is not positive and finite
         somewhere on the grid, or the step-time model takes no arrays: `speedup` says why."""
         cap = self.capacity(k)
-        b_plain = grid if cap.plain is None else np.maximum(1.0, np.minimum(grid, cap.plain))
-        b_spec = grid if cap.speculative is None else np.maximum(1.0, np.minimum(grid, cap.speculative))
+        b_plain, b_spec = _held_to(grid, cap.plain), _held_to(grid, cap.speculative)
         try:
             spec = np.asarray(self.parts(b_spec, k)["speculative_s"], dtype=float)
             plain = np.asarray(self.plain(b_plain), dtype=float)
@@ -249,6 +246,15 @@ def _lengths(inputs: DecisionInputs, k_new: int) -> tuple[float, bool] | None:
         estimate = length_at_k_iid(inputs.length, inputs.k, k_new)
         return estimate.length, estimate.extrapolated
     return None
+
+
+def _held_to(demand: float | np.ndarray, cap: float | None) -> float | np.ndarray:
+    """The batch a mode runs at for this demand under its cap (at least 1), elementwise for a grid."""
+    if cap is None:
+        return demand
+    if isinstance(demand, np.ndarray):
+        return np.maximum(1.0, np.minimum(demand, cap))
+    return max(1.0, min(demand, cap))
 
 
 def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crossover:
