@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import inspect
 import json
 import os
 import zlib
@@ -256,12 +257,14 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
         yield snapshot
 
 
-def _slots_maker(cls: type) -> Callable[..., Any]:
-    """cls(*fields), in the dataclass's field order, set through its slots: a frozen dataclass's
-    __init__ sets each field through object.__setattr__, which costs twice as much. A line of an
-    8-GPU node makes a dozen such objects (86 400 lines a day); the fields are the dataclass's own,
-    so a field added later is set too (and one not given fails at once)."""
-    setters = tuple(cls.__dict__[f].__set__ for f in cls.__dataclass_fields__)
+def _slots_maker(cls: type, fields: tuple[str, ...] | None = None) -> Callable[..., Any]:
+    """cls(*fields), in the dataclass's field order (or `fields`' own), set through its slots: a
+    frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice as
+    much. A line of an 8-GPU node makes a dozen such objects (86 400 lines a day); the fields are
+    the dataclass's own, so a field added later is set too (and one not given fails at once)."""
+    names = tuple(cls.__dataclass_fields__) if fields is None else fields
+    # a slot may be a base class's (a Histogram's sum under _WrittenHistogram)
+    setters = tuple(inspect.getattr_static(cls, f).__set__ for f in names)
     count = len(setters)
 
     def make(*values: Any) -> Any:
@@ -436,20 +439,8 @@ class _WrittenHistogram(Histogram):
         return Histogram, (self.buckets, self.sum, self.count)
 
 
-_WRITTEN_HISTOGRAM_SLOTS = (_WrittenHistogram.__dict__["_bounds"].__set__, _WrittenHistogram.__dict__["_counts"].__set__,
-                            Histogram.__dict__["sum"].__set__, Histogram.__dict__["count"].__set__)
-
-
-def _make_written_histogram(bounds: tuple[float, ...], counts: list[float], sum: float,
-                            count: float) -> _WrittenHistogram:
-    """_WrittenHistogram(bounds, counts, sum, count), set through its slots (seven a line)."""
-    h = _new_object(_WrittenHistogram)
-    set_bounds, set_counts, set_sum, set_count = _WRITTEN_HISTOGRAM_SLOTS
-    set_bounds(h, bounds)
-    set_counts(h, counts)
-    set_sum(h, sum)
-    set_count(h, count)
-    return h
+# _WrittenHistogram(bounds, counts, sum, count), set through its slots (seven a line)
+_make_written_histogram = _slots_maker(_WrittenHistogram, ("_bounds", "_counts", "sum", "count"))
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
