@@ -719,17 +719,22 @@ class SpecwatchApp(App[int]):
             return
         await self._read_one("step")
 
+    async def _step_source(self) -> Snapshot | None:
+        """The replay's next reading, one step on: step() may hand back the Snapshot, or ready the
+        next read()."""
+        result = await maybe_await(self.source.step())
+        return result if isinstance(result, Snapshot) else await self.source.read()
+
     async def _read_one(self, what: str, until: float | None = None) -> None:
-        """Read and show one reading of a paused replay. step() may hand back the Snapshot, or
-        ready the next read(). With `until`, readings before that data time go into the Monitor
-        (and their verdict changes into Events) and the first one at or after it is shown."""
+        """Read and show one reading of a paused replay. With `until`, readings before that data
+        time go into the Monitor (and their verdict changes into Events) and the first one at or
+        after it is shown."""
         if self._poll_in_flight:
             return
         self._poll_in_flight = True
         try:
             while True:
-                result = await maybe_await(self.source.step())
-                snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+                snapshot = await self._step_source()
                 if snapshot is None or until is None or snapshot.time >= until:
                     break
                 _, changes = await asyncio.to_thread(self._ingest, snapshot)
@@ -832,8 +837,7 @@ class SpecwatchApp(App[int]):
         self._poll_in_flight = True
         try:
             await maybe_await(self.source.seek(mark.time))
-            result = await maybe_await(self.source.step())
-            snapshot = result if isinstance(result, Snapshot) else await self.source.read()
+            snapshot = await self._step_source()
             monitor, changes = await asyncio.to_thread(index.restore, mark)
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"jump: {type(exc).__name__}: {exc}"))
