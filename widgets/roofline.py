@@ -162,7 +162,6 @@ class RooflinePanel(Panel):
             legend.append(f"  ○ with k={k}: {verify:.0f}")
         legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")
         bound = view.state.verdict.bound if view.state is not None else None
-        state = bound.state if bound is not None else "unknown"
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
         words = bound_words(bound)
         head, _, tail = words.partition(" · ")
