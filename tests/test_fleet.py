@@ -415,11 +415,9 @@ def test_a_dcgm_only_node_without_nvml_needs_no_attention() -> None:
 
 
 def test_an_unreachable_target_is_down_with_its_reason_at_80_columns() -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     from specwatch.collectors.prometheus import PromSample
-    from specwatch.fleet import COLUMNS, row_cells
+    from specwatch.fleet import row_cells
 
     target = "http://10.0.0.7:8000"
     series = _verdict_series("gpu-7", "unknown", target) + _verdict_series("gpu-8", "on") + [
