@@ -415,7 +415,6 @@ def test_a_dcgm_only_node_without_nvml_needs_no_attention() -> None:
 
 
 def test_an_unreachable_target_is_down_with_its_reason_at_80_columns() -> None:
-
     from specwatch.collectors.prometheus import PromSample
     from specwatch.fleet import row_cells
 
