@@ -19,14 +19,14 @@ def test_record_a_real_server_and_replay_it(ngram_server, tmp_path):
     with Traffic(ngram_server, concurrency=2):
         time.sleep(2.0)  # traffic in flight before the first poll
         r = subprocess.run([sys.executable, "-m", "specwatch", "record", "-o", str(out), "--url", ngram_server.url,
-                            "--duration", "8", "--interval", "1", "--no-dcgm", "--method", "ngram"],
+                            "--duration", "8", "--interval", "1", "--timeout", "30", "--no-dcgm", "--method", "ngram"],
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     rec = read_recording(out)
     assert rec.warnings == []
     assert rec.header.data == "real" and rec.header.advisor == {"method": "ngram"}
-    assert len(rec.snapshots) >= 6
+    assert len(rec.snapshots) >= 4  # polls re-arm after they complete: a loaded machine fits fewer in 8 s
     assert all(s.targets[0].ok for s in rec.snapshots)
     engine = rec.snapshots[-1].targets[0].engines[0]
     assert len(engine.accepted_per_position) == 4  # k = 4, from the live server's position labels

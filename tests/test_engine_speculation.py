@@ -29,7 +29,8 @@ pytestmark = pytest.mark.engine
 
 # What the advisor's first reason says of an n-gram proposer with k=4 (METHOD_WORDS["ngram"]).
 NGRAM_WORDS = "for n-gram lookup with k=4"
-QUIET = ["--no-nvml", "--no-dcgm"]
+# no GPU here; and a CPU vLLM under traffic can take seconds to answer /metrics on a busy machine
+QUIET = ["--no-nvml", "--no-dcgm", "--timeout", "30"]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,8 @@ def dev_recording(dev_server, tmp_path_factory):
 
 def test_record_keeps_the_config_from_server_info_in_every_reading(dev_recording):
     rec = read_recording(dev_recording)
-    assert rec.warnings == [] and len(rec.snapshots) >= 10
+    # each poll is re-armed after it completes, so a loaded machine fits fewer than 14 into 14 s
+    assert rec.warnings == [] and len(rec.snapshots) >= 5
     configs = {s.targets[0].speculation for s in rec.snapshots}
     assert len(configs) == 1, configs
     (config,) = configs

@@ -21,7 +21,8 @@ def test_tune_on_a_real_ngram_server_gives_a_schedule_vllm_accepts_and_runs(ngra
     with Traffic(ngram_server, concurrency=3):
         r = subprocess.run(
             [sys.executable, "-m", "specwatch", "tune", "--url", ngram_server.url, "--method", "ngram",
-             "--duration", "16", "--interval", "2", "--max-batch", "16", "--vllm-python", vllm_py, "--json"],
+             "--duration", "16", "--interval", "2", "--timeout", "30", "--max-batch", "16", "--vllm-python", vllm_py,
+             "--json"],
             capture_output=True, text=True, timeout=600,
         )
     assert r.returncode == 0, r.stderr
