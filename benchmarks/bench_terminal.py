@@ -124,6 +124,10 @@ class LoopbackServer:
         routes, lock = self.routes, self.lock
 
         class Handler(BaseHTTPRequestHandler):
+            # keep-alive, as vLLM's uvicorn serves /metrics: a client that keeps its connection
+            # open is not charged a TCP handshake per poll
+            protocol_version = "HTTP/1.1"
+
             def do_GET(self) -> None:  # noqa: N802 - the http.server spelling
                 payload = routes.get(self.path.split("?")[0])
                 if payload is None:

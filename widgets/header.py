@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 from rich.console import RenderableType
+from rich.segment import Segment
 from rich.text import Text
+from textual.strip import Strip
 
 from specwatch.widgets.format import MISSING, clock, date_clock, short_host
 from specwatch.widgets.panel import Panel
@@ -115,6 +117,7 @@ class HeaderBar(Panel):
         self.now: float | None = None
         self.next_poll_at: float | None = None
         self._line_drawn = ""  # the line as last drawn, so a tick that changes no character paints nothing
+        self._strip: tuple[RenderableType, int, Strip] | None = None  # (picture, width, its line)
 
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
@@ -127,12 +130,32 @@ class HeaderBar(Panel):
         self.now, self.next_poll_at = now, next_poll_at
         if self.view is None:
             return False
-        if header_text(self.view, self._render_width(), now, next_poll_at).plain == self._line_drawn:
+        width = self._render_width()
+        text = header_text(self.view, width, now, next_poll_at)
+        if text.plain == self._line_drawn:
             return False
         self._content_key = self.content_key(self.view)
-        self._drawn = None  # the picture show() kept has the old clock in it
+        self._line_drawn = text.plain
+        self._drawn = (self.view, width, text)  # the repaint that follows draws this picture
         self.refresh()
         return True
+
+    def render_line(self, y: int) -> Strip:
+        """The one line, drawn straight from its Text's segments. This line is repainted every
+        second (the clock), and every repaint of it also repaints the screen-level widgets beside
+        it: Textual's general path (measure, wrap, justify, convert) would cost twice as much for a
+        line that header_text has already cut to the width."""
+        width = self.size.width
+        if y != 0 or not width:
+            return Strip.blank(width, self.rich_style)
+        picture = self.render()
+        cached = self._strip
+        if cached is not None and cached[0] is picture and cached[1] == width:
+            return cached[2]
+        text = picture if isinstance(picture, Text) else Text(str(picture))
+        strip = Strip(list(Segment.simplify(text.render(self.app.console)))).adjust_cell_length(width).apply_style(self.rich_style)
+        self._strip = (picture, width, strip)
+        return strip
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         text = header_text(view, width, self.now, self.next_poll_at)
