@@ -492,8 +492,10 @@ class SpecwatchApp(App[int]):
             recording_stopped=self.recording_stopped,
         )
 
-    def _health(self, url: str | None) -> dict | None:
-        """The selected target's health block over the window (None before two readings)."""
+    def _health_report(self, url: str | None) -> Callable[[bool], dict] | None:
+        """The selected target's health block over the window, to be worked out when a panel reads
+        it (None before two readings). What it is made of is taken now, from this poll's window:
+        the next poll's ingest moves the window on, in its own thread."""
         from specwatch.health import health_report, node_output_tokens
 
         window = self.monitor.window
@@ -508,9 +510,12 @@ class SpecwatchApp(App[int]):
         config = self.monitor.advisor_config
         gpu_joules, _ = window.gpu_energy()
         tokens = node_output_tokens(t.increases for t in windows.values() if t is not None)
-        return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
-                             tw.speculation_configured,
-                             state.verdict.expected_speedup if state is not None else None, tokens)
+        speedup = state.verdict.expected_speedup if state is not None else None
+
+        def report(breakdown: bool) -> dict:
+            return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
+                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown)
+        return report
 
     def view(self) -> DashboardView:
         """The view of the selected target and engine; rebuilt only after something changed."""
@@ -546,7 +551,7 @@ class SpecwatchApp(App[int]):
             unconfigured_k=UNCONFIGURED_K,
             window_s=self.monitor.window.seconds,
             history_minutes=self.history_minutes,
-            health=self._health(url),
+            health_report=self._health_report(url),
             last_good=self._last_good.get(url) if url else None,
             down_since=self._down_since.get(url) if url else None,
             others_down=tuple(t.url for t in snapshot.targets if not t.ok and t.url != url)

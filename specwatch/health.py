@@ -395,9 +395,13 @@ def decode_positions_per_token(inc: Increases) -> float | None:
 def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int, float],
                   slo_ttft_s: float | None, slo_tpot_s: float | None,
                   speculation_on: bool, expected_speedup: float | None,
-                  node_output_tokens: float | None = None) -> dict:
+                  node_output_tokens: float | None = None, breakdown: bool = True) -> dict:
     """The health block of `check --json` (and what the exporter serves): latency breakdown, request
     shape, finish reasons, goodput and energy per output token over the window.
+
+    `breakdown=False` leaves out the latency breakdown, request shape and finish reasons (the
+    costly part: a quantile walk per histogram): the block of a screen that shows only the
+    goodput and energy lines.
 
     `expected_speedup` is the advisor's per-token speedup of speculation at this load; with
     speculation on, switching it off makes each token `expected_speedup` times slower, and with it
@@ -413,7 +417,8 @@ def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int
                    "goodput": None, "energy": None}
     if inc is None:
         return block
-    block.update(health_figures(inc).to_dict())
+    if breakdown:
+        block.update(health_figures(inc).to_dict())
     g = goodput(inc, slo_ttft_s, slo_tpot_s, toggled_tpot_ratio)
     block["goodput"] = g.to_dict() if g is not None else None
     tokens = node_output_tokens if node_output_tokens is not None else inc.counter(GENERATION_TOKENS)

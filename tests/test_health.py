@@ -163,7 +163,7 @@ def test_health_panel_fits_80_columns_and_says_what_the_capture_says(capture_inc
 
     block = health_report(capture_increases, 30.0, {0: 572.0}, 0.05, 0.005, speculation_on=True,
                           expected_speedup=1.25)
-    view = DashboardView(source=SourceInfo("live", "test"), health=block)
+    view = DashboardView(source=SourceInfo("live", "test"), health_report=lambda breakdown: block)
     console = Console(width=78, record=True, color_system=None)  # 80 less the panel's border
     console.print(HealthPanel().render_view(view, 78))
     lines = console.export_text().rstrip("\n").split("\n")
@@ -179,3 +179,30 @@ def test_health_panel_fits_80_columns_and_says_what_the_capture_says(capture_inc
     console = Console(width=78, record=True, color_system=None)
     console.print(HealthPanel().render_view(empty, 78))
     assert "two readings" in console.export_text()
+
+
+def test_the_overview_health_block_is_the_whole_blocks_goodput_and_energy_without_its_breakdown(capture_increases):
+    """The overview reads only the goodput and energy lines: the view works out the block without
+    its latency breakdown unless a panel reads the whole of it, and both agree on what they share."""
+    from specwatch.widgets.view import DashboardView, SourceInfo
+
+    asked: list[bool] = []
+
+    def report(breakdown: bool) -> dict:
+        asked.append(breakdown)
+        return health_report(capture_increases, 30.0, {0: 572.0}, 0.05, 0.005, speculation_on=True,
+                             expected_speedup=1.25, breakdown=breakdown)
+
+    view = DashboardView(source=SourceInfo("live", "test"), health_report=report)
+    summary = view.health_summary
+    assert asked == [False]
+    assert summary["latency"] == {} and summary["request_shape"] is None
+    whole = view.health
+    assert asked == [False, True] and whole["latency"]
+    assert (summary["goodput"], summary["energy"]) == (whole["goodput"], whole["energy"])
+    assert view.health is whole and view.health_summary is summary  # each worked out once per view
+    # a view whose whole block was read first takes the summary from it
+    asked.clear()
+    again = DashboardView(source=SourceInfo("live", "test"), health_report=report)
+    whole = again.health
+    assert again.health_summary is whole and asked == [True]

@@ -62,7 +62,7 @@ class EnginePanel(Panel):
     def inputs(self, view: DashboardView) -> object:
         # the figures come from the state's window and the selected engine; of the health block,
         # the goodput and energy lines
-        target, health = view.target, view.health
+        target, health = view.target, view.health_summary
         return (Same(view.state), view.engine, view.engine_keys,
                 (target.ok, target.url, target.engine_name, target.message, target.state) if target is not None
                 else None,
@@ -102,7 +102,7 @@ class EnginePanel(Panel):
         ]
         # the overview's one line each for goodput and energy, where they are measured (the
         # Health tab has the rest)
-        health = view.health
+        health = view.health_summary
         if health is not None and health.get("goodput") is not None:
             rows.append(goodput_line(health, width))
         if health is not None and health.get("energy") is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from functools import cached_property
+from typing import Any, Callable, Iterable
 
 from specwatch.hardware import GpuSpec
 from specwatch.monitor import TargetState, VerdictChange
@@ -178,14 +179,28 @@ class DashboardView:
     window_s: float | None = None
     history_minutes: float = 10.0
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # the selected target's health over the window (specwatch.health.health_report), when computed
-    health: dict | None = None
+    # The selected target's health over the window (specwatch.health.health_report): worked out when
+    # a panel first reads it, since a poll whose Health tab is hidden needs only the goodput and
+    # energy lines. Called with breakdown=False it gives those alone.
+    health_report: Callable[[bool], dict | None] | None = field(default=None, repr=False, compare=False)
     # The selected target's health over time (data time): its last successful reading, and since
     # when it has failed after having been read (None while it answers, or if it never did).
     last_good: float | None = None
     down_since: float | None = None
     # The other targets of a multi-target watch that cannot be read now, by URL.
     others_down: tuple[str, ...] = ()
+
+    @cached_property
+    def health(self) -> dict | None:
+        """The whole health block: latency breakdown, request shape, finish reasons, goodput, energy."""
+        return self.health_report(True) if self.health_report is not None else None
+
+    @cached_property
+    def health_summary(self) -> dict | None:
+        """The health block without its breakdown: goodput and energy (the overview's two lines)."""
+        if "health" in self.__dict__:  # the whole block is already worked out: it holds these
+            return self.health
+        return self.health_report(False) if self.health_report is not None else None
 
     @property
     def url(self) -> str | None:
