@@ -280,6 +280,7 @@ def _slots_maker(cls: type, fields: tuple[str, ...] | None = None) -> Callable[.
 
 
 _new_object = object.__new__
+_sum = sum
 _make_target = _slots_maker(TargetSample)
 _make_engine = _slots_maker(EngineSample)
 _make_snapshot = _slots_maker(Snapshot)
@@ -419,7 +420,8 @@ class _WrittenHistogram(Histogram):
             return _HISTOGRAM_BUCKETS.__get__(self)
         except AttributeError:
             pass
-        bounds, counts = self._bounds, self._counts
+        bounds = self._bounds
+        counts = [c if c.__class__ is float else float(c) for c in self._counts]
         missing = len(bounds) - len(counts)
         buckets = tuple(zip(bounds, counts + [counts[-1]] * missing if missing else counts))
         _HISTOGRAM_BUCKETS.__set__(self, buckets)
@@ -464,7 +466,8 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
     def __init__(self) -> None:
         super().__init__()
         self._engines: dict[tuple[str, str, Any], EngineSample] = {}
-        self._layouts: dict[tuple[Any, str], tuple[float, ...]] = {}
+        # engine key → histogram name → its bucket bounds
+        self._layouts: dict[tuple[str, str, Any], dict[str, tuple[float, ...]]] = {}
         # url → (the "speculation" entry as written, its reading): it is the same on almost every line
         self._speculation: dict[str, tuple[Any, Any]] = {}
 
@@ -533,7 +536,9 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         counters = _values_against(d.get("counters", {}), before.counters if before is not None else None)
         gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
         histograms = {}
-        layouts = self._layouts
+        layouts = self._layouts.get(key)
+        if layouts is None:
+            layouts = self._layouts[key] = {}
         written_histogram = _make_written_histogram
         written = d.get("histograms", {})
         if written.__class__ is list:  # the families of the earlier reading, in its order
@@ -545,27 +550,39 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             written = written.items()
         for name, h in written:
             if h.__class__ is list:
-                bounds = layouts[key, name]  # KeyError when no bounds were written: a bad file
+                bounds = layouts[name]  # KeyError when no bounds were written: a bad file
             elif h == SAME:
                 histograms[name] = before.histograms[name]
                 continue
             elif "le" in h:
-                bounds = layouts[key, name] = tuple([le if le.__class__ is float else decode_float(le) for le in h["le"]])
+                bounds = layouts[name] = tuple([le if le.__class__ is float else decode_float(le) for le in h["le"]])
                 h = h["h"]
             else:
                 histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1
                 continue
             # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
             # repeat the last one written
-            counts = [c if c.__class__ is float else float(c) for c in h[2:]]
+            # repeat the last one written. They are floats as written: summing them (in C) checks
+            # that each is a number, and _WrittenHistogram.buckets makes floats of any other
+            # (an int, from a file no recorder wrote) when read; a count written as text ("NaN")
+            # fails the sum and is read here, as is anything that is no count (a bad file).
+            counts = h[2:]
+            try:
+                _sum(counts, 0.0)
+            except TypeError:
+                counts = [c if c.__class__ is float else float(c) for c in counts]
             missing = len(bounds) - len(counts)
             if missing > 0:
                 counts[-1]  # noqa: B018 - IndexError when none was written: a bad file
             elif missing < 0:
                 raise ValueError("more bucket counts than bucket bounds")
-            count = h[1]
-            histograms[name] = written_histogram(bounds, counts, float(h[0]),
-                                                 counts[-1] if count is None else float(count))
+            count, total = h[1], h[0]
+            if count is None:
+                count = counts[-1]  # IndexError when no bucket was written either: a bad file
+            if count.__class__ is not float:
+                count = float(count)
+            histograms[name] = written_histogram(bounds, counts, total if total.__class__ is float else float(total),
+                                                 count)
         sample = _make_engine(  # EngineSample's fields, in order
             engine,
             model_name,
