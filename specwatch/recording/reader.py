@@ -329,7 +329,6 @@ def _gpu_readings(written: Any, before: tuple[tuple[GpuSample, ...], tuple[dict[
 
 
 _SNAPSHOT_GPUS = Snapshot.__dict__["gpus"]  # the dataclass's slot, under the property below
-_UNSET = object()
 
 
 class _ReadSnapshot(Snapshot):
@@ -383,16 +382,11 @@ _SNAPSHOT_SETTERS = tuple(Snapshot.__dict__[f].__set__ for f in Snapshot.__datac
 
 def _make_snapshot_fields(snapshot: Snapshot, *values: Any) -> None:
     for set_, value in zip(_SNAPSHOT_SETTERS, values, strict=True):
-        if value is not _UNSET:
-            set_(snapshot, value)
+        set_(snapshot, value)
 
 
-def _make_read_snapshot(time: float, targets: tuple[TargetSample, ...], gpus: Any, sources: tuple[SourceStatus, ...],
-                        version: int, gpu_source: tuple[Any, Any]) -> _ReadSnapshot:
-    snapshot = _new_object(_ReadSnapshot)
-    _make_snapshot_fields(snapshot, time, targets, gpus, sources, version)
-    _READ_SNAPSHOT_SOURCE(snapshot, gpu_source)
-    return snapshot
+# _ReadSnapshot(time, targets, sources, version, gpu source), its GPUs left unset (made when read)
+_make_read_snapshot = _slots_maker(_ReadSnapshot, ("time", "targets", "sources", "version", "_gpu_source"))
 
 
 _HISTOGRAM_BUCKETS = Histogram.__dict__["buckets"]  # the dataclass's slot, under the property below
@@ -499,7 +493,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             bases, values = out[1]
             for base, vals in zip(bases, values):
                 if vals is not base.values:
-                    return _make_read_snapshot(time, out[0], _UNSET, out[2], SNAPSHOT_VERSION, out[1])
+                    return _make_read_snapshot(time, out[0], out[2], SNAPSHOT_VERSION, out[1])
             return _make_snapshot(time, out[0], bases, out[2], SNAPSHOT_VERSION)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
             raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
@@ -561,7 +555,6 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1
                 continue
             # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
-            # repeat the last one written
             # repeat the last one written. They are floats as written: summing them (in C) checks
             # that each is a number, and _WrittenHistogram.buckets makes floats of any other
             # (an int, from a file no recorder wrote) when read; a count written as text ("NaN")
