@@ -435,8 +435,9 @@ class _WrittenHistogram(Histogram):
         return Histogram, (self.buckets, self.sum, self.count)
 
 
-# _WrittenHistogram(bounds, counts, sum, count), set through its slots (seven a line)
-_make_written_histogram = _slots_maker(_WrittenHistogram, ("_bounds", "_counts", "sum", "count"))
+# _WrittenHistogram's setters, in its __init__'s order (seven histograms a line, made in line)
+_WRITTEN_HISTOGRAM_SETTERS = tuple(inspect.getattr_static(_WrittenHistogram, f).__set__
+                                   for f in ("_bounds", "_counts", "sum", "count"))
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
@@ -532,7 +533,8 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         layouts = self._layouts.get(key)
         if layouts is None:
             layouts = self._layouts[key] = {}
-        written_histogram = _make_written_histogram
+        new, written_histogram = _new_object, _WrittenHistogram
+        set_bounds, set_counts, set_sum, set_count = _WRITTEN_HISTOGRAM_SETTERS
         written = d.get("histograms", {})
         if written.__class__ is list:  # the families of the earlier reading, in its order
             names = before.histograms
@@ -573,8 +575,14 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 count = counts[-1]  # IndexError when no bucket was written either: a bad file
             if count.__class__ is not float:
                 count = float(count)
-            histograms[name] = written_histogram(bounds, counts, total if total.__class__ is float else float(total),
-                                                 count)
+            # _WrittenHistogram(bounds, counts, sum, count), set through its slots in line: a call
+            # less per histogram
+            histogram = new(written_histogram)
+            set_bounds(histogram, bounds)
+            set_counts(histogram, counts)
+            set_sum(histogram, total if total.__class__ is float else float(total))
+            set_count(histogram, count)
+            histograms[name] = histogram
         sample = _make_engine(  # EngineSample's fields, in order
             engine,
             model_name,
