@@ -164,11 +164,14 @@ def _rewritten(path, out, edit):
 
 
 def _numbers_spelled(spelled):
-    """An edit that spells every number of the compact histograms with `spelled`, as a file no
-    recorder writes may hold them."""
+    """An edit that spells every number of the compact histograms, the counters written as a list
+    and the per-position counts with `spelled`, as a file no recorder writes may hold them."""
     def edit(obj):
         for target in obj["targets"] if isinstance(obj.get("targets"), list) else ():
             for engine in target.get("engines", ()) if isinstance(target, dict) else ():
+                for name in ("counters", "accepted_per_position"):
+                    if isinstance(engine.get(name), list):
+                        engine[name] = [spelled(v) if isinstance(v, float) else v for v in engine[name]]
                 written = engine.get("histograms")
                 for h in written if isinstance(written, list) else written.values():
                     if isinstance(h, list):
@@ -186,7 +189,8 @@ def _numbers_spelled(spelled):
 ])
 def test_histogram_numbers_written_as_ints_or_text_read_as_the_floats(recorded, tmp_path, spelled, mark):
     """Counts are checked in bulk as the line is read and made floats when the buckets are first
-    read: an int or a number written as text must still come back as the float, type and all."""
+    read, counters and per-position counts pass through float() in C: an int or a number written
+    as text must still come back as the float, type and all."""
     snapshots, path = recorded
     edited = _rewritten(path, tmp_path / "spelled.swrec", _numbers_spelled(spelled))
     assert mark in gzip.decompress(edited.read_bytes()).decode()  # the file does spell them so
@@ -194,7 +198,10 @@ def test_histogram_numbers_written_as_ints_or_text_read_as_the_floats(recorded, 
     assert read.warnings == []
     assert read.snapshots == snapshots
     for got in read.snapshots[::37]:
-        for h in got.targets[0].engines[0].histograms.values():
+        engine = got.targets[0].engines[0]
+        assert all(type(v) is float for v in engine.counters.values())
+        assert engine.accepted_per_position and all(type(v) is float for v in engine.accepted_per_position)
+        for h in engine.histograms.values():
             assert all(type(le) is float and type(c) is float for le, c in h.buckets)
             assert type(h.sum) is float and type(h.count) is float
             assert repr(h) == repr(Histogram(h.buckets, h.sum, h.count))

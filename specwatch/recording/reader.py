@@ -445,7 +445,8 @@ def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, 
     if written.__class__ is list:
         if len(before) != len(written):  # TypeError when there is no earlier reading: a bad file
             raise ValueError("values do not match the engine's earlier reading")
-        return dict(zip(before, [v if v.__class__ is float else decode_float(v) for v in written]))
+        # float() is decode_float, in C: a float as written comes back as itself, text ("NaN") as its float
+        return dict(zip(before, map(float, written)))
     if written == SAME:
         if before is None:
             raise ValueError("\"same\" with no earlier reading")
@@ -589,7 +590,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             counters,
             gauges,
             histograms,
-            tuple([v if v.__class__ is float else float(v) for v in d.get("accepted_per_position", ())]),
+            tuple(map(float, d.get("accepted_per_position", ()))),
         )
         self._engines[key] = sample
         return sample
