@@ -60,7 +60,11 @@ COMMANDS = (
 BY_NAME = {c.name: c for c in COMMANDS}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, that command's options alone (every command is still
+    listed, with its help): a run parses one command's options, and building the others' imports
+    their modules and what they import (httpx, asyncio, the collectors), a fifth of a short
+    headless replay's start-up."""
     from specwatch.commands.options import ArgumentParser
 
     parser = ArgumentParser(prog="specwatch",
@@ -69,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
-        command.add_arguments(p)
+        if only is None or command.name == only:
+            command.add_arguments(p)
     return parser
 
 
@@ -89,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     quiet_pipe = QuietPipe.install()
     try:
-        args = build_parser().parse_args(argv)
+        if command:
+            load_numpy_single_threaded()
+        args = build_parser(command or None).parse_args(argv)
         command = args.command
         return int(BY_NAME[args.command].run(args))
     except CommandError as exc:
@@ -102,6 +109,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         quiet_pipe.flush()
         sys.stdout = stdout
+
+
+def load_numpy_single_threaded() -> None:
+    """Import numpy with its BLAS on one thread, unless the user chose a number. OpenBLAS starts a
+    thread per core as it loads, which costs more CPU than a short headless replay's reading (and
+    more the more cores); specwatch's arrays are a few hundred numbers, too small for threads to
+    pay. The variable is read once, as the library loads: it is put back as it was, so that a
+    process specwatch starts (a vLLM server in a sweep) gets the user's environment."""
+    if "numpy" in sys.modules:
+        return
+    name = "OPENBLAS_NUM_THREADS"
+    chosen = name in os.environ
+    if not chosen:
+        os.environ[name] = "1"
+    try:
+        import numpy  # noqa: F401 - loaded now, under the setting above
+    except ImportError:
+        pass  # the command that needs it says so
+    finally:
+        if not chosen:
+            os.environ.pop(name, None)
 
 
 class QuietPipe:

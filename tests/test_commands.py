@@ -218,6 +218,29 @@ def test_importing_the_cli_does_not_import_the_heavy_libraries():
     assert r.stdout.strip() == "False", r.stderr
 
 
+def test_a_headless_replay_loads_only_what_it_uses(tmp_path):
+    """A headless replay builds its own command's options alone (the others' import httpx and the
+    collectors) and loads numpy with BLAS on one thread, leaving the environment as it found it."""
+    recording = ROOT / "tests" / "data" / "recording-format-2.swrec"
+    probe = (
+        "import os, sys, io, contextlib, specwatch.cli\n"
+        "os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    status = specwatch.cli.main(['replay', {str(recording)!r}, '--headless', '--json'])\n"
+        "tasks = len(os.listdir('/proc/self/task')) if os.path.isdir('/proc/self/task') else 1\n"
+        "print(status, sorted(m for m in ('textual', 'httpx', 'asyncio', 'specwatch.collectors.vllm')\n"
+        "                     if m in sys.modules), tasks, 'OPENBLAS_NUM_THREADS' in os.environ)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(None, 1) == ["0", "[] 1 False\n"], r.stdout
+    # every command's options are still there when the parser is built for one of them
+    args = build_parser("replay").parse_args(["replay", str(recording), "--headless"])
+    assert args.command == "replay" and args.headless
+    with pytest.raises(SystemExit):
+        build_parser("replay").parse_args(["check", "--window", "5"])  # check's options were not built
+
+
 def test_python_dash_m_specwatch_runs_the_cli():
     from specwatch import __version__
 

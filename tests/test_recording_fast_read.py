@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gzip
 import io
 import json
 import math
@@ -148,3 +149,81 @@ def test_a_bad_line_fails_as_the_stdlib_fails(line):
         json.loads(line)
     assert type(fast.value) is type(plain.value)
     assert str(fast.value) == str(plain.value)
+
+
+def _rewritten(path, out, edit):
+    """The recording at `path` with every Snapshot line passed through `edit`, member by member."""
+    members: list[list[str]] = []
+    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+        obj = json.loads(line)
+        if obj.get("kind") != "snapshot":
+            members.append([])
+        members[-1].append(json.dumps(edit(obj) if obj.get("kind") == "snapshot" else obj, separators=(",", ":")))
+    out.write_bytes(b"".join(gzip.compress(("\n".join(m) + "\n").encode()) for m in members))
+    return out
+
+
+def _numbers_spelled(spelled):
+    """An edit that spells every number of the compact histograms, the counters written as a list
+    and the per-position counts with `spelled`, as a file no recorder writes may hold them."""
+    def edit(obj):
+        for target in obj["targets"] if isinstance(obj.get("targets"), list) else ():
+            for engine in target.get("engines", ()) if isinstance(target, dict) else ():
+                for name in ("counters", "accepted_per_position"):
+                    if isinstance(engine.get(name), list):
+                        engine[name] = [spelled(v) if isinstance(v, float) else v for v in engine[name]]
+                written = engine.get("histograms")
+                for h in written if isinstance(written, list) else written.values():
+                    if isinstance(h, list):
+                        h[:] = [spelled(v) if isinstance(v, float) else v for v in h]
+                    elif isinstance(h, dict) and "h" in h:
+                        h["h"] = [spelled(v) if isinstance(v, float) else v for v in h["h"]]
+        return obj
+
+    return edit
+
+
+@pytest.mark.parametrize("spelled, mark", [
+    (lambda v: int(v) if v.is_integer() else v, ",0,"),  # whole numbers as ints, the rest as floats
+    (repr, '"0.0"'),  # every number as text, which float() reads back to the same value
+])
+def test_histogram_numbers_written_as_ints_or_text_read_as_the_floats(recorded, tmp_path, spelled, mark):
+    """Counts are checked in bulk as the line is read and made floats when the buckets are first
+    read, counters and per-position counts pass through float() in C: an int or a number written
+    as text must still come back as the float, type and all."""
+    snapshots, path = recorded
+    edited = _rewritten(path, tmp_path / "spelled.swrec", _numbers_spelled(spelled))
+    assert mark in gzip.decompress(edited.read_bytes()).decode()  # the file does spell them so
+    read = read_recording(edited)
+    assert read.warnings == []
+    assert read.snapshots == snapshots
+    for got in read.snapshots[::37]:
+        engine = got.targets[0].engines[0]
+        assert all(type(v) is float for v in engine.counters.values())
+        assert engine.accepted_per_position and all(type(v) is float for v in engine.accepted_per_position)
+        for h in engine.histograms.values():
+            assert all(type(le) is float and type(c) is float for le, c in h.buckets)
+            assert type(h.sum) is float and type(h.count) is float
+            assert repr(h) == repr(Histogram(h.buckets, h.sum, h.count))
+
+
+@pytest.mark.parametrize("bad", [None, [1.0], {"x": 1.0}, "many", True])
+def test_a_count_that_is_no_number_is_a_damaged_line(recorded, tmp_path, bad):
+    """The bulk check lets through only what float() reads (True, as float(True) did before)."""
+    snapshots, path = recorded
+
+    def spoil(obj):
+        if obj["time"] == snapshots[300].time:
+            h = obj["targets"][0]["engines"][0]["histograms"]
+            written = [w if isinstance(w, list) else w["h"] for w in (h if isinstance(h, list) else h.values())]
+            longest = max(written, key=len)
+            assert len(longest) > 3
+            longest[2] = bad  # the first count: only the buckets, read later, would meet it
+        return obj
+
+    read = read_recording(_rewritten(path, tmp_path / "bad.swrec", spoil))
+    if bad is True:
+        assert read.warnings == [] and len(read.snapshots) == len(snapshots)
+        return
+    assert len(read.snapshots) == 300
+    assert len(read.warnings) == 1 and "damaged Snapshot" in read.warnings[0]

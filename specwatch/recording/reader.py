@@ -279,6 +279,7 @@ def _slots_maker(cls: type, fields: tuple[str, ...] | None = None) -> Callable[.
 
 
 _new_object = object.__new__
+_sum = sum
 _make_target = _slots_maker(TargetSample)
 _make_engine = _slots_maker(EngineSample)
 _make_snapshot = _slots_maker(Snapshot)
@@ -327,7 +328,6 @@ def _gpu_readings(written: Any, before: tuple[tuple[GpuSample, ...], tuple[dict[
 
 
 _SNAPSHOT_GPUS = Snapshot.__dict__["gpus"]  # the dataclass's slot, under the property below
-_UNSET = object()
 
 
 class _ReadSnapshot(Snapshot):
@@ -381,16 +381,11 @@ _SNAPSHOT_SETTERS = tuple(Snapshot.__dict__[f].__set__ for f in Snapshot.__datac
 
 def _make_snapshot_fields(snapshot: Snapshot, *values: Any) -> None:
     for set_, value in zip(_SNAPSHOT_SETTERS, values, strict=True):
-        if value is not _UNSET:
-            set_(snapshot, value)
+        set_(snapshot, value)
 
 
-def _make_read_snapshot(time: float, targets: tuple[TargetSample, ...], gpus: Any, sources: tuple[SourceStatus, ...],
-                        version: int, gpu_source: tuple[Any, Any]) -> _ReadSnapshot:
-    snapshot = _new_object(_ReadSnapshot)
-    _make_snapshot_fields(snapshot, time, targets, gpus, sources, version)
-    _READ_SNAPSHOT_SOURCE(snapshot, gpu_source)
-    return snapshot
+# _ReadSnapshot(time, targets, sources, version, gpu source), its GPUs left unset (made when read)
+_make_read_snapshot = _slots_maker(_ReadSnapshot, ("time", "targets", "sources", "version", "_gpu_source"))
 
 
 _HISTOGRAM_BUCKETS = Histogram.__dict__["buckets"]  # the dataclass's slot, under the property below
@@ -418,7 +413,8 @@ class _WrittenHistogram(Histogram):
             return _HISTOGRAM_BUCKETS.__get__(self)
         except AttributeError:
             pass
-        bounds, counts = self._bounds, self._counts
+        bounds = self._bounds
+        counts = [c if c.__class__ is float else float(c) for c in self._counts]
         missing = len(bounds) - len(counts)
         buckets = tuple(zip(bounds, counts + [counts[-1]] * missing if missing else counts))
         _HISTOGRAM_BUCKETS.__set__(self, buckets)
@@ -439,8 +435,9 @@ class _WrittenHistogram(Histogram):
         return Histogram, (self.buckets, self.sum, self.count)
 
 
-# _WrittenHistogram(bounds, counts, sum, count), set through its slots (seven a line)
-_make_written_histogram = _slots_maker(_WrittenHistogram, ("_bounds", "_counts", "sum", "count"))
+# _WrittenHistogram's setters, in its __init__'s order (seven histograms a line, made in line)
+_WRITTEN_HISTOGRAM_SETTERS = tuple(inspect.getattr_static(_WrittenHistogram, f).__set__
+                                   for f in ("_bounds", "_counts", "sum", "count"))
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
@@ -448,7 +445,8 @@ def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, 
     if written.__class__ is list:
         if len(before) != len(written):  # TypeError when there is no earlier reading: a bad file
             raise ValueError("values do not match the engine's earlier reading")
-        return dict(zip(before, [v if v.__class__ is float else decode_float(v) for v in written]))
+        # float() is decode_float, in C: a float as written comes back as itself, text ("NaN") as its float
+        return dict(zip(before, map(float, written)))
     if written == SAME:
         if before is None:
             raise ValueError("\"same\" with no earlier reading")
@@ -463,7 +461,8 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
     def __init__(self) -> None:
         super().__init__()
         self._engines: dict[tuple[str, str, Any], EngineSample] = {}
-        self._layouts: dict[tuple[Any, str], tuple[float, ...]] = {}
+        # engine key → histogram name → its bucket bounds
+        self._layouts: dict[tuple[str, str, Any], dict[str, tuple[float, ...]]] = {}
         # url → (the "speculation" entry as written, its reading): it is the same on almost every line
         self._speculation: dict[str, tuple[Any, Any]] = {}
 
@@ -495,7 +494,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             bases, values = out[1]
             for base, vals in zip(bases, values):
                 if vals is not base.values:
-                    return _make_read_snapshot(time, out[0], _UNSET, out[2], SNAPSHOT_VERSION, out[1])
+                    return _make_read_snapshot(time, out[0], out[2], SNAPSHOT_VERSION, out[1])
             return _make_snapshot(time, out[0], bases, out[2], SNAPSHOT_VERSION)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
             raise SnapshotFormatError(f"malformed snapshot: {exc!r}") from None
@@ -532,8 +531,11 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         counters = _values_against(d.get("counters", {}), before.counters if before is not None else None)
         gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
         histograms = {}
-        layouts = self._layouts
-        written_histogram = _make_written_histogram
+        layouts = self._layouts.get(key)
+        if layouts is None:
+            layouts = self._layouts[key] = {}
+        new, written_histogram = _new_object, _WrittenHistogram
+        set_bounds, set_counts, set_sum, set_count = _WRITTEN_HISTOGRAM_SETTERS
         written = d.get("histograms", {})
         if written.__class__ is list:  # the families of the earlier reading, in its order
             names = before.histograms
@@ -544,34 +546,51 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             written = written.items()
         for name, h in written:
             if h.__class__ is list:
-                bounds = layouts[key, name]  # KeyError when no bounds were written: a bad file
+                bounds = layouts[name]  # KeyError when no bounds were written: a bad file
             elif h == SAME:
                 histograms[name] = before.histograms[name]
                 continue
             elif "le" in h:
-                bounds = layouts[key, name] = tuple([le if le.__class__ is float else decode_float(le) for le in h["le"]])
+                bounds = layouts[name] = tuple([le if le.__class__ is float else decode_float(le) for le in h["le"]])
                 h = h["h"]
             else:
                 histograms[name] = Histogram.from_dict(h)  # written whole, as in format 1
                 continue
             # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
-            # repeat the last one written
-            counts = [c if c.__class__ is float else float(c) for c in h[2:]]
+            # repeat the last one written. They are floats as written: summing them (in C) checks
+            # that each is a number, and _WrittenHistogram.buckets makes floats of any other
+            # (an int, from a file no recorder wrote) when read; a count written as text ("NaN")
+            # fails the sum and is read here, as is anything that is no count (a bad file).
+            counts = h[2:]
+            try:
+                _sum(counts, 0.0)
+            except TypeError:
+                counts = [c if c.__class__ is float else float(c) for c in counts]
             missing = len(bounds) - len(counts)
             if missing > 0:
                 counts[-1]  # noqa: B018 - IndexError when none was written: a bad file
             elif missing < 0:
                 raise ValueError("more bucket counts than bucket bounds")
-            count = h[1]
-            histograms[name] = written_histogram(bounds, counts, float(h[0]),
-                                                 counts[-1] if count is None else float(count))
+            count, total = h[1], h[0]
+            if count is None:
+                count = counts[-1]  # IndexError when no bucket was written either: a bad file
+            if count.__class__ is not float:
+                count = float(count)
+            # _WrittenHistogram(bounds, counts, sum, count), set through its slots in line: a call
+            # less per histogram
+            histogram = new(written_histogram)
+            set_bounds(histogram, bounds)
+            set_counts(histogram, counts)
+            set_sum(histogram, total if total.__class__ is float else float(total))
+            set_count(histogram, count)
+            histograms[name] = histogram
         sample = _make_engine(  # EngineSample's fields, in order
             engine,
             model_name,
             counters,
             gauges,
             histograms,
-            tuple([v if v.__class__ is float else float(v) for v in d.get("accepted_per_position", ())]),
+            tuple(map(float, d.get("accepted_per_position", ()))),
         )
         self._engines[key] = sample
         return sample
