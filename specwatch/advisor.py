@@ -20,6 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
@@ -326,12 +328,10 @@ class Advisor:
         )
         if stale and self._samples:
             half_life = self.config.sample_half_life_s
-            step_sample = perf.StepSample
-            weighted = [
-                step_sample(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
-                for t, s in self._samples
-            ]
-            self._fit = perf.fit_step_time(weighted, prior, shape_known=shape_known)
+            # the samples as the fit's (N, T, C, weight) rows, with no StepSample made per refit
+            rows = [(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
+                    for t, s in self._samples]
+            self._fit = perf.fit_step_time_rows(np.array(rows, dtype=float), prior, shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
         return self._fit if self._fit is not None else prior

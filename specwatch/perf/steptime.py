@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import itertools
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -45,6 +46,7 @@ __all__ = [
     "UNKNOWN_SHAPE_KNEE_LOG_SD",
     "StepTimeFit",
     "fit_step_time",
+    "fit_step_time_rows",
 ]
 
 
@@ -469,6 +471,26 @@ def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray
     return best_cost, best_theta
 
 
+def _median(values: np.ndarray) -> float:
+    """np.median of a non-empty array of finite numbers, with the same arithmetic (the middle value,
+    or the mean of the middle two) and without np.median's generic machinery, which costs more than
+    the sort."""
+    ordered = np.sort(values)
+    middle = ordered.size // 2
+    if ordered.size % 2:
+        return float(ordered[middle])
+    return float((ordered[middle - 1] + ordered[middle]) / 2.0)
+
+
+@lru_cache(maxsize=16)
+def _knee_grid(low: float, high: float, points: int) -> np.ndarray:
+    """np.geomspace(low, high, points), made once per prior knee (the advisor refits every minute
+    against the same prior), read-only since it is shared."""
+    grid = np.geomspace(low, high, points)
+    grid.flags.writeable = False
+    return grid
+
+
 def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior, *,
                   shape_known: bool = True) -> StepTimeFit:
     """Fit the hinge T(N, C) to live samples, regularised toward the datasheet prior.
@@ -484,10 +506,18 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     held only to a whole flat step per token, so a law linear from N = 1 (a CPU) is learned from a
     few loads instead of being pulled back to a GPU's flat line.
     """
+    # One array of (N, T, C, weight) rows, filtered at once.
+    rows = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
+                     for sample in samples], dtype=float)
+    return fit_step_time_rows(rows, prior, shape_known=shape_known)
+
+
+def fit_step_time_rows(rows: np.ndarray, prior: HingeParameters | StepTimePrior, *,
+                       shape_known: bool = True) -> StepTimeFit:
+    """`fit_step_time` from an array of (N, T, C, weight) rows, one per sample: the advisor refits
+    from a few hundred samples a minute, and builds this array without a StepSample for each."""
     prior_hinge = prior.hinge() if isinstance(prior, StepTimePrior) else prior
-    # One array of (N, T, C, weight) rows, filtered at once: the advisor refits from a few hundred.
-    data = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
-                     for sample in samples], dtype=float).reshape(-1, 4)
+    data = np.asarray(rows, dtype=float).reshape(-1, 4)
     n, y, c, w = data.T
     with np.errstate(invalid="ignore"):
         keep = np.all(np.isfinite(data), axis=1) & (n > 0) & (y > 0) & (c >= 0) & (w > 0)
@@ -497,7 +527,7 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
 
     n, y, c, w = n[keep], y[keep], c[keep], w[keep]
     w = w * (usable_count / np.sum(w))  # weights are relative; the sample count sets the data's say
-    y_scale = float(np.median(y))
+    y_scale = _median(y)
     sqrt_w = np.sqrt(w) / (SAMPLE_RELATIVE_NOISE * y_scale)
 
     coverage = _axis_coverage(float(n.min()), float(n.max()), prior_hinge.knee)
@@ -519,10 +549,10 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
 
     if shape_known:
-        knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+        knees = _knee_grid(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
         knee_log_sd = PRIOR_KNEE_LOG_SD
     else:
-        knees = np.geomspace(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
+        knees = _knee_grid(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
         knee_log_sd = UNKNOWN_SHAPE_KNEE_LOG_SD
     costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
     costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / knee_log_sd) ** 2
