@@ -28,7 +28,7 @@ from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
 from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
 from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
-from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, request_shape
+from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
 from specwatch.window import EngineFigures, TargetWindow
 
 
@@ -176,6 +176,7 @@ class Advisor:
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
         self._gpu_by_name: dict[str, Any] = {}
+        self._pricing_cache: tuple[perf.DraftCost | None, perf.DraftPricing] | None = None
         self._draft_cost_cache: tuple[AdvisorConfig, SpeculationConfig | None,
                                       tuple[perf.DraftCost | None, str | None]] | None = None
         # The speculation config the latest verdict was judged with: the target's, with this config's
@@ -544,7 +545,16 @@ class Advisor:
         return False
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
-        """The draft's pricing for the decision: the same as predict's for the same method."""
+        """The draft's pricing for the decision: the same as predict's for the same method. A pure
+        function of the (frozen) cost, which _draft_cost keeps while the settings stand: made once."""
+        cached = self._pricing_cache
+        if cached is not None and cached[0] is cost:
+            return cached[1]
+        pricing = self._price(cost)
+        self._pricing_cache = (cost, pricing)
+        return pricing
+
+    def _price(self, cost: perf.DraftCost | None) -> perf.DraftPricing:
         if cost is None:
             return perf.draft_pricing(None)
         if cost.basis != "given" and cost.method in ("ngram", "suffix", "eagle", "eagle3", "mtp", "medusa"):
@@ -602,8 +612,8 @@ class Advisor:
     def _prefill_checks(self, figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
                         flags: list[str]) -> None:
         ratio = figures.prompt_to_output_ratio
-        shape = request_shape(tw.increases) if tw.increases is not None else None
-        share_low = shape.prefill_heavy_share_low if shape is not None else None
+        heavy_share = prefill_heavy_share(tw.increases) if tw.increases is not None else None
+        share_low = heavy_share[0] if heavy_share is not None else None
         by_ratio = ratio is not None and ratio > PREFILL_RATIO
         by_share = share_low is not None and share_low >= PREFILL_HEAVY_SHARE
         if by_ratio or by_share:
@@ -611,7 +621,7 @@ class Advisor:
             mean = f"{ratio:.0f} prompt tokens per output token" if ratio is not None else "long prompts"
             # the length histograms bound the share of prefill-heavy requests, they do not give it: the
             # range says whether the tax falls on most requests or on a few long prompts
-            share = shape.prefill_heavy_share_words() if shape is not None else None
+            share = prefill_heavy_share_words(*heavy_share) if heavy_share is not None else None
             reasons.append(f"prefill-heavy traffic ({mean}): speculation does nothing for TTFT"
                            + (", and the draft model runs its own prefill" if method == "draft" else "")
                            + (f"; {share} (bounds: the length histograms do not say which prompt went with "

@@ -127,15 +127,16 @@ def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], 
     every upper set A of x and lower set B of y (for `strict`; the reverse otherwise) in which each x
     and y are so related. It is sharp: some coupling puts no more mass on the relation."""
     x_total, y_total = sum(m for _, m in xs), sum(m for _, m in ys)
+    # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
+    # (each y's share does not depend on x: worked out once, not once per x)
+    y_shares = [(y, sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total) for y, _ in ys]
     best = 0.0
     for x, _ in xs:
-        # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
         x_share = sum(m for v, m in xs if (v >= x if strict else v <= x)) / x_total
-        for y, _ in ys:
+        for y, y_share in y_shares:
             related = x > ratio * y if strict else x <= ratio * y
             if not related:
                 continue
-            y_share = sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total
             best = max(best, x_share + y_share - 1.0)
     return min(1.0, best)
 
@@ -200,8 +201,18 @@ class RequestShape:
         """"between 12% and 60% of requests have a prompt over 10× their output", or None."""
         if self.prefill_heavy_share_low is None or self.prefill_heavy_share_high is None:
             return None
-        return (f"{share_range_words(self.prefill_heavy_share_low, self.prefill_heavy_share_high)} of requests "
-                f"have a prompt over {PREFILL_HEAVY_RATIO:.0f}× their output")
+        return prefill_heavy_share_words(self.prefill_heavy_share_low, self.prefill_heavy_share_high)
+
+
+def prefill_heavy_share_words(low: float, high: float) -> str:
+    """"between 12% and 60% of requests have a prompt over 10× their output"."""
+    return f"{share_range_words(low, high)} of requests have a prompt over {PREFILL_HEAVY_RATIO:.0f}× their output"
+
+
+def prefill_heavy_share(inc: Increases) -> tuple[float, float] | None:
+    """`request_shape(inc)`'s bounds on the share of prefill-heavy requests, without the rest of the
+    shape (what the advisor reads at each evaluation)."""
+    return share_over_ratio_bounds(inc.histogram(PROMPT_LENGTH), inc.histogram(OUTPUT_LENGTH))
 
 
 def request_shape(inc: Increases) -> RequestShape | None:

@@ -216,3 +216,17 @@ def test_the_verdict_names_the_slo_and_what_speculation_does_to_it():
     # without an SLO the reasons say nothing of one
     plain = run(NODE, [4.0] * 12)[-1][1]
     assert not any(r.startswith("SLO ") for r in plain.reasons) and "goodput" not in plain.details
+
+
+def test_the_draft_pricing_is_kept_while_the_draft_cost_stands_and_follows_a_new_one():
+    from specwatch import perf
+
+    advisor = Advisor(AdvisorConfig())
+    ngram = perf.draft_cost("ngram")
+    priced = advisor._pricing(ngram, "ngram")
+    assert priced == perf.draft_pricing("ngram")
+    assert advisor._pricing(ngram, "ngram") is priced  # the same cost: made once
+    given = perf.draft_cost("draft_model", override=0.12)
+    assert advisor._pricing(given, "draft") == perf.DraftPricing("draft", "ratio", 0.12, given.basis)
+    assert advisor._pricing(None, None) == perf.draft_pricing(None)
+    assert advisor._pricing(ngram, "ngram") == priced  # and back
