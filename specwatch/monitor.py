@@ -93,7 +93,7 @@ class ShownVerdict:
         self.since: float | None = None
         self.failures = 0
         self.last: Verdict | None = None
-        self._recent: deque[tuple[float, Verdict]] = deque()
+        self._recent: deque[tuple[float, tuple[float | None, ...]]] = deque()  # (time, figures) of each
         self._figures: dict[str, float | None] = {}
 
     def show(self, verdict: Verdict, time: float, reading_ok: bool) -> Verdict:
@@ -143,14 +143,16 @@ class ShownVerdict:
 
     def _steady_figures(self, verdict: Verdict, time: float) -> Verdict:
         recent = self._recent
-        recent.append((time, verdict))
+        # each evaluation's figures, in FIGURE_TOLERANCE's order, read once rather than once per median
+        figures = tuple([getattr(verdict, name) for name in FIGURE_TOLERANCE])
+        recent.append((time, figures))
         while recent and recent[0][0] < time - FIGURE_SPAN_S:
             recent.popleft()
         shown: dict[str, float | None] = {}
-        for name, tolerance in FIGURE_TOLERANCE.items():
-            values = [getattr(v, name) for _, v in recent if getattr(v, name) is not None]
-            if getattr(verdict, name) is None or not values:
-                shown[name] = getattr(verdict, name)
+        for i, (name, tolerance) in enumerate(FIGURE_TOLERANCE.items()):
+            values = [f[i] for _, f in recent if f[i] is not None]
+            if figures[i] is None or not values:
+                shown[name] = figures[i]
                 continue
             median = statistics.median(values)
             before = self._figures.get(name)

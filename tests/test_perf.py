@@ -530,3 +530,20 @@ def test_knee_grid_is_made_per_prior_knee():
         fit = m.fit_step_time(_hinge_samples(shifted, np.geomspace(2, 4 * knee, 40), rng), shifted)
         assert knee / 4.0 <= fit.knee_tokens <= knee * 2.0
         assert fit.knee_tokens == pytest.approx(knee, rel=0.3)
+
+
+def test_combined_bound_score_is_numpys_weighted_mean_for_every_mix_of_signals():
+    # combine_bound sums in plain Python: exact only while weights and scores are quarters
+    import itertools
+
+    states = ("memory", "balanced", "compute", "unknown")
+    for mix in itertools.product(states, repeat=3):
+        signals = [m.BoundSignal(name, state, None, "") for name, state in zip(m.SIGNAL_WEIGHTS, mix)]
+        known = [s for s in signals if s.state != "unknown"]
+        estimate = m.combine_bound(signals)
+        if not known:
+            assert estimate.score is None
+            continue
+        weights = np.array([m.SIGNAL_WEIGHTS[s.name] for s in known])
+        scores = np.array([{"memory": -1.0, "balanced": 0.0, "compute": 1.0}[s.state] for s in known])
+        assert estimate.score == float(np.dot(weights, scores) / np.sum(weights))
