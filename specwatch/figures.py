@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from operator import lt as _lt
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from specwatch.snapshot import EngineSample, Histogram
 
@@ -49,6 +49,8 @@ __all__ = [
     "histogram_increase",
     "histogram_quantile",
     "HistogramDeltas",
+    "HistogramTotals",
+    "histogram_increase_totals",
     "Increases",
     "engine_restarted",
     "increases_between",
@@ -100,8 +102,30 @@ def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
     return cur - prev
 
 
+class HistogramTotals(NamedTuple):
+    """A histogram's sum and count: what a mean reads, without the buckets."""
+
+    sum: float
+    count: float
+
+
+def _taken_whole(prev: Histogram, cur: Histogram, restarted: bool = False) -> bool:
+    """Whether the increase from `prev` to `cur` is `cur` itself: after a restart, a count that went
+    down, or another number of buckets."""
+    return restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets)
+
+
+def _delta_totals(prev: Histogram, cur: Histogram) -> HistogramTotals:
+    return HistogramTotals(max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+
+
+def histogram_increase_totals(prev: Histogram, cur: Histogram) -> HistogramTotals:
+    """histogram_increase(prev, cur)'s sum and count, without pairing the buckets."""
+    return HistogramTotals(cur.sum, cur.count) if _taken_whole(prev, cur) else _delta_totals(prev, cur)
+
+
 def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False) -> Histogram:
-    if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
+    if _taken_whole(prev, cur, restarted):
         return cur
     prev_buckets, cur_buckets = prev.buckets, cur.buckets
     # the usual case, the same bounds in the same order: pair the buckets by position, in one pass
@@ -114,7 +138,7 @@ def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False)
             break
         d = c - p
         append((le, d if d > 0.0 else 0.0))
-    return Histogram(tuple(buckets), max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+    return Histogram(tuple(buckets), *_delta_totals(prev, cur))
 
 
 def histogram_quantile(q: float, h: Histogram | None) -> float | None:
@@ -168,6 +192,18 @@ class Increases:
                 return h
         return None
 
+    def histogram_totals(self, *names: str) -> HistogramTotals | None:
+        """`histogram(*names)`'s sum and count, without working out its buckets when they are not yet
+        (a mean, a count of steps or of requests needs none)."""
+        histograms = self.histograms
+        for n in names:
+            if n in histograms:
+                if isinstance(histograms, HistogramDeltas):
+                    return histograms.totals(n)
+                h = histograms[n]
+                return HistogramTotals(h.sum, h.count)
+        return None
+
 
 def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
     """One counter (or histogram count) going down means the engine restarted: every counter began
@@ -215,6 +251,15 @@ class HistogramDeltas(Mapping[str, Histogram]):
         if delta is not None:
             return delta
         return self[name] if name in self._later else default
+
+    def totals(self, name: str) -> HistogramTotals:
+        """self[name]'s sum and count, without pairing its buckets when they are not paired yet."""
+        delta = self._deltas.get(name)
+        if delta is not None:
+            return HistogramTotals(delta.sum, delta.count)
+        later = self._later[name]
+        earlier = self._earlier.get(name)
+        return HistogramTotals(later.sum, later.count) if earlier is None else histogram_increase_totals(earlier, later)
 
     def __contains__(self, name: object) -> bool:
         return name in self._later
@@ -357,7 +402,7 @@ def acceptance(inc: Increases) -> Acceptance | None:
     )
 
 
-def _mean(h: Histogram | None) -> float | None:
+def _mean(h: Histogram | HistogramTotals | None) -> float | None:
     return h.sum / h.count if h is not None and h.count > 0 else None
 
 
@@ -408,7 +453,7 @@ class StepTokens:
 def step_tokens(inc: Increases) -> StepTokens | None:
     """The tokens the steps of a span computed and emitted; None without a step count or the
     token counters."""
-    steps_h = inc.histogram(ITERATION_TOKENS)
+    steps_h = inc.histogram_totals(ITERATION_TOKENS)
     generation = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     if steps_h is None or generation is None or prompt is None:
@@ -487,7 +532,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
             if usage is not None:
                 context = (context or 0.0) + usage * cap
     ttft = inc.histogram(TTFT)
-    steps = inc.histogram(ITERATION_TOKENS)
+    steps = inc.histogram_totals(ITERATION_TOKENS)
     tokens = step_tokens(inc)
     gen = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
@@ -503,8 +548,8 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
         ttft_p50_s=histogram_quantile(0.5, ttft),
         ttft_p95_s=histogram_quantile(0.95, ttft),
-        tpot_mean_s=_mean(inc.histogram(*TPOT)),
-        itl_mean_s=_mean(inc.histogram(*ITL)),
+        tpot_mean_s=_mean(inc.histogram_totals(*TPOT)),
+        itl_mean_s=_mean(inc.histogram_totals(*ITL)),
         generation_tokens_per_s=_ratio(gen, seconds),
         prompt_tokens_per_s=_ratio(prompt, seconds),
         prompt_to_output_ratio=_ratio(prompt, gen),

@@ -296,3 +296,27 @@ def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
     assert tokens.plain_decode == 1144 - (301 + 272) - 20
     assert tokens.computed == 1194 + 1037 + 301 + 551
     assert tokens.computed_per_step > tokens.prompt_and_emitted_per_step
+
+
+def test_histogram_totals_are_the_deltas_sum_and_count_without_their_buckets():
+    from specwatch.figures import Increases, histogram_increase_totals
+
+    name = "vllm:request_time_per_output_token_seconds"
+    earlier = Histogram(((0.1, 3.0), (math.inf, 5.0)), 0.4, 5.0)
+    cases = {
+        "grew": Histogram(((0.1, 7.0), (math.inf, 12.0)), 1.1, 12.0),
+        "went down (a restart)": Histogram(((0.1, 1.0), (math.inf, 2.0)), 0.1, 2.0),
+        "another layout": Histogram(((0.1, 7.0), (0.5, 9.0), (math.inf, 12.0)), 1.1, 12.0),
+        "sum went down": Histogram(((0.1, 7.0), (math.inf, 12.0)), 0.2, 12.0),
+    }
+    for case, later in cases.items():
+        delta = histogram_increase(earlier, later)
+        assert histogram_increase_totals(earlier, later) == (delta.sum, delta.count), case
+        deltas = HistogramDeltas({name: earlier}, {name: later})
+        inc = Increases(5.0, {}, (), deltas)
+        assert inc.histogram_totals("absent", name) == (delta.sum, delta.count), case
+        assert deltas._deltas == {}, case  # no bucket paired for a mean
+        inc.histogram(name)
+        assert inc.histogram_totals(name) == (delta.sum, delta.count), case  # and once paired, the same
+        assert Increases(5.0, {}, (), {name: delta}).histogram_totals(name) == (delta.sum, delta.count)
+    assert Increases(5.0).histogram_totals(name) is None
