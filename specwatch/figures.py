@@ -453,13 +453,17 @@ class StepTokens:
 def step_tokens(inc: Increases) -> StepTokens | None:
     """The tokens the steps of a span computed and emitted; None without a step count or the
     token counters."""
+    return _step_tokens(inc, acceptance(inc))
+
+
+def _step_tokens(inc: Increases, acc: Acceptance | None) -> StepTokens | None:
+    """step_tokens(inc), with acceptance(inc) already worked out (engine_figures reads both)."""
     steps_h = inc.histogram_totals(ITERATION_TOKENS)
     generation = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     if steps_h is None or generation is None or prompt is None:
         return None
     prompt_computed = max(0.0, prompt - (inc.counter(PROMPT_TOKENS_CACHED) or 0.0))
-    acc = acceptance(inc)
     verified = verify_emitted = 0.0
     if acc is not None:
         verified = acc.draft_tokens + acc.drafts
@@ -533,7 +537,8 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
                 context = (context or 0.0) + usage * cap
     ttft = inc.histogram(TTFT)
     steps = inc.histogram_totals(ITERATION_TOKENS)
-    tokens = step_tokens(inc)
+    accepted = acceptance(inc)
+    tokens = _step_tokens(inc, accepted)
     gen = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     flops = inc.counter(MFU_FLOPS)
@@ -562,7 +567,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         preemptions=inc.counter(PREEMPTIONS),
         kv_capacity_tokens=capacity,
         context_tokens=context,
-        acceptance=acceptance(inc),
+        acceptance=accepted,
         restarts=inc.restarts,
         step_tokens=tokens,
     )

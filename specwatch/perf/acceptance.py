@@ -165,7 +165,8 @@ def length_at_k_clipped(p: np.ndarray, k_new: int) -> LengthAtK:
         raise ValueError(f"k′ must be an integer ≥ 0, got {k_new!r}")
     k = p.size
     if k_new <= k:
-        return LengthAtK(int(k_new), 1.0 + float(np.sum(p[:k_new])), False, "per-position")
+        # ndarray.sum is np.sum's reduction without its wrapper
+        return LengthAtK(int(k_new), 1.0 + float(p[:k_new].sum()), False, "per-position")
     last_alpha = float(conditional_acceptance(p)[-1])
     extra = p[-1] * last_alpha ** np.arange(1, k_new - k + 1)
     return LengthAtK(int(k_new), 1.0 + float(np.sum(p)) + float(np.sum(extra)), True, "per-position, extrapolated")

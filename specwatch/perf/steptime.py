@@ -117,8 +117,9 @@ class HingeParameters:
         if isinstance(n_tokens, (int, float)) and isinstance(context_tokens, (int, float)):
             # Scalars take plain arithmetic: the advisor calls this a few hundred times per verdict
             # (crossover search, best k), where numpy's per-call overhead would dominate.
+            above = n_tokens - self.knee  # max(0.0, above), without the call (NaN and −0.0 alike give 0.0)
             return (self.base_s + self.kv_s_per_token * context_tokens + self.per_token_s * n_tokens
-                    + self.slope_s_per_token * max(0.0, n_tokens - self.knee))
+                    + self.slope_s_per_token * (above if above > 0.0 else 0.0))
         n = np.asarray(n_tokens, dtype=float)
         c = np.asarray(context_tokens, dtype=float)
         value = (
