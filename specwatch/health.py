@@ -102,22 +102,19 @@ def share_at_or_below(h: Histogram | None, threshold: float) -> float | None:
     return min(1.0, prev_count / total)
 
 
-def _integer_atoms(h: Histogram, low_end: bool) -> list[tuple[float, float]]:
-    """Each bucket's count placed at the smallest (`low_end`) or largest whole number it can hold:
-    a token count in the bucket (prev, le] lies in floor(prev)+1 .. floor(le); the first bucket starts
-    at 0 and the +Inf bucket has no top."""
-    atoms = []
+def _integer_atoms(h: Histogram) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Each bucket's count placed at the smallest whole number it can hold, and at the largest (both
+    in one pass): a token count in the bucket (prev, le] lies in floor(prev)+1 .. floor(le); the
+    first bucket starts at 0 and the +Inf bucket has no top."""
+    low_atoms, high_atoms = [], []
     prev_le, prev_count = None, 0.0
     for le, count in h.buckets:
         mass = count - prev_count
         if mass > 0:
-            if low_end:
-                value = 0.0 if prev_le is None else math.floor(prev_le) + 1.0
-            else:
-                value = math.inf if math.isinf(le) else float(math.floor(le))
-            atoms.append((value, mass))
+            low_atoms.append((0.0 if prev_le is None else math.floor(prev_le) + 1.0, mass))
+            high_atoms.append((math.inf if math.isinf(le) else float(math.floor(le)), mass))
         prev_le, prev_count = le, max(prev_count, count)
-    return atoms
+    return low_atoms, high_atoms
 
 
 def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], ratio: float,
@@ -156,8 +153,10 @@ def share_over_ratio_bounds(prompt: Histogram | None, output: Histogram | None,
         return None
     if not prompt.buckets or not output.buckets or prompt.buckets[-1][1] <= 0 or output.buckets[-1][1] <= 0:
         return None
-    low = _forced_share(_integer_atoms(prompt, True), _integer_atoms(output, False), ratio, strict=True)
-    high = 1.0 - _forced_share(_integer_atoms(prompt, False), _integer_atoms(output, True), ratio, strict=False)
+    prompt_low, prompt_high = _integer_atoms(prompt)
+    output_low, output_high = _integer_atoms(output)
+    low = _forced_share(prompt_low, output_high, ratio, strict=True)
+    high = 1.0 - _forced_share(prompt_high, output_low, ratio, strict=False)
     return max(0.0, low), min(1.0, max(low, high))
 
 
