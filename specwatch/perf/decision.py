@@ -317,9 +317,14 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crosso
     plain_cap, spec_cap = cap.plain, cap.speculative
     steps_at = model.steps_at
 
-    def excess(b: float) -> float:
-        # model.speedup(b, 0.0, k, length) − 1: with no one waiting each mode holds b under its cap
-        return _speedup(steps_at(_held_to(b, plain_cap), _held_to(b, spec_cap), k, b), length) - 1.0
+    if plain_cap is None and spec_cap is None:
+        def excess(b: float) -> float:
+            # model.speedup(b, 0.0, k, length) − 1: no cap, so both modes run b itself
+            return _speedup(steps_at(b, b, k, b), length) - 1.0
+    else:
+        def excess(b: float) -> float:
+            # model.speedup(b, 0.0, k, length) − 1: with no one waiting each mode holds b under its cap
+            return _speedup(steps_at(_held_to(b, plain_cap), _held_to(b, spec_cap), k, b), length) - 1.0
 
     def excess_on_grid(grid: np.ndarray) -> np.ndarray | None:
         values = model.speedup_on_grid(grid, k, length)
