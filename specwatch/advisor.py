@@ -207,8 +207,9 @@ class Advisor:
             return self.config.gpu
         # A GPU in MIG mode runs nothing itself: its MIG devices do, and the one running processes
         # is the likelier home of the engine. Whole GPUs first, as before MIG was read.
-        candidates = sorted((g for g in gpus if not g.lost and not g.mig_mode),
-                            key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
+        candidates = [g for g in gpus if not g.lost and not g.mig_mode]
+        if any(g.mig is not None for g in candidates):  # without MIG devices the order stands as read
+            candidates.sort(key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
         for g in candidates:
             if g.mig is not None:
                 spec = self._mig_spec(g)
