@@ -414,6 +414,10 @@ def _axis_coverage(tokens_min: float, tokens_max: float, prior_knee: float) -> f
 _FREE_SETS = {
     size: np.array(list(itertools.combinations(range(4), size)), dtype=np.intp) for size in range(1, 5)
 }
+# Where the columns shared by every knee (1, C, N) sit among (base, kv, slope, per-token), and the
+# diagonal of the 4×4 systems.
+_SHARED = np.array([0, 1, 3], dtype=np.intp)
+_DIAGONAL = np.arange(4)
 
 
 def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray, knees: np.ndarray,
@@ -435,38 +439,36 @@ def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray
     rhs = np.empty((count, 4))
     shared_gram = shared.T @ shared
     cross = hinge @ shared  # knees × 3
-    order = (0, 1, 3)  # where the shared columns sit among (base, kv, slope, per-token)
-    for i, a in enumerate(order):
-        for j, b in enumerate(order):
-            gram[:, a, b] = shared_gram[i, j]
-        gram[:, a, 2] = gram[:, 2, a] = cross[:, i]
+    gram[:, _SHARED[:, None], _SHARED[None, :]] = shared_gram  # the same for every knee
+    gram[:, _SHARED, 2] = cross
+    gram[:, 2, _SHARED] = cross
     gram[:, 2, 2] = np.einsum("ks,ks->k", hinge, hinge)
-    rhs[:, list(order)] = shared.T @ yw
+    rhs[:, _SHARED] = shared.T @ yw
     rhs[:, 2] = hinge @ yw
     penalty_sq = penalty * penalty
-    gram[:, range(4), range(4)] += penalty_sq
+    gram[:, _DIAGONAL, _DIAGONAL] += penalty_sq
     rhs += penalty_sq * theta0
     total = float(yw @ yw) + float(penalty_sq @ (theta0 * theta0))
-    scale = 1.0 / np.sqrt(gram[:, range(4), range(4)])  # > 0: every column has its penalty row
+    scale = 1.0 / np.sqrt(gram[:, _DIAGONAL, _DIAGONAL])  # > 0: every column has its penalty row
     gram *= scale[:, :, None] * scale[:, None, :]
     rhs *= scale
 
     best_cost = np.full(count, total)  # θ = 0 is always feasible
     best_theta = np.zeros((count, 4))
+    knee_rows = np.arange(count)
     for size, sets in _FREE_SETS.items():
         # knees × sets × size × size systems, solved in one call
         sub_gram = gram[:, sets[:, :, None], sets[:, None, :]]
         sub_rhs = rhs[:, sets]
         z = np.linalg.solve(sub_gram, sub_rhs[..., None])[..., 0]
         cost = total - np.einsum("ksi,ksi->ks", z, sub_rhs)  # at the optimum: ‖b‖² − zᵀg
-        cost = np.where(np.all(z >= 0.0, axis=2), cost, np.inf)
-        pick = np.argmin(cost, axis=1)
-        picked_cost = cost[np.arange(count), pick]
+        cost = np.where((z >= 0.0).all(axis=2), cost, np.inf)
+        pick = cost.argmin(axis=1)
+        picked_cost = cost[knee_rows, pick]
         better = picked_cost < best_cost
-        if np.any(better):
+        if better.any():
             theta = np.zeros((count, 4))
-            rows = np.arange(count)[:, None]
-            theta[rows, sets[pick]] = z[np.arange(count), pick]
+            theta[knee_rows[:, None], sets[pick]] = z[knee_rows, pick]
             best_cost = np.where(better, picked_cost, best_cost)
             best_theta = np.where(better[:, None], theta * scale, best_theta)
     return best_cost, best_theta
@@ -547,7 +549,7 @@ def fit_step_time_rows(rows: np.ndarray, prior: HingeParameters | StepTimePrior,
     if not shape_known:
         floors[2] = floors[3] = prior_hinge.base_s
     scales = np.maximum(PRIOR_RELATIVE_SD * np.abs(theta0), PRIOR_RELATIVE_SD * floors)
-    penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
+    penalty = math.sqrt(prior_strength) / scales  # the diagonal of the prior's penalty rows
 
     if shape_known:
         knees = _knee_grid(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
@@ -555,7 +557,7 @@ def fit_step_time_rows(rows: np.ndarray, prior: HingeParameters | StepTimePrior,
     else:
         knees = _knee_grid(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
         knee_log_sd = UNKNOWN_SHAPE_KNEE_LOG_SD
-    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
+    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, penalty, theta0)
     costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / knee_log_sd) ** 2
     best_index = int(np.argmin(costs))  # the first of equal costs, as a scan keeping strict improvements
     knee, theta = float(knees[best_index]), thetas[best_index]
