@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -273,31 +273,37 @@ class Advisor:
                                   f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
                                   "(pass --draft-ratio)"), name
 
-    def _prior(self, gpu: GpuSpec | None, figures: EngineFigures) -> tuple[perf.HingeParameters, str]:
-        """The step-time prior: the datasheet one, or a roofline shape anchored on this node."""
+    def _prior(self, gpu: GpuSpec | None,
+               figures: EngineFigures) -> tuple[float, Callable[[], perf.HingeParameters], str]:
+        """The step-time prior: the datasheet one, or a roofline shape anchored on this node. Its
+        knee, the prior itself as a function that makes it (a roofline prior takes the median level
+        of every sample: _step_model asks for it only to refit, or when there is no fit), and words."""
         c = self.config
         if gpu is not None and c.model is not None:
             # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
             cached = self._datasheet_prior
-            if cached is not None and cached[0] is gpu and cached[1] is c.model and cached[2] == (c.tp, c.dtype):
-                return cached[3]
-            try:
-                prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
-                result = prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"
-                self._datasheet_prior = (gpu, c.model, (c.tp, c.dtype), result)
-                return result
-            except ValueError:
-                pass
+            if cached is None or cached[0] is not gpu or cached[1] is not c.model or cached[2] != (c.tp, c.dtype):
+                try:
+                    prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
+                    cached = self._datasheet_prior = (gpu, c.model, (c.tp, c.dtype),
+                                                      (prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"))
+                except ValueError:
+                    cached = None
+            if cached is not None:
+                hinge, words = cached[3]
+                return hinge.knee, lambda: hinge, words
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
+        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
+        return knee, lambda: self._roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"
+
+    def _roofline_prior(self, knee: float) -> perf.HingeParameters:
         # Below the knee a step costs about the weight read, whatever N; the node's own mean step
         # time sets that level. Above the knee, time grows in proportion to N (compute-bound).
         # Each sample implies a level through the same shape: T / max(1, N / knee).
         observed = sorted(s.step_time_s / max(1.0, s.tokens_per_step / knee) for _, s in self._samples)
         base = observed[len(observed) // 2] if observed else 0.02
-        prior = perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
-                                     kv_s_per_token=0.0, per_token_s=0.0)
-        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
-        return prior, f"roofline shape at {where}, level from this node's step times"
+        return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
+                                    kv_s_per_token=0.0, per_token_s=0.0)
 
     def _record_step_sample(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
         """A (tokens per step, step time, context) sample, once per sample interval of data time."""
@@ -320,8 +326,11 @@ class Advisor:
         low, high = self.observed_batch or (figures.running, figures.running)
         self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
-    def _step_model(self, time: float, prior: perf.HingeParameters, shape_known: bool) -> perf.StepTimeModel:
-        key = (prior.knee, self.config.model.name if self.config.model else None, shape_known)
+    def _step_model(self, time: float, prior_knee: float, prior: Callable[[], perf.HingeParameters],
+                    shape_known: bool) -> perf.StepTimeModel:
+        """The live fit, refitted every refit interval (or when the prior's knee or shape changes)
+        against `prior()`; the prior itself before there is a fit."""
+        key = (prior_knee, self.config.model.name if self.config.model else None, shape_known)
         stale = (
             self._fit is None
             or self._fit_prior_key != key
@@ -333,10 +342,10 @@ class Advisor:
             # the samples as the fit's (N, T, C, weight) rows, with no StepSample made per refit
             rows = [(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
                     for t, s in self._samples]
-            self._fit = perf.fit_step_time_rows(np.array(rows, dtype=float), prior, shape_known=shape_known)
+            self._fit = perf.fit_step_time_rows(np.array(rows, dtype=float), prior(), shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
-        return self._fit if self._fit is not None else prior
+        return self._fit if self._fit is not None else prior()
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -366,8 +375,8 @@ class Advisor:
         cost, method = self._draft_cost(target.speculation)
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
-        prior, prior_words = self._prior(gpu, figures)
-        step_model = self._step_model(time, prior, shape_known=gpu is not None)
+        prior_knee, prior, prior_words = self._prior(gpu, figures)
+        step_model = self._step_model(time, prior_knee, prior, shape_known=gpu is not None)
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
