@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from specwatch import perf
 from specwatch.gpu_events import throttled_spec
@@ -26,7 +28,7 @@ from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
 from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
 from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
 from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
-from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, request_shape
+from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
 from specwatch.window import EngineFigures, TargetWindow
 
 
@@ -174,6 +176,7 @@ class Advisor:
         self._fit_prior_key: tuple | None = None
         self._ttft_history: deque[float] = deque(maxlen=60)
         self._gpu_by_name: dict[str, Any] = {}
+        self._pricing_cache: tuple[perf.DraftCost | None, perf.DraftPricing] | None = None
         self._draft_cost_cache: tuple[AdvisorConfig, SpeculationConfig | None,
                                       tuple[perf.DraftCost | None, str | None]] | None = None
         # The speculation config the latest verdict was judged with: the target's, with this config's
@@ -204,8 +207,9 @@ class Advisor:
             return self.config.gpu
         # A GPU in MIG mode runs nothing itself: its MIG devices do, and the one running processes
         # is the likelier home of the engine. Whole GPUs first, as before MIG was read.
-        candidates = sorted((g for g in gpus if not g.lost and not g.mig_mode),
-                            key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
+        candidates = [g for g in gpus if not g.lost and not g.mig_mode]
+        if any(g.mig is not None for g in candidates):  # without MIG devices the order stands as read
+            candidates.sort(key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
         for g in candidates:
             if g.mig is not None:
                 spec = self._mig_spec(g)
@@ -269,31 +273,37 @@ class Advisor:
                                   f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
                                   "(pass --draft-ratio)"), name
 
-    def _prior(self, gpu: GpuSpec | None, figures: EngineFigures) -> tuple[perf.HingeParameters, str]:
-        """The step-time prior: the datasheet one, or a roofline shape anchored on this node."""
+    def _prior(self, gpu: GpuSpec | None,
+               figures: EngineFigures) -> tuple[float, Callable[[], perf.HingeParameters], str]:
+        """The step-time prior: the datasheet one, or a roofline shape anchored on this node. Its
+        knee, the prior itself as a function that makes it (a roofline prior takes the median level
+        of every sample: _step_model asks for it only to refit, or when there is no fit), and words."""
         c = self.config
         if gpu is not None and c.model is not None:
             # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
             cached = self._datasheet_prior
-            if cached is not None and cached[0] is gpu and cached[1] is c.model and cached[2] == (c.tp, c.dtype):
-                return cached[3]
-            try:
-                prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
-                result = prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"
-                self._datasheet_prior = (gpu, c.model, (c.tp, c.dtype), result)
-                return result
-            except ValueError:
-                pass
+            if cached is None or cached[0] is not gpu or cached[1] is not c.model or cached[2] != (c.tp, c.dtype):
+                try:
+                    prior = perf.prior_for_model(gpu, c.model, tp=c.tp, dtype=c.dtype)
+                    cached = self._datasheet_prior = (gpu, c.model, (c.tp, c.dtype),
+                                                      (prior.hinge(), f"datasheet prior for {c.model.name} on {gpu.name}"))
+                except ValueError:
+                    cached = None
+            if cached is not None:
+                hinge, words = cached[3]
+                return hinge.knee, lambda: hinge, words
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
+        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
+        return knee, lambda: self._roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"
+
+    def _roofline_prior(self, knee: float) -> perf.HingeParameters:
         # Below the knee a step costs about the weight read, whatever N; the node's own mean step
         # time sets that level. Above the knee, time grows in proportion to N (compute-bound).
         # Each sample implies a level through the same shape: T / max(1, N / knee).
         observed = sorted(s.step_time_s / max(1.0, s.tokens_per_step / knee) for _, s in self._samples)
         base = observed[len(observed) // 2] if observed else 0.02
-        prior = perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
-                                     kv_s_per_token=0.0, per_token_s=0.0)
-        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
-        return prior, f"roofline shape at {where}, level from this node's step times"
+        return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
+                                    kv_s_per_token=0.0, per_token_s=0.0)
 
     def _record_step_sample(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
         """A (tokens per step, step time, context) sample, once per sample interval of data time."""
@@ -316,8 +326,11 @@ class Advisor:
         low, high = self.observed_batch or (figures.running, figures.running)
         self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
-    def _step_model(self, time: float, prior: perf.HingeParameters, shape_known: bool) -> perf.StepTimeModel:
-        key = (prior.knee, self.config.model.name if self.config.model else None, shape_known)
+    def _step_model(self, time: float, prior_knee: float, prior: Callable[[], perf.HingeParameters],
+                    shape_known: bool) -> perf.StepTimeModel:
+        """The live fit, refitted every refit interval (or when the prior's knee or shape changes)
+        against `prior()`; the prior itself before there is a fit."""
+        key = (prior_knee, self.config.model.name if self.config.model else None, shape_known)
         stale = (
             self._fit is None
             or self._fit_prior_key != key
@@ -326,15 +339,13 @@ class Advisor:
         )
         if stale and self._samples:
             half_life = self.config.sample_half_life_s
-            step_sample = perf.StepSample
-            weighted = [
-                step_sample(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
-                for t, s in self._samples
-            ]
-            self._fit = perf.fit_step_time(weighted, prior, shape_known=shape_known)
+            # the samples as the fit's (N, T, C, weight) rows, with no StepSample made per refit
+            rows = [(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
+                    for t, s in self._samples]
+            self._fit = perf.fit_step_time_rows(np.array(rows, dtype=float), prior(), shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
-        return self._fit if self._fit is not None else prior
+        return self._fit if self._fit is not None else prior()
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -364,8 +375,8 @@ class Advisor:
         cost, method = self._draft_cost(target.speculation)
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
-        prior, prior_words = self._prior(gpu, figures)
-        step_model = self._step_model(time, prior, shape_known=gpu is not None)
+        prior_knee, prior, prior_words = self._prior(gpu, figures)
+        step_model = self._step_model(time, prior_knee, prior, shape_known=gpu is not None)
         bound = self._bound(figures, gpus, gpu, step_model)
         reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
         flags: list[str] = []
@@ -544,7 +555,16 @@ class Advisor:
         return False
 
     def _pricing(self, cost: perf.DraftCost | None, method: str | None) -> perf.DraftPricing:
-        """The draft's pricing for the decision: the same as predict's for the same method."""
+        """The draft's pricing for the decision: the same as predict's for the same method. A pure
+        function of the (frozen) cost, which _draft_cost keeps while the settings stand: made once."""
+        cached = self._pricing_cache
+        if cached is not None and cached[0] is cost:
+            return cached[1]
+        pricing = self._price(cost)
+        self._pricing_cache = (cost, pricing)
+        return pricing
+
+    def _price(self, cost: perf.DraftCost | None) -> perf.DraftPricing:
         if cost is None:
             return perf.draft_pricing(None)
         if cost.basis != "given" and cost.method in ("ngram", "suffix", "eagle", "eagle3", "mtp", "medusa"):
@@ -602,8 +622,8 @@ class Advisor:
     def _prefill_checks(self, figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
                         flags: list[str]) -> None:
         ratio = figures.prompt_to_output_ratio
-        shape = request_shape(tw.increases) if tw.increases is not None else None
-        share_low = shape.prefill_heavy_share_low if shape is not None else None
+        heavy_share = prefill_heavy_share(tw.increases) if tw.increases is not None else None
+        share_low = heavy_share[0] if heavy_share is not None else None
         by_ratio = ratio is not None and ratio > PREFILL_RATIO
         by_share = share_low is not None and share_low >= PREFILL_HEAVY_SHARE
         if by_ratio or by_share:
@@ -611,7 +631,7 @@ class Advisor:
             mean = f"{ratio:.0f} prompt tokens per output token" if ratio is not None else "long prompts"
             # the length histograms bound the share of prefill-heavy requests, they do not give it: the
             # range says whether the tax falls on most requests or on a few long prompts
-            share = shape.prefill_heavy_share_words() if shape is not None else None
+            share = prefill_heavy_share_words(*heavy_share) if heavy_share is not None else None
             reasons.append(f"prefill-heavy traffic ({mean}): speculation does nothing for TTFT"
                            + (", and the draft model runs its own prefill" if method == "draft" else "")
                            + (f"; {share} (bounds: the length histograms do not say which prompt went with "

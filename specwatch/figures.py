@@ -14,11 +14,9 @@ from __future__ import annotations
 
 
 import math
-from operator import itemgetter
 from operator import lt as _lt
-from operator import sub as _sub
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from specwatch.snapshot import EngineSample, Histogram
 
@@ -50,6 +48,9 @@ __all__ = [
     "counter_increase",
     "histogram_increase",
     "histogram_quantile",
+    "HistogramDeltas",
+    "HistogramTotals",
+    "histogram_increase_totals",
     "Increases",
     "engine_restarted",
     "increases_between",
@@ -94,9 +95,6 @@ REQUEST_SUCCESS = "vllm:request_success"
 PREEMPTIONS = "vllm:num_preemptions"
 
 
-_first, _second = itemgetter(0), itemgetter(1)
-
-
 def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
     """Prometheus increase() for one pair: a drop, or a known restart, means it began again at 0."""
     if restarted or cur < prev:
@@ -104,19 +102,43 @@ def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
     return cur - prev
 
 
+class HistogramTotals(NamedTuple):
+    """A histogram's sum and count: what a mean reads, without the buckets."""
+
+    sum: float
+    count: float
+
+
+def _taken_whole(prev: Histogram, cur: Histogram, restarted: bool = False) -> bool:
+    """Whether the increase from `prev` to `cur` is `cur` itself: after a restart, a count that went
+    down, or another number of buckets."""
+    return restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets)
+
+
+def _delta_totals(prev: Histogram, cur: Histogram) -> HistogramTotals:
+    return HistogramTotals(max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+
+
+def histogram_increase_totals(prev: Histogram, cur: Histogram) -> HistogramTotals:
+    """histogram_increase(prev, cur)'s sum and count, without pairing the buckets."""
+    return HistogramTotals(cur.sum, cur.count) if _taken_whole(prev, cur) else _delta_totals(prev, cur)
+
+
 def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False) -> Histogram:
-    if restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets):
+    if _taken_whole(prev, cur, restarted):
         return cur
     prev_buckets, cur_buckets = prev.buckets, cur.buckets
-    bounds = list(map(_first, cur_buckets))
-    if bounds == list(map(_first, prev_buckets)):
-        # the usual case, the same bounds in the same order: pair the buckets by position
-        deltas = map(_sub, map(_second, cur_buckets), map(_second, prev_buckets))
-        buckets = tuple([(le, d if d > 0.0 else 0.0) for le, d in zip(bounds, deltas)])
-    else:
-        prev_by_le = dict(prev_buckets)
-        buckets = tuple((le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur_buckets)
-    return Histogram(buckets, max(0.0, cur.sum - prev.sum), cur.count - prev.count)
+    # the usual case, the same bounds in the same order: pair the buckets by position, in one pass
+    buckets = []
+    append = buckets.append
+    for (le, c), (prev_le, p) in zip(cur_buckets, prev_buckets):
+        if le is not prev_le and le != prev_le:  # (is: as a list comparison takes the same object)
+            prev_by_le = dict(prev_buckets)
+            buckets = [(le, max(0.0, c - prev_by_le.get(le, 0.0))) for le, c in cur_buckets]
+            break
+        d = c - p
+        append((le, d if d > 0.0 else 0.0))
+    return Histogram(tuple(buckets), *_delta_totals(prev, cur))
 
 
 def histogram_quantile(q: float, h: Histogram | None) -> float | None:
@@ -157,7 +179,7 @@ class Increases:
     seconds: float
     counters: dict[str, float] = field(default_factory=dict)
     accepted_per_position: tuple[float, ...] = ()
-    histograms: dict[str, Histogram] = field(default_factory=dict)
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)  # a dict, or HistogramDeltas
     restarts: int = 0
 
     def counter(self, name: str) -> float | None:
@@ -168,6 +190,18 @@ class Increases:
             h = self.histograms.get(n)
             if h is not None:
                 return h
+        return None
+
+    def histogram_totals(self, *names: str) -> HistogramTotals | None:
+        """`histogram(*names)`'s sum and count, without working out its buckets when they are not yet
+        (a mean, a count of steps or of requests needs none)."""
+        histograms = self.histograms
+        for n in names:
+            if n in histograms:
+                if isinstance(histograms, HistogramDeltas):
+                    return histograms.totals(n)
+                h = histograms[n]
+                return HistogramTotals(h.sum, h.count)
         return None
 
 
@@ -191,10 +225,58 @@ def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
     return False
 
 
-def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
-                      counters: dict[str, float], per_pos: list[float], histograms: dict[str, Histogram]) -> None:
-    """Add what happened from `first` to `last` with no restart in between (counters are cumulative,
-    so that is last − first), or from zero to `last` when the segment began with a restart."""
+class HistogramDeltas(Mapping[str, Histogram]):
+    """An engine's histograms over one stretch with no restart (each later reading less the earlier
+    one, as `_segment_increase` adds them), each worked out when first read: an evaluation reads a
+    few of an engine's histograms (TTFT, TPOT, steps, request lengths), the health view all of them.
+    Equal to, iterated and shown as the dict of those deltas."""
+
+    __slots__ = ("_earlier", "_later", "_deltas")
+
+    def __init__(self, earlier: Mapping[str, Histogram], later: Mapping[str, Histogram]) -> None:
+        self._earlier = earlier
+        self._later = later
+        self._deltas: dict[str, Histogram] = {}
+
+    def __getitem__(self, name: str) -> Histogram:
+        delta = self._deltas.get(name)
+        if delta is None:
+            later = self._later[name]
+            earlier = self._earlier.get(name)
+            delta = self._deltas[name] = later if earlier is None else histogram_increase(earlier, later)
+        return delta
+
+    def get(self, name: str, default: Any = None) -> Any:  # Mapping.get would go through a KeyError
+        delta = self._deltas.get(name)
+        if delta is not None:
+            return delta
+        return self[name] if name in self._later else default
+
+    def totals(self, name: str) -> HistogramTotals:
+        """self[name]'s sum and count, without pairing its buckets when they are not paired yet."""
+        delta = self._deltas.get(name)
+        if delta is not None:
+            return HistogramTotals(delta.sum, delta.count)
+        later = self._later[name]
+        earlier = self._earlier.get(name)
+        return HistogramTotals(later.sum, later.count) if earlier is None else histogram_increase_totals(earlier, later)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._later
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._later)
+
+    def __len__(self) -> int:
+        return len(self._later)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _counters_increase(first: EngineSample, last: EngineSample, from_zero: bool,
+                       counters: dict[str, float], per_pos: list[float]) -> None:
+    """Add the counters' increases from `first` to `last` (see _segment_increase)."""
     before = {} if from_zero else first.counters
     for name, value in last.counters.items():
         prev = before.get(name, 0.0)
@@ -205,6 +287,13 @@ def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
         if i >= len(per_pos):
             per_pos.append(0.0)
         per_pos[i] += counter_increase(before_pos[i] if i < len(before_pos) else 0.0, value)
+
+
+def _segment_increase(first: EngineSample, last: EngineSample, from_zero: bool,
+                      counters: dict[str, float], per_pos: list[float], histograms: dict[str, Histogram]) -> None:
+    """Add what happened from `first` to `last` with no restart in between (counters are cumulative,
+    so that is last − first), or from zero to `last` when the segment began with a restart."""
+    _counters_increase(first, last, from_zero, counters, per_pos)
     for name, h in last.histograms.items():
         before_h = None if from_zero else first.histograms.get(name)
         delta = h if before_h is None else histogram_increase(before_h, h)
@@ -233,7 +322,12 @@ def increases_between(pairs: Sequence[tuple[EngineSample, EngineSample, bool]],
             _segment_increase(first, prev, from_zero, counters, per_pos, histograms)
             restarts += 1
             first, from_zero = cur, True
-    _segment_increase(first, pairs[-1][1], from_zero, counters, per_pos, histograms)
+    last = pairs[-1][1]
+    if not restarts:
+        # one stretch (the usual case): its histograms' deltas are worked out when read
+        _counters_increase(first, last, False, counters, per_pos)
+        return Increases(0.0, counters, tuple(per_pos), HistogramDeltas(first.histograms, last.histograms), 0)
+    _segment_increase(first, last, from_zero, counters, per_pos, histograms)
     return Increases(0.0, counters, tuple(per_pos), histograms, restarts)
 
 
@@ -308,7 +402,7 @@ def acceptance(inc: Increases) -> Acceptance | None:
     )
 
 
-def _mean(h: Histogram | None) -> float | None:
+def _mean(h: Histogram | HistogramTotals | None) -> float | None:
     return h.sum / h.count if h is not None and h.count > 0 else None
 
 
@@ -359,13 +453,17 @@ class StepTokens:
 def step_tokens(inc: Increases) -> StepTokens | None:
     """The tokens the steps of a span computed and emitted; None without a step count or the
     token counters."""
-    steps_h = inc.histogram(ITERATION_TOKENS)
+    return _step_tokens(inc, acceptance(inc))
+
+
+def _step_tokens(inc: Increases, acc: Acceptance | None) -> StepTokens | None:
+    """step_tokens(inc), with acceptance(inc) already worked out (engine_figures reads both)."""
+    steps_h = inc.histogram_totals(ITERATION_TOKENS)
     generation = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     if steps_h is None or generation is None or prompt is None:
         return None
     prompt_computed = max(0.0, prompt - (inc.counter(PROMPT_TOKENS_CACHED) or 0.0))
-    acc = acceptance(inc)
     verified = verify_emitted = 0.0
     if acc is not None:
         verified = acc.draft_tokens + acc.drafts
@@ -438,8 +536,9 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
             if usage is not None:
                 context = (context or 0.0) + usage * cap
     ttft = inc.histogram(TTFT)
-    steps = inc.histogram(ITERATION_TOKENS)
-    tokens = step_tokens(inc)
+    steps = inc.histogram_totals(ITERATION_TOKENS)
+    accepted = acceptance(inc)
+    tokens = _step_tokens(inc, accepted)
     gen = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     flops = inc.counter(MFU_FLOPS)
@@ -454,8 +553,8 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         kv_cache_usage=sum(kv) / len(kv) if kv else None,
         ttft_p50_s=histogram_quantile(0.5, ttft),
         ttft_p95_s=histogram_quantile(0.95, ttft),
-        tpot_mean_s=_mean(inc.histogram(*TPOT)),
-        itl_mean_s=_mean(inc.histogram(*ITL)),
+        tpot_mean_s=_mean(inc.histogram_totals(*TPOT)),
+        itl_mean_s=_mean(inc.histogram_totals(*ITL)),
         generation_tokens_per_s=_ratio(gen, seconds),
         prompt_tokens_per_s=_ratio(prompt, seconds),
         prompt_to_output_ratio=_ratio(prompt, gen),
@@ -468,7 +567,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         preemptions=inc.counter(PREEMPTIONS),
         kv_capacity_tokens=capacity,
         context_tokens=context,
-        acceptance=acceptance(inc),
+        acceptance=accepted,
         restarts=inc.restarts,
         step_tokens=tokens,
     )

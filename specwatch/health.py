@@ -102,22 +102,19 @@ def share_at_or_below(h: Histogram | None, threshold: float) -> float | None:
     return min(1.0, prev_count / total)
 
 
-def _integer_atoms(h: Histogram, low_end: bool) -> list[tuple[float, float]]:
-    """Each bucket's count placed at the smallest (`low_end`) or largest whole number it can hold:
-    a token count in the bucket (prev, le] lies in floor(prev)+1 .. floor(le); the first bucket starts
-    at 0 and the +Inf bucket has no top."""
-    atoms = []
+def _integer_atoms(h: Histogram) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Each bucket's count placed at the smallest whole number it can hold, and at the largest (both
+    in one pass): a token count in the bucket (prev, le] lies in floor(prev)+1 .. floor(le); the
+    first bucket starts at 0 and the +Inf bucket has no top."""
+    low_atoms, high_atoms = [], []
     prev_le, prev_count = None, 0.0
     for le, count in h.buckets:
         mass = count - prev_count
         if mass > 0:
-            if low_end:
-                value = 0.0 if prev_le is None else math.floor(prev_le) + 1.0
-            else:
-                value = math.inf if math.isinf(le) else float(math.floor(le))
-            atoms.append((value, mass))
+            low_atoms.append((0.0 if prev_le is None else math.floor(prev_le) + 1.0, mass))
+            high_atoms.append((math.inf if math.isinf(le) else float(math.floor(le)), mass))
         prev_le, prev_count = le, max(prev_count, count)
-    return atoms
+    return low_atoms, high_atoms
 
 
 def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], ratio: float,
@@ -127,15 +124,16 @@ def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], 
     every upper set A of x and lower set B of y (for `strict`; the reverse otherwise) in which each x
     and y are so related. It is sharp: some coupling puts no more mass on the relation."""
     x_total, y_total = sum(m for _, m in xs), sum(m for _, m in ys)
+    # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
+    # (each y's share does not depend on x: worked out once, not once per x)
+    y_shares = [(y, sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total) for y, _ in ys]
     best = 0.0
     for x, _ in xs:
-        # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
         x_share = sum(m for v, m in xs if (v >= x if strict else v <= x)) / x_total
-        for y, _ in ys:
+        for y, y_share in y_shares:
             related = x > ratio * y if strict else x <= ratio * y
             if not related:
                 continue
-            y_share = sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total
             best = max(best, x_share + y_share - 1.0)
     return min(1.0, best)
 
@@ -155,8 +153,10 @@ def share_over_ratio_bounds(prompt: Histogram | None, output: Histogram | None,
         return None
     if not prompt.buckets or not output.buckets or prompt.buckets[-1][1] <= 0 or output.buckets[-1][1] <= 0:
         return None
-    low = _forced_share(_integer_atoms(prompt, True), _integer_atoms(output, False), ratio, strict=True)
-    high = 1.0 - _forced_share(_integer_atoms(prompt, False), _integer_atoms(output, True), ratio, strict=False)
+    prompt_low, prompt_high = _integer_atoms(prompt)
+    output_low, output_high = _integer_atoms(output)
+    low = _forced_share(prompt_low, output_high, ratio, strict=True)
+    high = 1.0 - _forced_share(prompt_high, output_low, ratio, strict=False)
     return max(0.0, low), min(1.0, max(low, high))
 
 
@@ -200,8 +200,18 @@ class RequestShape:
         """"between 12% and 60% of requests have a prompt over 10× their output", or None."""
         if self.prefill_heavy_share_low is None or self.prefill_heavy_share_high is None:
             return None
-        return (f"{share_range_words(self.prefill_heavy_share_low, self.prefill_heavy_share_high)} of requests "
-                f"have a prompt over {PREFILL_HEAVY_RATIO:.0f}× their output")
+        return prefill_heavy_share_words(self.prefill_heavy_share_low, self.prefill_heavy_share_high)
+
+
+def prefill_heavy_share_words(low: float, high: float) -> str:
+    """"between 12% and 60% of requests have a prompt over 10× their output"."""
+    return f"{share_range_words(low, high)} of requests have a prompt over {PREFILL_HEAVY_RATIO:.0f}× their output"
+
+
+def prefill_heavy_share(inc: Increases) -> tuple[float, float] | None:
+    """`request_shape(inc)`'s bounds on the share of prefill-heavy requests, without the rest of the
+    shape (what the advisor reads at each evaluation)."""
+    return share_over_ratio_bounds(inc.histogram(PROMPT_LENGTH), inc.histogram(OUTPUT_LENGTH))
 
 
 def request_shape(inc: Increases) -> RequestShape | None:

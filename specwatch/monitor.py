@@ -14,14 +14,13 @@ enough that a 24 h recording replays headless in seconds (issue 6's budget).
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, unknown_verdict
+from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, replaced, unknown_verdict
 from specwatch.snapshot import Snapshot
 from specwatch.sweep_evidence import SweepIdentity
 from specwatch.window import TargetWindow, Window
@@ -93,7 +92,7 @@ class ShownVerdict:
         self.since: float | None = None
         self.failures = 0
         self.last: Verdict | None = None
-        self._recent: deque[tuple[float, Verdict]] = deque()
+        self._recent: deque[tuple[float, tuple[float | None, ...]]] = deque()  # (time, figures) of each
         self._figures: dict[str, float | None] = {}
 
     def show(self, verdict: Verdict, time: float, reading_ok: bool) -> Verdict:
@@ -101,7 +100,7 @@ class ShownVerdict:
             self.failures += 1
             if self.failures < PERSISTENT_FAILURES and self.last is not None and self.last.speculation != UNKNOWN:
                 held = self.last
-                return dataclasses.replace(
+                return replaced(
                     held,
                     reasons=(f"the latest reading failed ({verdict.reasons[0] if verdict.reasons else 'no answer'}): "
                              "showing the last verdict until the next one",) + held.reasons,
@@ -137,20 +136,22 @@ class ShownVerdict:
                 f"the banner is shown at most once per {self.dwell_s / 60:.0f} min, so in {wait:.0f} s if it holds")
         change = verdict.change_recommended if held in (ON, OFF) and held == wanted else (
             (held == OFF and verdict.configured) or (held == ON and not verdict.configured))
-        return dataclasses.replace(verdict, speculation=held, change_recommended=change,
+        return replaced(verdict, speculation=held, change_recommended=change,
                                    reasons=verdict.reasons + (note,),
                                    flags=tuple(dict.fromkeys(verdict.flags + ("dwell",))))
 
     def _steady_figures(self, verdict: Verdict, time: float) -> Verdict:
         recent = self._recent
-        recent.append((time, verdict))
+        # each evaluation's figures, in FIGURE_TOLERANCE's order, read once rather than once per median
+        figures = tuple([getattr(verdict, name) for name in FIGURE_TOLERANCE])
+        recent.append((time, figures))
         while recent and recent[0][0] < time - FIGURE_SPAN_S:
             recent.popleft()
         shown: dict[str, float | None] = {}
-        for name, tolerance in FIGURE_TOLERANCE.items():
-            values = [getattr(v, name) for _, v in recent if getattr(v, name) is not None]
-            if getattr(verdict, name) is None or not values:
-                shown[name] = getattr(verdict, name)
+        for i, (name, tolerance) in enumerate(FIGURE_TOLERANCE.items()):
+            values = [f[i] for _, f in recent if f[i] is not None]
+            if figures[i] is None or not values:
+                shown[name] = figures[i]
                 continue
             median = statistics.median(values)
             before = self._figures.get(name)
@@ -159,7 +160,7 @@ class ShownVerdict:
             else:
                 shown[name] = median
         self._figures = shown
-        return dataclasses.replace(verdict, expected_speedup=shown["expected_speedup"],
+        return replaced(verdict, expected_speedup=shown["expected_speedup"],
                                    break_even_length=shown["break_even_length"],
                                    low_load_break_even=shown["low_load_break_even"],
                                    crossover_concurrency=shown["crossover_concurrency"])

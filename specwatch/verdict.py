@@ -5,13 +5,14 @@ its JSON form."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specwatch import perf
 from specwatch.hardware import GpuSpec
 
-__all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict"]
+__all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
+           "replaced"]
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
@@ -57,6 +58,23 @@ class Verdict:
             "best_k_speedup": _round(self.best_k_speedup),
             "flags": list(self.flags),
         }
+
+
+_FIELDS = frozenset(f.name for f in fields(Verdict))
+
+
+def replaced(verdict: Verdict, **changes: Any) -> Verdict:
+    """dataclasses.replace(verdict, **changes) without its walk over the fields and through __init__
+    (the shown verdict makes one or two a evaluation): a Verdict is a plain frozen dataclass, every
+    field an init field and no __post_init__, so its fields copied with the changes are that value."""
+    unknown = changes.keys() - _FIELDS
+    if unknown:
+        raise TypeError(f"Verdict has no field {sorted(unknown)[0]!r}")
+    copy = object.__new__(Verdict)
+    values = copy.__dict__
+    values.update(verdict.__dict__)
+    values.update(changes)
+    return copy
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:

@@ -283,7 +283,7 @@ class Window:
         if latest is None:
             return None
         walk = self._walk(url)
-        readings = list(zip(walk.times, walk.readings))
+        times, targets = walk.times, walk.readings  # of the successful readings, in order
         currents = walk.engines
         # whether the first reading was steady with one before the window does not matter
         steady = all(islice(walk.steady, 1, None))
@@ -291,17 +291,17 @@ class Window:
         pairs: dict[str, list[tuple[EngineSample, EngineSample, bool]]] = {}
         first_time: dict[str, float] = {}
         last_time: dict[str, float] = {}
-        if steady and len(readings) >= 2:
+        if steady and len(times) >= 2:
             # The usual case: every reading has the same engines, and nothing restarted. Counters are
             # cumulative, so what happened is the last reading less the first, for each engine.
             first, last = currents[0], currents[-1]
-            t0, t1 = readings[0][0], readings[-1][0]
+            t0, t1 = times[0], times[-1]
             for key, e in first.items():
                 pairs[key] = [(e, last[key], False)]
                 first_time[key] = t0
                 last_time[key] = t1
         else:
-            self._pair_readings(readings, currents, pairs, first_time, last_time)
+            self._pair_readings(list(zip(times, targets)), currents, pairs, first_time, last_time)
 
         latest_engines = {_engine_key(e): e for e in latest.engines} if latest.ok else {}
         per_engine_inc: dict[str, Increases] = {}
@@ -332,10 +332,10 @@ class Window:
             total_inc = sum_increases(per_engine_inc.values(), seconds)
             if seconds > 0:
                 total = engine_figures(total_inc, [e.gauges for e in latest_engines.values()])
-        ref_engines = list(latest_engines.values()) or [e for _, t in readings[-1:] for e in t.engines]
+        ref_engines = list(latest_engines.values()) or [e for t in targets[-1:] for e in t.engines]
         running_at_start = None
-        if len(readings) >= 2:
-            first_running = [e.gauges[RUNNING] for e in readings[0][1].engines if RUNNING in e.gauges]
+        if len(times) >= 2:
+            first_running = [e.gauges[RUNNING] for e in targets[0].engines if RUNNING in e.gauges]
             running_at_start = sum(first_running) if first_running else None
         return TargetWindow(
             url=url,

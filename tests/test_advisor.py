@@ -216,3 +216,52 @@ def test_the_verdict_names_the_slo_and_what_speculation_does_to_it():
     # without an SLO the reasons say nothing of one
     plain = run(NODE, [4.0] * 12)[-1][1]
     assert not any(r.startswith("SLO ") for r in plain.reasons) and "goodput" not in plain.details
+
+
+def test_the_draft_pricing_is_kept_while_the_draft_cost_stands_and_follows_a_new_one():
+    from specwatch import perf
+
+    advisor = Advisor(AdvisorConfig())
+    ngram = perf.draft_cost("ngram")
+    priced = advisor._pricing(ngram, "ngram")
+    assert priced == perf.draft_pricing("ngram")
+    assert advisor._pricing(ngram, "ngram") is priced  # the same cost: made once
+    given = perf.draft_cost("draft_model", override=0.12)
+    assert advisor._pricing(given, "draft") == perf.DraftPricing("draft", "ratio", 0.12, given.basis)
+    assert advisor._pricing(None, None) == perf.draft_pricing(None)
+    assert advisor._pricing(ngram, "ngram") == priced  # and back
+
+
+def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then(monkeypatch):
+    # With no model the prior's level is the median of the samples' levels: made when a refit needs
+    # it (not at every update), from the samples as they stand then.
+    from specwatch import perf
+
+    advisor = Advisor(AdvisorConfig(method="ngram"))  # no model: the roofline prior
+    window = Window(10.0)
+    made, fitted = [], []
+    roofline = advisor._roofline_prior
+
+    def counted(knee):
+        prior = roofline(knee)
+        made.append(prior)
+        return prior
+
+    real_fit = perf.fit_step_time_rows
+
+    def fit(rows, prior, shape_known=True):
+        levels = sorted(s.step_time_s / max(1.0, s.tokens_per_step / prior.knee) for _, s in advisor._samples)
+        fitted.append((prior, levels[len(levels) // 2], len(advisor._samples)))
+        return real_fit(rows, prior, shape_known=shape_known)
+
+    monkeypatch.setattr(advisor, "_roofline_prior", counted)
+    monkeypatch.setattr(perf, "fit_step_time_rows", fit)
+    updates = 0
+    for snap in generate(NODE, ramp(1, 64, 8)):
+        window.add(snap)
+        advisor.update(window.target(NODE.url), snap.gpus)
+        updates += 1
+    assert len(fitted) >= 3 and len(made) < updates / 4  # one per refit (and before the first fit)
+    assert len({count for _, _, count in fitted}) > 1  # the samples grew between refits
+    for prior, median_level, _ in fitted:
+        assert prior.base_s == median_level and prior.slope_s_per_token == median_level / prior.knee

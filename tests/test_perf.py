@@ -494,3 +494,56 @@ def test_a_fit_of_unknown_shape_learns_a_cpu_like_law_that_a_gpu_prior_would_kee
     # the datasheet-shaped fit cannot: it misses the largest step by far more
     largest = max(samples, key=lambda s: s.tokens_per_step)
     assert abs(held.step_time(largest.tokens_per_step) / largest.step_time_s - 1) > 0.3
+
+
+def test_hinge_fit_from_rows_is_the_fit_from_samples():
+    # the advisor refits from an array of rows; it must be the very fit the samples give
+    rng = np.random.default_rng(3)
+    prior = m.prior_for_model(H100, LLAMA_8B).hinge()
+    samples = [m.StepSample(s.tokens_per_step, s.step_time_s, s.context_tokens, float(rng.uniform(0.2, 1.0)))
+               for s in _hinge_samples(prior, np.geomspace(2, 900, 41), rng)]
+    rows = np.array([(s.tokens_per_step, s.step_time_s, s.context_tokens, s.weight) for s in samples])
+    assert m.fit_step_time_rows(rows, prior) == m.fit_step_time(samples, prior)
+    assert m.fit_step_time_rows(rows, prior, shape_known=False) == m.fit_step_time(samples, prior, shape_known=False)
+    assert m.fit_step_time_rows(np.empty((0, 4)), prior).n_samples == 0
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 8, 240])
+def test_step_time_median_is_numpys(size):
+    values = np.random.default_rng(size).lognormal(-4.0, 1.0, size)
+    assert steptime._median(values) == float(np.median(values))
+
+
+def test_knee_grid_is_made_per_prior_knee():
+    # the grid is kept between refits: a prior with another knee must get its own grid
+    first = steptime._knee_grid(40.0, 320.0, 48)
+    assert steptime._knee_grid(40.0, 320.0, 48) is first
+    np.testing.assert_array_equal(first, np.geomspace(40.0, 320.0, 48))
+    other = steptime._knee_grid(60.0, 480.0, 48)
+    np.testing.assert_array_equal(other, np.geomspace(60.0, 480.0, 48))
+    assert not first.flags.writeable
+    # and a fit searches its own prior's grid: the knee it finds lies inside [knee/4, 2·knee]
+    rng = np.random.default_rng(5)
+    prior = m.prior_for_model(H100, LLAMA_8B).hinge()
+    for knee in (prior.knee, prior.knee * 3.0):
+        shifted = m.HingeParameters(prior.base_s, knee, prior.slope_s_per_token, prior.kv_s_per_token, 2e-6)
+        fit = m.fit_step_time(_hinge_samples(shifted, np.geomspace(2, 4 * knee, 40), rng), shifted)
+        assert knee / 4.0 <= fit.knee_tokens <= knee * 2.0
+        assert fit.knee_tokens == pytest.approx(knee, rel=0.3)
+
+
+def test_combined_bound_score_is_numpys_weighted_mean_for_every_mix_of_signals():
+    # combine_bound sums in plain Python: exact only while weights and scores are quarters
+    import itertools
+
+    states = ("memory", "balanced", "compute", "unknown")
+    for mix in itertools.product(states, repeat=3):
+        signals = [m.BoundSignal(name, state, None, "") for name, state in zip(m.SIGNAL_WEIGHTS, mix)]
+        known = [s for s in signals if s.state != "unknown"]
+        estimate = m.combine_bound(signals)
+        if not known:
+            assert estimate.score is None
+            continue
+        weights = np.array([m.SIGNAL_WEIGHTS[s.name] for s in known])
+        scores = np.array([{"memory": -1.0, "balanced": 0.0, "compute": 1.0}[s.state] for s in known])
+        assert estimate.score == float(np.dot(weights, scores) / np.sum(weights))

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -7,6 +8,7 @@ from hypothesis import strategies as st
 from payloads import NGRAM_K4, read
 from specwatch.exposition import parse_payload
 from specwatch.snapshot import EngineSample, Histogram, Snapshot, TargetSample
+from specwatch.figures import HistogramDeltas
 from specwatch.window import (
     Window,
     counter_increase,
@@ -149,6 +151,43 @@ def test_histogram_delta_and_reset():
     assert histogram_increase(b, a) == a  # went down: a restart
 
 
+def test_histogram_delta_pairs_buckets_by_bound_when_the_layouts_differ():
+    a = Histogram(((0.5, 3.0), (1.0, 5.0), (math.inf, 10.0)), 12.0, 10.0)
+    b = Histogram(((1.0, 9.0), (2.0, 15.0), (math.inf, 20.0)), 30.0, 20.0)  # 0.5 gone, 2.0 new
+    assert histogram_increase(a, b).buckets == ((1.0, 4.0), (2.0, 15.0), (math.inf, 10.0))
+    # a bucket that went down (counters read at slightly different instants) adds nothing
+    c = Histogram(((0.5, 2.0), (1.0, 9.0), (math.inf, 20.0)), 30.0, 20.0)
+    assert histogram_increase(a, c).buckets == ((0.5, 0.0), (1.0, 4.0), (math.inf, 10.0))
+
+
+def test_histogram_deltas_are_worked_out_when_read_and_equal_the_eager_ones():
+    ttft, tpot = "vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds"
+    earlier = {ttft: Histogram(((1.0, 5.0), (math.inf, 10.0)), 12.0, 10.0)}
+    later = {ttft: Histogram(((1.0, 9.0), (math.inf, 20.0)), 30.0, 20.0),
+             tpot: Histogram(((0.1, 3.0), (math.inf, 4.0)), 0.2, 4.0)}  # new since: taken whole
+    deltas = HistogramDeltas(earlier, later)
+    eager = {ttft: histogram_increase(earlier[ttft], later[ttft]), tpot: later[tpot]}
+    assert deltas._deltas == {}  # nothing worked out before it is read
+    assert deltas.get(ttft) == eager[ttft] and deltas.get(ttft) is deltas[ttft]  # then kept
+    assert list(deltas._deltas) == [ttft]
+    assert deltas.get("vllm:e2e_request_latency_seconds") is None and "vllm:e2e" not in deltas
+    assert dict(deltas) == eager and deltas == eager and list(deltas) == [ttft, tpot] and len(deltas) == 2
+    assert repr(deltas) == repr(eager)
+    copied = copy.deepcopy(deltas)  # the verdict index keeps copies of the Monitor
+    assert copied == eager and copied is not deltas
+
+
+def test_a_window_without_restart_reads_only_the_histograms_asked_for():
+    zero = Histogram(((1.0, 0.0), (math.inf, 0.0)), 0.0, 0.0)
+    later = Histogram(((1.0, 2.0), (math.inf, 3.0)), 1.5, 3.0)
+    w = Window(60)
+    w.add(snap(0, engine(0, 0, 0, [0] * 4, ttft=zero)))
+    w.add(snap(5, engine(4, 16, 6, [3, 2, 1, 0], gen=30, ttft=later)))
+    increases = w.target(URL).increases
+    assert isinstance(increases.histograms, HistogramDeltas)
+    assert increases.histogram("vllm:time_to_first_token_seconds") == histogram_increase(zero, later)
+
+
 def test_ttft_p95_over_the_window_from_real_buckets():
     h0 = parse_payload(read(NGRAM_K4)).engines[0].histograms["vllm:time_to_first_token_seconds"]
     zero = Histogram(tuple((le, 0.0) for le, _ in h0.buckets), 0.0, 0.0)
@@ -257,3 +296,27 @@ def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
     assert tokens.plain_decode == 1144 - (301 + 272) - 20
     assert tokens.computed == 1194 + 1037 + 301 + 551
     assert tokens.computed_per_step > tokens.prompt_and_emitted_per_step
+
+
+def test_histogram_totals_are_the_deltas_sum_and_count_without_their_buckets():
+    from specwatch.figures import Increases, histogram_increase_totals
+
+    name = "vllm:request_time_per_output_token_seconds"
+    earlier = Histogram(((0.1, 3.0), (math.inf, 5.0)), 0.4, 5.0)
+    cases = {
+        "grew": Histogram(((0.1, 7.0), (math.inf, 12.0)), 1.1, 12.0),
+        "went down (a restart)": Histogram(((0.1, 1.0), (math.inf, 2.0)), 0.1, 2.0),
+        "another layout": Histogram(((0.1, 7.0), (0.5, 9.0), (math.inf, 12.0)), 1.1, 12.0),
+        "sum went down": Histogram(((0.1, 7.0), (math.inf, 12.0)), 0.2, 12.0),
+    }
+    for case, later in cases.items():
+        delta = histogram_increase(earlier, later)
+        assert histogram_increase_totals(earlier, later) == (delta.sum, delta.count), case
+        deltas = HistogramDeltas({name: earlier}, {name: later})
+        inc = Increases(5.0, {}, (), deltas)
+        assert inc.histogram_totals("absent", name) == (delta.sum, delta.count), case
+        assert deltas._deltas == {}, case  # no bucket paired for a mean
+        inc.histogram(name)
+        assert inc.histogram_totals(name) == (delta.sum, delta.count), case  # and once paired, the same
+        assert Increases(5.0, {}, (), {name: delta}).histogram_totals(name) == (delta.sum, delta.count)
+    assert Increases(5.0).histogram_totals(name) is None

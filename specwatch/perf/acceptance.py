@@ -26,6 +26,8 @@ __all__ = [
     "iid_alpha",
     "LengthAtK",
     "length_at_k",
+    "clipped_rates",
+    "length_at_k_clipped",
     "length_at_k_iid",
 ]
 
@@ -145,22 +147,34 @@ def length_at_k(rates: Sequence[float], k_new: int) -> LengthAtK:
     k′ > k it is extrapolated: later positions keep the last conditional acceptance α_{k−1}
     (model.md §1.5), which is as far as the data can speak.
     """
+    return length_at_k_clipped(clipped_rates(rates), k_new)
+
+
+def clipped_rates(rates: Sequence[float]) -> np.ndarray:
+    """Per-position rates as `length_at_k_clipped` takes them: an array clipped into 0..1 (made once
+    for several k′)."""
     p = np.asarray(rates, dtype=float)
     if p.ndim != 1 or p.size == 0:
         raise ValueError("per-position rates must be a non-empty sequence")
+    return np.clip(p, 0.0, 1.0)
+
+
+def length_at_k_clipped(p: np.ndarray, k_new: int) -> LengthAtK:
+    """`length_at_k` from rates already through `clipped_rates`."""
     if isinstance(k_new, bool) or not isinstance(k_new, (int, np.integer)) or k_new < 0:
         raise ValueError(f"k′ must be an integer ≥ 0, got {k_new!r}")
-    p = np.clip(p, 0.0, 1.0)
     k = p.size
     if k_new <= k:
-        return LengthAtK(int(k_new), 1.0 + float(np.sum(p[:k_new])), False, "per-position")
+        # ndarray.sum is np.sum's reduction without its wrapper
+        return LengthAtK(int(k_new), 1.0 + float(p[:k_new].sum()), False, "per-position")
     last_alpha = float(conditional_acceptance(p)[-1])
     extra = p[-1] * last_alpha ** np.arange(1, k_new - k + 1)
     return LengthAtK(int(k_new), 1.0 + float(np.sum(p)) + float(np.sum(extra)), True, "per-position, extrapolated")
 
 
-def length_at_k_iid(length: float, k: int, k_new: int) -> LengthAtK:
-    """L(k′) when only the mean length L at k is known: through the i.i.d. α.
+def length_at_k_iid(length: float, k: int, k_new: int, alpha: float | None = None) -> LengthAtK:
+    """L(k′) when only the mean length L at k is known: through the i.i.d. α (`alpha`, when the
+    caller has already solved iid_alpha(length, k) for another k′: a bisection).
 
     Under-predicts bursty acceptance (E[L] is convex in α), so prefer per-position data.
     """
@@ -168,5 +182,6 @@ def length_at_k_iid(length: float, k: int, k_new: int) -> LengthAtK:
         raise ValueError(f"k′ must be an integer ≥ 0, got {k_new!r}")
     if k_new == k:
         return LengthAtK(int(k_new), min(max(length, 1.0), k + 1.0), False, "measured")
-    alpha = iid_alpha(length, k)
+    if alpha is None:
+        alpha = iid_alpha(length, k)
     return LengthAtK(int(k_new), expected_length(alpha, int(k_new)), k_new > k, "i.i.d. α")

@@ -145,9 +145,10 @@ def combine_bound(signals: Sequence[BoundSignal]) -> BoundEstimate:
     known = [signal for signal in signals if signal.state in _STATE_SCORE]
     if not known:
         return BoundEstimate("unknown", None, tuple(signals))
-    weights = np.array([SIGNAL_WEIGHTS.get(signal.name, 1.0) for signal in known])
-    scores = np.array([_STATE_SCORE[signal.state] for signal in known])
-    score = float(np.dot(weights, scores) / np.sum(weights))
+    # Plain sums, not numpy's (four array calls for three numbers): weights and scores are quarters,
+    # so every product and sum is exact and the one rounding is the division, in any order.
+    weights = [SIGNAL_WEIGHTS.get(signal.name, 1.0) for signal in known]
+    score = float(sum([w * _STATE_SCORE[signal.state] for w, signal in zip(weights, known)]) / sum(weights))
     if score < -1.0 / 3.0:
         state = "memory"
     elif score > 1.0 / 3.0:

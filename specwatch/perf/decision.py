@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specwatch.perf.acceptance import check_k, length_at_k, length_at_k_iid
+from specwatch.perf.acceptance import check_k, clipped_rates, iid_alpha, length_at_k_clipped, length_at_k_iid
 from specwatch.perf.costs import (
     Capacity,
     DraftPricing,
@@ -132,6 +132,11 @@ class Decision:
         }
 
 
+# ln S's terms by name, as `Decision.terms` keys them
+_TERM_KEYS = {name: f"ln_{name.replace(' ', '_')}" for name in
+              ("acceptance", "verify compute", "verification attention", "draft", "KV capacity")}
+
+
 def _positions(inputs: DecisionInputs, k: int) -> float:
     if inputs.tree_tokens is not None and k == inputs.k:
         return max(float(inputs.tree_tokens), k + 1.0)
@@ -145,9 +150,20 @@ class _Model:
     def __init__(self, inputs: DecisionInputs) -> None:
         self.i = inputs
         self._capacities: dict[int, Capacity] = {}  # capacity depends on k only
+        self._positions: dict[int, float] = {}  # and so do the positions verified
+        # A fit's step time is its parameters': calling theirs directly saves a call in each of the
+        # few hundred step times a decision prices (the same arithmetic).
+        step_model = inputs.step_model
+        self._step_time = (step_model.parameters if isinstance(step_model, StepTimeFit) else step_model).step_time
+
+    def positions(self, k: int) -> float:
+        known = self._positions.get(k)
+        if known is None:
+            known = self._positions[k] = _positions(self.i, k)
+        return known
 
     def plain(self, b: float) -> float:
-        return seconds(self.i.step_model.step_time(b, b * self.i.context_per_sequence))
+        return seconds(self._step_time(b, b * self.i.context_per_sequence))
 
     def parts(self, b: float, k: int) -> dict[str, float]:
         plain, verify, attention, draft = self._parts(b, k)
@@ -158,13 +174,14 @@ class _Model:
         """(plain, verify, attention, draft) seconds at batch b: `parts` without its dict, for
         `speedup` (a dozen calls a decision, most of them the crossover's root search)."""
         i = self.i
+        step_time = self._step_time
         context = b * i.context_per_sequence
-        positions = _positions(i, k)
-        plain = seconds(i.step_model.step_time(b, context))
-        verify = seconds(i.step_model.step_time(b * positions, context))
+        positions = self.positions(k)
+        plain = seconds(step_time(b, context))
+        verify = seconds(step_time(b * positions, context))
         attention = 0.0
         if not i.fitted_on_speculative_steps:
-            kv_read = plain - seconds(i.step_model.step_time(b, 0.0))
+            kv_read = plain - seconds(step_time(b, 0.0))
             attention = verify_attention_s(kv_read, positions)
         draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
         draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
@@ -182,7 +199,7 @@ class _Model:
             kv_budget_bytes=i.kv_budget_bytes,
             target_kv_per_token=i.target_kv_bytes_per_token,
             context_per_sequence=i.context_per_sequence,
-            positions=_positions(i, k),
+            positions=self.positions(k),
             draft_kv_per_token=i.draft.kv_bytes_per_token if i.draft.kind == "model" else 0.0,
             draft_context_per_sequence=i.draft_context_per_sequence,
             max_running=i.max_running,
@@ -207,7 +224,16 @@ class _Model:
         return _held_to(demand, plain_cap), _held_to(demand, spec_cap), cap
 
     def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
+        return _speedup(self.steps(demand, waiting, k), length)
+
+    def steps(self, demand: float, waiting: float, k: int) -> tuple[float, float, float, float]:
+        """What S at this demand is made of, whatever L: (plain batch, speculative batch, plain step
+        at the plain batch, speculative step at its own), each step time checked usable."""
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
+        return self.steps_at(b_plain, b_spec, k, demand)
+
+    def steps_at(self, b_plain: float, b_spec: float, k: int, demand: float) -> tuple[float, float, float, float]:
+        """`steps` at the batches each mode holds (`demand` only names the load in the error)."""
         plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
         spec = verify + attention + draft
         # the same batch in both modes (no cap binds) is the same plain step, priced once
@@ -215,7 +241,7 @@ class _Model:
         if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
             raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
                              f"(plain {plain!r} s, speculative {spec!r} s)")
-        return (b_spec * length / spec) / (b_plain / plain)
+        return b_plain, b_spec, plain, spec
 
     def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
         """`speedup` at every batch of `grid` with no one waiting, in one pass of array arithmetic
@@ -224,28 +250,57 @@ class _Model:
         cap = self.capacity(k)
         b_plain, b_spec = _held_to(grid, cap.plain), _held_to(grid, cap.speculative)
         try:
-            spec = np.asarray(self.parts(b_spec, k)["speculative_s"], dtype=float)
-            plain = np.asarray(self.plain(b_plain), dtype=float)
+            plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
+            spec = np.asarray(verify + attention + draft, dtype=float)
+            # no cap binds: both modes run the grid itself, and the plain step is priced once
+            plain = np.asarray(plain_at_spec if b_plain is b_spec else self.plain(b_plain), dtype=float)
         except (TypeError, ValueError):
             return None
+        # min > 0 and max < inf: positive and finite everywhere (a NaN fails both)
         if spec.shape != grid.shape or plain.shape != grid.shape \
-                or not (np.all(spec > 0) and np.all(plain > 0) and np.all(np.isfinite(spec) & np.isfinite(plain))):
+                or not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
             return None
         return (b_spec * length / spec) / (b_plain / plain)
 
     def break_even(self, demand: float, waiting: float, k: int) -> float:
         """The L at which S = 1 (S is linear in L)."""
-        return 1.0 / self.speedup(demand, waiting, k, 1.0)
+        return _break_even(self.steps(demand, waiting, k))
 
 
-def _lengths(inputs: DecisionInputs, k_new: int) -> tuple[float, bool] | None:
-    if inputs.rates:
-        estimate = length_at_k(inputs.rates, k_new)
+def _speedup(steps: tuple[float, float, float, float], length: float) -> float:
+    """S from `_Model.steps` at acceptance length L."""
+    b_plain, b_spec, plain, spec = steps
+    return (b_spec * length / spec) / (b_plain / plain)
+
+
+def _break_even(steps: tuple[float, float, float, float]) -> float:
+    """The L at which S = 1 (S is linear in L), from `_Model.steps`."""
+    return 1.0 / _speedup(steps, 1.0)
+
+
+class _LengthsAtK:
+    """L at each k′ the best k is searched over, and whether it is extrapolated (None when neither
+    rates nor L are known), with what every k′ shares worked out once: the clipped per-position
+    rates, or the i.i.d. α (a bisection)."""
+
+    def __init__(self, inputs: DecisionInputs) -> None:
+        self.i = inputs
+        self._rates: np.ndarray | None = None
+        self._alpha: float | None = None
+
+    def at(self, k_new: int) -> tuple[float, bool] | None:
+        i = self.i
+        if i.rates:
+            if self._rates is None:
+                self._rates = clipped_rates(i.rates)
+            estimate = length_at_k_clipped(self._rates, k_new)
+        elif i.length is not None:
+            if self._alpha is None and k_new != i.k:
+                self._alpha = iid_alpha(i.length, i.k)
+            estimate = length_at_k_iid(i.length, i.k, k_new, alpha=self._alpha)
+        else:
+            return None
         return estimate.length, estimate.extrapolated
-    if inputs.length is not None:
-        estimate = length_at_k_iid(inputs.length, inputs.k, k_new)
-        return estimate.length, estimate.extrapolated
-    return None
 
 
 def _held_to(demand: float | np.ndarray, cap: float | None) -> float | np.ndarray:
@@ -258,8 +313,18 @@ def _held_to(demand: float | np.ndarray, cap: float | None) -> float | np.ndarra
 
 
 def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crossover:
-    def excess(b: float) -> float:
-        return model.speedup(b, 0.0, k, length) - 1.0
+    cap = model.capacity(k)
+    plain_cap, spec_cap = cap.plain, cap.speculative
+    steps_at = model.steps_at
+
+    if plain_cap is None and spec_cap is None:
+        def excess(b: float) -> float:
+            # model.speedup(b, 0.0, k, length) − 1: no cap, so both modes run b itself
+            return _speedup(steps_at(b, b, k, b), length) - 1.0
+    else:
+        def excess(b: float) -> float:
+            # model.speedup(b, 0.0, k, length) − 1: with no one waiting each mode holds b under its cap
+            return _speedup(steps_at(_held_to(b, plain_cap), _held_to(b, spec_cap), k, b), length) - 1.0
 
     def excess_on_grid(grid: np.ndarray) -> np.ndarray | None:
         values = model.speedup_on_grid(grid, k, length)
@@ -306,7 +371,8 @@ def decide(inputs: DecisionInputs) -> Decision:
     b_plain, b_spec, cap = model.batches(demand, waiting, k)
     parts = model.parts(b_spec, k)
     plain_here = model.plain(b_plain)
-    break_even = model.break_even(demand, waiting, k)
+    steps_here = model.steps(demand, waiting, k)
+    break_even = _break_even(steps_here)
     low_load = model.break_even(1.0, 0.0, k)
     assumptions: list[str] = []
     reasons: list[str] = []
@@ -329,27 +395,29 @@ def decide(inputs: DecisionInputs) -> Decision:
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
         # the terms in ln S: acceptance gains, each cost loses its share of ln(T_spec / T_plain)
-        loss = math.log(parts["speculative_s"] / model.plain(b_spec))
-        extra = parts["speculative_s"] - model.plain(b_spec)
-        shares = {"verify compute": parts["verify_s"] - model.plain(b_spec), "verification attention":
+        plain_at_spec = parts["plain_s"]  # the plain step at the speculative batch
+        loss = math.log(parts["speculative_s"] / plain_at_spec)
+        extra = parts["speculative_s"] - plain_at_spec
+        shares = {"verify compute": parts["verify_s"] - plain_at_spec, "verification attention":
                   parts["attention_s"], "draft": parts["draft_s"]}
         contributions = {"acceptance": math.log(length)}
         for name, seconds in shares.items():
             contributions[name] = -loss * (seconds / extra) if extra > 0 else 0.0
-        contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / model.plain(b_spec))) \
+        contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / plain_at_spec)) \
             if b_spec != b_plain else 0.0
         if expected < 1:
             carried = min(contributions, key=lambda name: contributions[name])
         else:
             carried = max(contributions, key=lambda name: abs(contributions[name]))
-        terms.update({f"ln_{name.replace(' ', '_')}": value for name, value in contributions.items()})
+        terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
         top = inputs.k_max or k
         choice = KChoice(0, 1.0, 1.0, False)
+        lengths = _LengthsAtK(inputs)
         for candidate in range(1, top + 1):
-            estimate = _lengths(inputs, candidate) if candidate != k else (length, False)
+            estimate = lengths.at(candidate) if candidate != k else (length, False)
             if estimate is None:
                 continue
-            value = model.speedup(demand, waiting, candidate, estimate[0])
+            value = _speedup(steps_here if candidate == k else model.steps(demand, waiting, candidate), estimate[0])
             if value > choice.speedup:
                 choice = KChoice(candidate, estimate[0], value, estimate[1])
         best = choice

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import itertools
+from functools import lru_cache
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -45,6 +46,7 @@ __all__ = [
     "UNKNOWN_SHAPE_KNEE_LOG_SD",
     "StepTimeFit",
     "fit_step_time",
+    "fit_step_time_rows",
 ]
 
 
@@ -115,8 +117,9 @@ class HingeParameters:
         if isinstance(n_tokens, (int, float)) and isinstance(context_tokens, (int, float)):
             # Scalars take plain arithmetic: the advisor calls this a few hundred times per verdict
             # (crossover search, best k), where numpy's per-call overhead would dominate.
+            above = n_tokens - self.knee  # max(0.0, above), without the call (NaN and −0.0 alike give 0.0)
             return (self.base_s + self.kv_s_per_token * context_tokens + self.per_token_s * n_tokens
-                    + self.slope_s_per_token * max(0.0, n_tokens - self.knee))
+                    + self.slope_s_per_token * (above if above > 0.0 else 0.0))
         n = np.asarray(n_tokens, dtype=float)
         c = np.asarray(context_tokens, dtype=float)
         value = (
@@ -411,6 +414,10 @@ def _axis_coverage(tokens_min: float, tokens_max: float, prior_knee: float) -> f
 _FREE_SETS = {
     size: np.array(list(itertools.combinations(range(4), size)), dtype=np.intp) for size in range(1, 5)
 }
+# Where the columns shared by every knee (1, C, N) sit among (base, kv, slope, per-token), and the
+# diagonal of the 4×4 systems.
+_SHARED = np.array([0, 1, 3], dtype=np.intp)
+_DIAGONAL = np.arange(4)
 
 
 def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray, knees: np.ndarray,
@@ -432,41 +439,59 @@ def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray
     rhs = np.empty((count, 4))
     shared_gram = shared.T @ shared
     cross = hinge @ shared  # knees × 3
-    order = (0, 1, 3)  # where the shared columns sit among (base, kv, slope, per-token)
-    for i, a in enumerate(order):
-        for j, b in enumerate(order):
-            gram[:, a, b] = shared_gram[i, j]
-        gram[:, a, 2] = gram[:, 2, a] = cross[:, i]
+    gram[:, _SHARED[:, None], _SHARED[None, :]] = shared_gram  # the same for every knee
+    gram[:, _SHARED, 2] = cross
+    gram[:, 2, _SHARED] = cross
     gram[:, 2, 2] = np.einsum("ks,ks->k", hinge, hinge)
-    rhs[:, list(order)] = shared.T @ yw
+    rhs[:, _SHARED] = shared.T @ yw
     rhs[:, 2] = hinge @ yw
     penalty_sq = penalty * penalty
-    gram[:, range(4), range(4)] += penalty_sq
+    gram[:, _DIAGONAL, _DIAGONAL] += penalty_sq
     rhs += penalty_sq * theta0
     total = float(yw @ yw) + float(penalty_sq @ (theta0 * theta0))
-    scale = 1.0 / np.sqrt(gram[:, range(4), range(4)])  # > 0: every column has its penalty row
+    scale = 1.0 / np.sqrt(gram[:, _DIAGONAL, _DIAGONAL])  # > 0: every column has its penalty row
     gram *= scale[:, :, None] * scale[:, None, :]
     rhs *= scale
 
     best_cost = np.full(count, total)  # θ = 0 is always feasible
     best_theta = np.zeros((count, 4))
+    knee_rows = np.arange(count)
     for size, sets in _FREE_SETS.items():
         # knees × sets × size × size systems, solved in one call
         sub_gram = gram[:, sets[:, :, None], sets[:, None, :]]
         sub_rhs = rhs[:, sets]
         z = np.linalg.solve(sub_gram, sub_rhs[..., None])[..., 0]
         cost = total - np.einsum("ksi,ksi->ks", z, sub_rhs)  # at the optimum: ‖b‖² − zᵀg
-        cost = np.where(np.all(z >= 0.0, axis=2), cost, np.inf)
-        pick = np.argmin(cost, axis=1)
-        picked_cost = cost[np.arange(count), pick]
+        cost = np.where((z >= 0.0).all(axis=2), cost, np.inf)
+        pick = cost.argmin(axis=1)
+        picked_cost = cost[knee_rows, pick]
         better = picked_cost < best_cost
-        if np.any(better):
+        if better.any():
             theta = np.zeros((count, 4))
-            rows = np.arange(count)[:, None]
-            theta[rows, sets[pick]] = z[np.arange(count), pick]
+            theta[knee_rows[:, None], sets[pick]] = z[knee_rows, pick]
             best_cost = np.where(better, picked_cost, best_cost)
             best_theta = np.where(better[:, None], theta * scale, best_theta)
     return best_cost, best_theta
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median of a non-empty array of finite numbers, with the same arithmetic (the middle value,
+    or the mean of the middle two) and without np.median's generic machinery, which costs more than
+    the sort."""
+    ordered = np.sort(values)
+    middle = ordered.size // 2
+    if ordered.size % 2:
+        return float(ordered[middle])
+    return float((ordered[middle - 1] + ordered[middle]) / 2.0)
+
+
+@lru_cache(maxsize=16)
+def _knee_grid(low: float, high: float, points: int) -> np.ndarray:
+    """np.geomspace(low, high, points), made once per prior knee (the advisor refits every minute
+    against the same prior), read-only since it is shared."""
+    grid = np.geomspace(low, high, points)
+    grid.flags.writeable = False
+    return grid
 
 
 def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTimePrior, *,
@@ -484,10 +509,18 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     held only to a whole flat step per token, so a law linear from N = 1 (a CPU) is learned from a
     few loads instead of being pulled back to a GPU's flat line.
     """
+    # One array of (N, T, C, weight) rows, filtered at once.
+    rows = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
+                     for sample in samples], dtype=float)
+    return fit_step_time_rows(rows, prior, shape_known=shape_known)
+
+
+def fit_step_time_rows(rows: np.ndarray, prior: HingeParameters | StepTimePrior, *,
+                       shape_known: bool = True) -> StepTimeFit:
+    """`fit_step_time` from an array of (N, T, C, weight) rows, one per sample: the advisor refits
+    from a few hundred samples a minute, and builds this array without a StepSample for each."""
     prior_hinge = prior.hinge() if isinstance(prior, StepTimePrior) else prior
-    # One array of (N, T, C, weight) rows, filtered at once: the advisor refits from a few hundred.
-    data = np.array([(sample.tokens_per_step, sample.step_time_s, sample.context_tokens, sample.weight)
-                     for sample in samples], dtype=float).reshape(-1, 4)
+    data = np.asarray(rows, dtype=float).reshape(-1, 4)
     n, y, c, w = data.T
     with np.errstate(invalid="ignore"):
         keep = np.all(np.isfinite(data), axis=1) & (n > 0) & (y > 0) & (c >= 0) & (w > 0)
@@ -497,7 +530,7 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
 
     n, y, c, w = n[keep], y[keep], c[keep], w[keep]
     w = w * (usable_count / np.sum(w))  # weights are relative; the sample count sets the data's say
-    y_scale = float(np.median(y))
+    y_scale = _median(y)
     sqrt_w = np.sqrt(w) / (SAMPLE_RELATIVE_NOISE * y_scale)
 
     coverage = _axis_coverage(float(n.min()), float(n.max()), prior_hinge.knee)
@@ -516,15 +549,15 @@ def fit_step_time(samples: Sequence[StepSample], prior: HingeParameters | StepTi
     if not shape_known:
         floors[2] = floors[3] = prior_hinge.base_s
     scales = np.maximum(PRIOR_RELATIVE_SD * np.abs(theta0), PRIOR_RELATIVE_SD * floors)
-    penalty_rows = np.diag(math.sqrt(prior_strength) / scales)
+    penalty = math.sqrt(prior_strength) / scales  # the diagonal of the prior's penalty rows
 
     if shape_known:
-        knees = np.geomspace(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
+        knees = _knee_grid(prior_hinge.knee / 4.0, prior_hinge.knee * 2.0, KNEE_GRID_POINTS)
         knee_log_sd = PRIOR_KNEE_LOG_SD
     else:
-        knees = np.geomspace(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
+        knees = _knee_grid(1.0, max(prior_hinge.knee * 2.0, 2.0), 2 * KNEE_GRID_POINTS)
         knee_log_sd = UNKNOWN_SHAPE_KNEE_LOG_SD
-    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, np.diag(penalty_rows), theta0)
+    costs, thetas = _hinge_costs(n, c, y, sqrt_w, knees, penalty, theta0)
     costs = costs + prior_strength * (np.log(knees / prior_hinge.knee) / knee_log_sd) ** 2
     best_index = int(np.argmin(costs))  # the first of equal costs, as a scan keeping strict improvements
     knee, theta = float(knees[best_index]), thetas[best_index]
