@@ -522,11 +522,12 @@ def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch
             # The table sizes its columns to their cells on a later refresh: until then the node
             # names are cut to their headers' width. Wait for the whole name on screen, however
             # long a loaded machine takes (a fixed number of pauses was not always enough).
-            for _ in range(400):
-                await pilot.pause(0.05)
+            # (a wall-clock deadline, not a count of pauses: each pause takes longer on a busy machine)
+            deadline = time.monotonic() + 180.0
+            while "gpu-node-8&#160;" not in app.export_screenshot():
+                assert time.monotonic() < deadline, "the table never sized its columns to the node names"
+                await pilot.pause(0.1)
                 await pilot.wait_for_scheduled_animations()
-                if "gpu-node-8&#160;" in app.export_screenshot():
-                    break
 
         assert snap_compare(app, terminal_size=(80, 24), run_before=read)
     row = app.rows[0]
