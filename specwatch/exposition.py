@@ -195,13 +195,22 @@ def select_samples(text: str) -> list[Sample]:
     C-speed substring counts, that every `vllm:` sample line sits in its own family's block; a
     payload that is not grouped, is indented or has CR line ends takes the line-by-line path.
     """
-    if text[:1] in (" ", "\t") or "\n " in text or "\n\t" in text or "\r" in text:
+    wanted_lines = _grouped_wanted_lines(text)
+    if wanted_lines is None:
         return _select_line_by_line(text)
+    return _samples_of(wanted_lines)
+
+
+def _grouped_wanted_lines(text: str) -> list[str] | None:
+    """The sample lines of the wanted families' `# TYPE` blocks; None when the payload is not
+    grouped family by family (or is indented, or has CR line ends): then it is read line by line."""
+    if text[:1] in (" ", "\t") or "\n " in text or "\n\t" in text or "\r" in text:
+        return None
     blocks = text.split("\n# TYPE ")
     if blocks[0].startswith("# TYPE "):
         blocks[0] = blocks[0][len("# TYPE "):]
     elif _lines_starting(blocks[0], "vllm:") or _lines_starting(blocks[0], START_TIME_FAMILY):
-        return _select_line_by_line(text)  # samples before any TYPE line
+        return None  # samples before any TYPE line
     else:
         blocks = blocks[1:]
     wanted_lines: list[str] = []
@@ -212,9 +221,13 @@ def select_samples(text: str) -> list[Sample]:
         tracked = _lines_starting(body, "vllm:") + _lines_starting(body, START_TIME_FAMILY)
         own = _lines_starting(body, name) if name.startswith("vllm:") or name == START_TIME_FAMILY else 0
         if own != tracked:
-            return _select_line_by_line(text)
+            return None
         if name in TYPE_NAMES:
             wanted_lines += [line for line in body.split("\n") if line and line[0] != "#"]
+    return wanted_lines
+
+
+def _samples_of(wanted_lines: list[str]) -> list[Sample]:
     known = _known_lines(wanted_lines)
     if known is not None:
         return known
@@ -348,10 +361,38 @@ def parse_payload(text: str) -> ParsedPayload:
     """Exposition text → one EngineSample per (model_name, engine)."""
     if "\x00" in text:
         raise ExpositionError("the payload is binary, not Prometheus text")
-    samples = select_samples(text)
+    wanted_lines = _grouped_wanted_lines(text)
+    if wanted_lines is None:
+        samples = _select_line_by_line(text)
+    else:
+        parsed = _parse_known_shape(wanted_lines)
+        if parsed is not None:
+            return parsed
+        samples = _samples_of(wanted_lines)
     if not samples:
         _diagnose_empty(text)
     return build_engines(samples)
+
+
+def _parse_known_shape(lines: list[str]) -> ParsedPayload | None:
+    """The payload of a shape seen before: every line's head (`name{labels}`) as on an earlier
+    scrape, in the same order, each with one space and a plain number, as on every scrape of a
+    server after its first. Its _BuildPlan is reused and only the values are read. None otherwise
+    (the caller takes the general path, which learns the heads)."""
+    split = [line.rpartition(" ") for line in lines]
+    heads = tuple([head for head, _, _ in split])
+    plan = _PLANS.get(heads)
+    if plan is None:
+        hits = list(map(_HEAD_CACHE.get, heads))
+        if not hits or None in hits:
+            return None
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        plan = _PLANS[heads] = _BuildPlan(hits)
+    values = [value for _, _, value in split]
+    if _VALUES.fullmatch("\n".join(values)) is None:
+        return None
+    return plan.build(list(map(float, values)))
 
 
 def _diagnose_empty(text: str) -> None:
@@ -372,64 +413,100 @@ def _diagnose_empty(text: str) -> None:
 
 
 def build_engines(samples: Iterable[Sample]) -> ParsedPayload:
-    # Keyed by the full label set first, so a duplicated series counts once (the last one wins).
-    per_series: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
-    for s in samples:
-        per_series[(s.name, s.series)] = s
+    samples = list(samples)
+    return _BuildPlan([(s.name, s.labels, s.series) for s in samples]).build([s.value for s in samples])
 
-    builders: dict[tuple[str | None, str], _EngineBuilder] = {}
-    start_time: float | None = None
-    present: set[str] = set()
-    cache_info: dict[str, dict[str, float]] = {}
-    routes = _ROUTES
-    for identity, sample in per_series.items():
-        family, role = SAMPLE_NAMES[identity[0]]
-        labels, value = sample.labels, sample.value
-        present.add(family)
-        if family == START_TIME_FAMILY:
-            start_time = value
-            continue
-        if family == CACHE_INFO_FAMILY:
-            # it carries `engine` but no `model_name`: joined to the engines below
-            cache_info[labels.get("engine", "0")] = {
-                f"{family}:{label}": float(number)
-                for label in CACHE_INFO_LABELS
-                if (number := _ascii_int(labels.get(label, ""))) is not None
-            }
-            continue
-        route = routes.get(identity)
-        if route is None:
-            if len(routes) >= _LABEL_CACHE_MAX:
-                routes.clear()
-            route = routes[identity] = _route(family, role, labels)
-        key, slot, field, also = route
-        b = builders.get(key)
-        if b is None:
-            b = builders[key] = _EngineBuilder(engine=key[1], model_name=key[0])
-        if not isfinite(value):
-            # NaN or ±Inf in a counter, gauge or bucket count means nothing usable; keeping it out
-            # of the Snapshot keeps it out of every rate (the family still counts as present).
-            continue
-        if slot is _COUNTERS:
-            counters = b.counters
-            counters[field] = counters.get(field, 0.0) + value
-            if also is not None:
-                counters[also] = counters.get(also, 0.0) + value
-        elif slot is _GAUGES:
-            b.gauges[field] = b.gauges.get(field, 0.0) + value
-        elif slot is _BUCKETS:
-            per_le = b.buckets.setdefault(family, {})
-            per_le[field] = per_le.get(field, 0.0) + value
-        elif slot is _SUMS:
-            b.sums[family] = b.sums.get(family, 0.0) + value
-        elif slot is _COUNTS:
-            b.counts[family] = b.counts.get(family, 0.0) + value
-        elif slot is _POSITIONS:
-            b.per_position[field] = b.per_position.get(field, 0.0) + value
-    for b in builders.values():
-        b.gauges.update(cache_info.get(b.engine, {}))
-    engines = tuple(b.build() for _, b in sorted(builders.items(), key=lambda kv: _engine_order(kv[0])))
-    return ParsedPayload(engines, start_time, frozenset(present))
+
+_START, _SKIP = "start", None
+
+
+class _BuildPlan:
+    """How build_engines files the samples of one payload shape (the names and labels of its lines,
+    in order): which value goes to which engine's dict under which key. It depends only on the
+    names and labels, which every scrape of a server repeats: worked out once per shape, each
+    scrape then only adds its values in (_parse_known_shape)."""
+
+    __slots__ = ("steps", "engine_keys", "present", "cache_info")
+
+    def __init__(self, series: list[tuple[str, dict[str, str], tuple[tuple[str, str], ...]]]) -> None:
+        # Keyed by the full label set first, so a duplicated series counts once (the last one wins).
+        last: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        for i, (name, _, pairs) in enumerate(series):
+            last[(name, pairs)] = i
+        steps: list[tuple[int, str | None, tuple[str | None, str] | None, object, str | None]] = []
+        engine_keys: dict[tuple[str | None, str], None] = {}
+        present: set[str] = set()
+        cache_info: dict[str, dict[str, float]] = {}
+        routes = _ROUTES
+        for identity, i in last.items():
+            family, role = SAMPLE_NAMES[identity[0]]
+            labels = series[i][1]
+            present.add(family)
+            if family == START_TIME_FAMILY:
+                steps.append((i, _START, None, None, None))
+                continue
+            if family == CACHE_INFO_FAMILY:
+                # it carries `engine` but no `model_name`: joined to the engines below
+                cache_info[labels.get("engine", "0")] = {
+                    f"{family}:{label}": float(number)
+                    for label in CACHE_INFO_LABELS
+                    if (number := _ascii_int(labels.get(label, ""))) is not None
+                }
+                continue
+            route = routes.get(identity)
+            if route is None:
+                if len(routes) >= _LABEL_CACHE_MAX:
+                    routes.clear()
+                route = routes[identity] = _route(family, role, labels)
+            key, slot, field, also = route
+            engine_keys[key] = None  # an engine exists once any of its series is listed, whatever its value
+            steps.append((i, slot if slot is not None else _SKIP, key, field if slot is not _BUCKETS else (family, field),
+                          also))
+        self.steps = steps
+        self.engine_keys = sorted(engine_keys, key=_engine_order)
+        self.present = frozenset(present)
+        self.cache_info = cache_info
+
+    def build(self, values: list[float]) -> ParsedPayload:
+        builders = {key: _EngineBuilder(engine=key[1], model_name=key[0]) for key in self.engine_keys}
+        start_time: float | None = None
+        for i, slot, key, field, also in self.steps:
+            value = values[i]
+            if slot is _START:
+                start_time = value
+                continue
+            if slot is _SKIP or not isfinite(value):
+                # NaN or ±Inf in a counter, gauge or bucket count means nothing usable; keeping it out
+                # of the Snapshot keeps it out of every rate (the family still counts as present).
+                continue
+            b = builders[key]  # type: ignore[index]
+            if slot is _COUNTERS:
+                counters = b.counters
+                counters[field] = counters.get(field, 0.0) + value  # type: ignore[index]
+                if also is not None:
+                    counters[also] = counters.get(also, 0.0) + value
+            elif slot is _GAUGES:
+                b.gauges[field] = b.gauges.get(field, 0.0) + value  # type: ignore[index]
+            elif slot is _BUCKETS:
+                family, le = field  # type: ignore[misc]
+                per_le = b.buckets.setdefault(family, {})
+                per_le[le] = per_le.get(le, 0.0) + value
+            elif slot is _SUMS:
+                b.sums[field] = b.sums.get(field, 0.0) + value  # type: ignore[index]
+            elif slot is _COUNTS:
+                b.counts[field] = b.counts.get(field, 0.0) + value  # type: ignore[index]
+            elif slot is _POSITIONS:
+                b.per_position[field] = b.per_position.get(field, 0.0) + value  # type: ignore[index]
+        cache_info = self.cache_info
+        for b in builders.values():
+            b.gauges.update(cache_info.get(b.engine, {}))
+        return ParsedPayload(tuple(b.build() for b in builders.values()), start_time, self.present)
+
+
+# Payload shapes seen (their lines' heads, in order) → their _BuildPlan: one per server a watch
+# reads, and a new one when a server's series change. Bounded like the other caches.
+_PLANS: dict[tuple[str, ...], _BuildPlan] = {}
+_PLANS_MAX = 64
 
 
 # Where build_engines files a sample of each engine family: the dict of the engine it adds the value

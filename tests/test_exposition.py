@@ -195,3 +195,67 @@ def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(nam
         monkeypatch.setattr(exposition, cache, {})
     cold = read(text)
     assert warm[0] == cold and warm[1] == cold
+
+
+def wanted(samples: list) -> list:
+    """prometheus_client's samples of the families specwatch reads (the others it never files)."""
+    from specwatch.exposition import SAMPLE_NAMES
+
+    return [s for s in samples if s.name in SAMPLE_NAMES]
+
+
+def _changed_values(text: str, step: int) -> str:
+    """The payload as a later scrape gives it: every sample's value moved, some to NaN, +Inf or −0.0
+    (non-finite values are filed nowhere), the heads (names and labels) as they were."""
+    out = []
+    for n, line in enumerate(text.split("\n")):
+        if line and line[0] != "#" and " " in line:
+            head, _, value = line.rpartition(" ")
+            try:
+                number = float(value)
+            except ValueError:
+                out.append(line)
+                continue
+            moved = ("NaN" if (n + step) % 97 == 0 else "+Inf" if (n + step) % 89 == 0
+                     else "-0.0" if (n + step) % 83 == 0 else repr(number * (1 + step / 10) + step))
+            out.append(f"{head} {moved}")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("name", PAYLOADS)
+def test_a_payload_of_a_shape_seen_before_is_built_as_from_prometheus_clients_samples(name):
+    """After the first scrape, a payload whose lines have the same heads is built from a plan kept
+    per shape, reading only the values: every later scrape must give the engines, start time and
+    families present that prometheus_client's samples of that payload give."""
+    from specwatch import exposition
+    from specwatch.exposition import build_engines
+
+    text = PAYLOADS[name]()
+    parse_payload(text)  # the heads are learnt
+    for step in range(1, 4):
+        later = _changed_values(text, step)
+        plans = len(exposition._PLANS)
+        fast = parse_payload(later)
+        assert len(exposition._PLANS) <= plans + 1  # the shape is known: a plan, not a new path each time
+        oracle = build_engines(wanted(full_parse_samples(later)))
+        assert fast.families_present == oracle.families_present
+        assert fast.process_start_time == oracle.process_start_time or (
+            math.isnan(fast.process_start_time) and math.isnan(oracle.process_start_time))
+        assert fast.engines == oracle.engines
+    assert any(len(heads) > 10 for heads in exposition._PLANS)
+
+
+def test_a_duplicated_series_counts_once_on_the_plan_path_too():
+    """A series listed twice in one payload counts once, its last value, on every scrape."""
+    from specwatch.exposition import build_engines
+
+    text = read(NGRAM_K4)
+    line = 'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0'
+    doubled = text.replace(line, line + "\n" + line.replace(" 0.0", " 5.0"))
+    for value in ("5.0", "7.0"):
+        payload = doubled.replace('model_name="tiny-llama"} 5.0', f'model_name="tiny-llama"}} {value}')
+        parsed = parse_payload(payload)
+        assert parsed.engines == build_engines(wanted(full_parse_samples(payload))).engines
+        assert parsed.engines[0].gauges["vllm:num_requests_running"] == float(value)
