@@ -242,6 +242,8 @@ class SpecwatchApp(App[int]):
         self.wall_clock = wall_clock  # the header's ticking clock and countdown (tests pass their own)
         self._next_poll_at: float | None = None  # on wall_clock; None while none is scheduled
         self._header: HeaderBar | None = None
+        # the last health block made (_health_report), with the evaluation's window it is over
+        self._health_made: tuple[object, Callable[[bool], dict]] | None = None
         if title:
             self.title = title
         self.source = source
@@ -493,28 +495,30 @@ class SpecwatchApp(App[int]):
         )
 
     def _health_report(self, url: str | None) -> Callable[[bool], dict] | None:
-        """The selected target's health block over the window, to be worked out when a panel reads
-        it (None before two readings). What it is made of is taken now, from this poll's window:
-        the next poll's ingest moves the window on, in its own thread."""
+        """The selected target's health block, to be worked out when a panel reads it (None before
+        two readings). It is over the window of the Monitor's last evaluation, as every other window
+        figure on screen is: between evaluations the same block stands (working out the window
+        anew at each poll cost more than all the panels together with 8 engines)."""
         from specwatch.health import health_report, node_output_tokens
 
-        window = self.monitor.window
-        if not url:
-            return None
-        # every target's window once: the selected one's figures, and the node's output tokens
-        windows = {u: window.target(u) for u in window.target_urls()}
-        tw = windows.get(url)
+        state = self.states.get(url) if url else None
+        tw = state.window if state is not None else None
         if tw is None or tw.increases is None:
             return None
-        state = self.states.get(url)
+        made = self._health_made
+        if made is not None and made[0] is tw:
+            return made[1]
         config = self.monitor.advisor_config
-        gpu_joules, _ = window.gpu_energy()
-        tokens = node_output_tokens(t.increases for t in windows.values() if t is not None)
-        speedup = state.verdict.expected_speedup if state is not None else None
+        # the window holds the evaluation's readings until the next poll is ingested (polls never
+        # overlap, and this runs on the message that the ingest finished): its energy is over them
+        gpu_joules, _ = self.monitor.window.gpu_energy()
+        tokens = node_output_tokens(s.window.increases for s in self.states.values() if s.window is not None)
+        speedup = state.verdict.expected_speedup
 
         def report(breakdown: bool) -> dict:
             return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
                                  tw.speculation_configured, speedup, tokens, breakdown=breakdown)
+        self._health_made = (tw, report)
         return report
 
     def view(self) -> DashboardView:

@@ -29,6 +29,7 @@ from specwatch.app import (
     VerdictChanged,
 )
 from specwatch.perf import HingeParameters
+from specwatch.window import Window
 from specwatch.monitor import Monitor
 from specwatch.snapshot import Snapshot, SourceStatus, TargetSample
 from specwatch.synthetic import SyntheticNode, generate
@@ -985,18 +986,24 @@ async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
     assert read_recording(path).snapshots == data[2:]
 
 
-async def test_the_view_carries_the_targets_health_over_the_window():
+async def test_the_view_carries_the_targets_health_over_the_evaluated_window():
     app = make_app(ScriptedSource(snapshots(LOW)))
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.ended, "the source ended")
         await pilot.pause()
         health = app.view().health
-        window = app.monitor.window
-    tw = window.target(NODE.url)
+        # over the window of the Monitor's last evaluation, as every window figure on screen
+        tw = app.states[NODE.url].window
+    evaluated = Window(app.monitor.window.seconds)
+    for snapshot in snapshots(LOW):
+        if snapshot.time <= tw.time:
+            evaluated.add(snapshot)
+    assert evaluated.target(NODE.url).increases.counter("vllm:generation_tokens") == \
+        tw.increases.counter("vllm:generation_tokens")
     # the synthetic node's requests: 1000-token prompts, 300-token outputs, all ending at a stop
     assert health["request_shape"]["input_output_ratio"] == pytest.approx(1000 / 300)
     assert health["finish_reasons"] == {"stop": pytest.approx(tw.increases.counter("vllm:request_success"))}
-    joules, _ = window.gpu_energy()
+    joules, _ = evaluated.gpu_energy()
     assert health["energy"]["joules_per_token"] == pytest.approx(
         sum(joules.values()) / tw.increases.counter("vllm:generation_tokens"))
     assert health["speculation_toggled_to"] == "off"
