@@ -109,7 +109,7 @@ def eight_gpus(text: str) -> str:
 
 
 class LoopbackServer:
-    """/metrics, /8/metrics (eight engines) and /dcgm (eight GPUs) on 127.0.0.1."""
+    """/metrics, /8/metrics (eight engines) and /dcgm/metrics (eight GPUs) on 127.0.0.1."""
 
     def __init__(self) -> None:
         vllm = VLLM_PAYLOAD.read_text()
@@ -117,7 +117,7 @@ class LoopbackServer:
         self.routes = {
             "/metrics": MovingPayload(vllm, wobble),
             "/8/metrics": MovingPayload(eight_engines(vllm), wobble),
-            "/dcgm": MovingPayload(eight_gpus(DCGM_PAYLOAD.read_text()),
+            "/dcgm/metrics": MovingPayload(eight_gpus(DCGM_PAYLOAD.read_text()),
                                    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")),
         }
         self.lock = threading.Lock()
@@ -215,7 +215,7 @@ def _quote(s: str) -> str:
 def run_case(server: LoopbackServer, engines: int, width: int, height: int, args: argparse.Namespace,
              vllmstat: str | None) -> dict[str, object]:
     url = server.url("/metrics" if engines == 1 else "/8/metrics")
-    gpu_flags = ["--no-dcgm"] if engines == 1 else ["--dcgm", server.url("/dcgm")]
+    gpu_flags = ["--no-dcgm"] if engines == 1 else ["--dcgm", server.url("/dcgm/metrics")]
     python = [sys.executable]
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)

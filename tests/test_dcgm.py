@@ -157,6 +157,66 @@ def run_fetch(handler, url: str | None) -> tuple[tuple[GpuSample, ...], object]:
     return asyncio.run(go())
 
 
+def _eight_gpus(text: str, step: int = 0) -> str:
+    """The L4 capture as an 8-GPU node's exporter writes it, with every value moved by `step` and
+    some made NaN or a DCGM blank, as a busy node's later scrape gives them."""
+    out = []
+    for n, line in enumerate(text.splitlines()):
+        if line.startswith("DCGM_FI") and 'gpu="0"' in line:
+            for i in range(8):
+                copy = line.replace('gpu="0"', f'gpu="{i}"').replace(L4_UUID, f"GPU-{i:08d}")
+                head, _, value = copy.rpartition(" ")
+                moved = ("NaN" if (n + i + step) % 31 == 0 else "1.7976931348623157e+308" if (n + i + step) % 37 == 0
+                         else repr(float(value) * (1 + step / 7) + i))
+                out.append(f"{head} {moved}")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _through_prometheus_client(text: str):
+    """What parse_dcgm_metrics gives with every payload read by prometheus_client's parser."""
+    import specwatch.collectors.dcgm as dcgm
+
+    original = dcgm._exporter_samples
+    dcgm._exporter_samples = lambda text: None
+    try:
+        return parse_dcgm_metrics(text)
+    finally:
+        dcgm._exporter_samples = original
+
+
+@pytest.mark.parametrize("step", [0, 1, 2, 3])
+def test_an_exporters_payload_reads_as_prometheus_client_reads_it(step: int) -> None:
+    """The exporter's own shape is read without prometheus_client's parser (a fifth of the time at
+    eight GPUs): the GPUs, their values, reasons, host and series count must be what that parser
+    gives."""
+    from specwatch.collectors.dcgm import _exporter_samples
+
+    for text in (L4_IDLE, _eight_gpus(L4_IDLE, step)):
+        assert _exporter_samples(text) is not None  # the shape the exporter writes is read here
+        fast = parse_dcgm_metrics(text)
+        assert fast == _through_prometheus_client(text)
+    assert len(parse_dcgm_metrics(_eight_gpus(L4_IDLE, step)).samples) == 8
+
+
+@pytest.mark.parametrize("change, exporters_shape", [
+    (lambda t: t.replace('Hostname="', 'Hostname="a\\"b', 1), False),  # an escaped quote in a label value
+    (lambda t: t.replace("\nDCGM_FI_DEV_SM_CLOCK{", "\nDCGM_FI_DEV_MEM_CLOCK{", 1), False),  # under another family
+    (lambda t: "\n".join(line + " 1700000000000" if line.startswith("DCGM_FI_DEV_GPU_TEMP") else line
+                         for line in t.split("\n")), False),  # a timestamp
+    # a family typed a counter: prometheus_client names its samples NAME_total, and so does the reader
+    (lambda t: t.replace("# TYPE DCGM_FI_DEV_GPU_TEMP gauge", "# TYPE DCGM_FI_DEV_GPU_TEMP counter", 1), True),
+])
+def test_any_other_shape_is_read_by_prometheus_client(change, exporters_shape: bool) -> None:
+    from specwatch.collectors.dcgm import _exporter_samples
+
+    text = change(L4_IDLE)
+    assert text != L4_IDLE
+    assert (_exporter_samples(text) is not None) == exporters_shape
+    assert parse_dcgm_metrics(text) == _through_prometheus_client(text)
+
+
 def test_fetch_ok() -> None:
     seen = []
 
