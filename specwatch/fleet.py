@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -442,6 +443,10 @@ def _ago(when: float | None, now: float) -> str:
     return time.strftime("%H:%M", time.localtime(when))
 
 
+def _cell_width(cell: Any) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
+
+
 def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     """The table's cells for one row, in COLUMNS order."""
     now = time.time() if now is None else now
@@ -656,9 +661,16 @@ class FleetApp(App[None]):
         status.update(line)
         table = self.query_one(DataTable)
         selected = self._selected_key()
-        table.clear()
-        for row in reading.rows:
-            table.add_row(*row_cells(row, reading.read_at), key=row.key)
+        cells = [row_cells(row, reading.read_at) for row in reading.rows]
+        # Each column as wide as its widest cell, set here: left to the table, the widths are measured
+        # on a later idle turn of its own, and a table that missed that turn kept its columns at the
+        # headers' width, the node names cut (seen under load).
+        widths = [max([cell_len(label)] + [_cell_width(row[i]) for row in cells]) for i, label in enumerate(COLUMNS)]
+        table.clear(columns=True)
+        for label, width in zip(COLUMNS, widths):
+            table.add_column(label, width=width)
+        for row, row_of_cells in zip(reading.rows, cells):
+            table.add_row(*row_of_cells, key=row.key)
         if selected is not None:
             for i, row in enumerate(reading.rows):
                 if row.key == selected:
