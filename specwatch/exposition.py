@@ -123,11 +123,11 @@ SAMPLE_NAMES = _sample_names()
 
 # The canonical line shape: `name{label="value",...} number`. Label values may not hold a quote, a
 # backslash or a newline; the value is a plain decimal or Inf/NaN; there is no timestamp. Everything
-# else goes to prometheus_client.
-_PAIR = r"[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n]*\""
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_VALUE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)")
-_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)=\"([^\"]*)\"")
+# else goes to prometheus_client. The dcgm-exporter reader reads its lines with the same pieces.
+PLAIN_PAIR = r"[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n]*\""
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+PLAIN_VALUE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN)")
+LABEL_PAIR = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)=\"([^\"]*)\"")
 
 
 class ExpositionError(ValueError):
@@ -150,7 +150,7 @@ def make_sample(name: str, labels: dict[str, str], value: float) -> Sample:
 # Bounded: a server that mints new label values each scrape just turns the cache over.
 _LABEL_CACHE: dict[str, tuple[dict[str, str], tuple[tuple[str, str], ...]]] = {}
 _LABEL_CACHE_MAX = 16384
-_LABELS_SHAPE = re.compile(r"(?:" + _PAIR + r"(?:," + _PAIR + r")*,?)?")
+_LABELS_SHAPE = re.compile(r"(?:" + PLAIN_PAIR + r"(?:," + PLAIN_PAIR + r")*,?)?")
 
 
 def _labels(text: str) -> tuple[dict[str, str], tuple[tuple[str, str], ...]] | None:
@@ -160,7 +160,7 @@ def _labels(text: str) -> tuple[dict[str, str], tuple[tuple[str, str], ...]] | N
         return hit
     if _LABELS_SHAPE.fullmatch(text) is None:
         return None
-    pairs = _LABEL.findall(text)
+    pairs = LABEL_PAIR.findall(text)
     labels = dict(pairs)
     if len(labels) != len(pairs):  # a repeated label name: prometheus_client rejects the line
         return None
@@ -228,9 +228,8 @@ def _grouped_wanted_lines(text: str) -> list[str] | None:
 
 
 def _samples_of(wanted_lines: list[str]) -> list[Sample]:
-    known = _known_lines(wanted_lines)
-    if known is not None:
-        return known
+    """The samples of the wanted lines: line by line (a head seen before is read from _HEAD_CACHE),
+    through prometheus_client when a line is not in the canonical shape."""
     samples: list[Sample] = []
     append = samples.append
     for line in wanted_lines:
@@ -242,22 +241,8 @@ def _samples_of(wanted_lines: list[str]) -> list[Sample]:
 
 
 _EMPTY_LABELS: tuple[dict[str, str], tuple[tuple[str, str], ...]] = ({}, ())
-# Plain numbers, one a line: the values of a scrape whose every line head was seen before.
-_VALUES = re.compile(r"(?:" + _VALUE.pattern + r"\n)*" + _VALUE.pattern)
-
-
-def _known_lines(lines: list[str]) -> list[Sample] | None:
-    """The samples of `lines` when every line is a head seen before (see _HEAD_CACHE), one space
-    and a plain number, as on every scrape of a server after its first; else None. What
-    _canonical_sample does for each such line, a step at a time over all of them."""
-    split = [line.rpartition(" ") for line in lines]
-    heads = list(map(_HEAD_CACHE.get, [head for head, _, _ in split]))
-    if None in heads:
-        return None
-    values = [value for _, _, value in split]
-    if _VALUES.fullmatch("\n".join(values)) is None:
-        return None
-    return [Sample(h[0], h[1], v, h[2]) for h, v in zip(heads, map(float, values))]
+# Plain numbers, one a line: the values of a payload of a shape seen before (_parse_known_shape).
+_VALUES = re.compile(r"(?:" + PLAIN_VALUE.pattern + r"\n)*" + PLAIN_VALUE.pattern)
 
 
 # `name{labels}` (or a bare name) of a line found canonical → its Sample's name, labels and series.
@@ -272,7 +257,7 @@ def _canonical_sample(line: str) -> Sample | None:
     # splits the same way at its last space, with a plain number after it, is canonical too.
     head, _, value = line.rpartition(" ")
     hit = _HEAD_CACHE.get(head)
-    if hit is not None and _VALUE.fullmatch(value) is not None:
+    if hit is not None and PLAIN_VALUE.fullmatch(value) is not None:
         return Sample(hit[0], hit[1], float(value), hit[2])
     brace = line.find("{")
     space = line.find(" ")
@@ -292,7 +277,7 @@ def _canonical_sample(line: str) -> Sample | None:
     if parsed is None or name not in SAMPLE_NAMES or not rest[:1].isspace():
         return None
     value = rest.strip(" \t")
-    if _VALUE.fullmatch(value) is None:  # a timestamp, an underscore, an exotic spelling: fall back
+    if PLAIN_VALUE.fullmatch(value) is None:  # a timestamp, an underscore, an exotic spelling: fall back
         return None
     if len(rest) == len(value) + 1 and rest[0] == " ":
         if len(_HEAD_CACHE) >= _LABEL_CACHE_MAX:
@@ -311,7 +296,7 @@ def _select_line_by_line(text: str) -> list[Sample]:
         line = line.strip()  # as prometheus_client does
         if not line or line[0] == "#":
             continue
-        m = _NAME.match(line)
+        m = METRIC_NAME.match(line)
         if m is None or m.group() not in SAMPLE_NAMES:
             continue
         wanted_lines.append(line)
