@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE
 from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
 from specwatch.urls import redact
@@ -158,9 +159,7 @@ def parse_dcgm_metrics(text: str) -> DcgmReading:
 # escapes, no timestamp. A payload of such lines, each under its own family's # TYPE line, is read
 # by _exporter_samples; anything else by prometheus_client's parser, which reads every valid
 # exposition and says why a payload is not one.
-_EXPORTER_LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*)\})? '
-                            r"([+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf|NaN))")
-_EXPORTER_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+_EXPORTER_LINE = re.compile(f"({METRIC_NAME.pattern})(?:\\{{((?:{PLAIN_PAIR},?)*)\\}})? ({PLAIN_VALUE.pattern})")
 _FAMILY_TYPES = frozenset(("counter", "gauge", "histogram", "summary", "untyped", "unknown", "info", "stateset",
                            "gaugehistogram"))
 
@@ -201,7 +200,7 @@ def _exporter_samples(text: str) -> list[tuple[str, dict[str, str], float, str]]
             return None
         labels = labels_of.get(label_text or "")
         if labels is None:
-            labels = labels_of[label_text or ""] = dict(_EXPORTER_LABEL.findall(label_text or ""))
+            labels = labels_of[label_text or ""] = dict(LABEL_PAIR.findall(label_text or ""))
         samples.append((name, labels, float(value), family_type))
     return samples
 
