@@ -60,13 +60,19 @@ class _CountingPanel(Panel):
 
 
 class _OnePanel(App[None]):
+    """An app of one panel of the given class."""
+
+    def __init__(self, panel: type[Panel]) -> None:
+        super().__init__()
+        self.panel = panel
+
     def compose(self):
-        yield _CountingPanel()
+        yield self.panel()
 
 
 @pytest.mark.anyio
 async def test_a_panel_draws_each_new_view_once_and_an_unchanged_picture_not_at_all():
-    app = _OnePanel()
+    app = _OnePanel(_CountingPanel)
     async with app.run_test(size=(40, 5)) as pilot:
         panel = app.query_one(_CountingPanel)
         await pilot.pause()
@@ -97,14 +103,9 @@ class _ListingPanel(_CountingPanel):
         return Text(f"t={view.time} {view.source.kind}")
 
 
-class _OneListingPanel(App[None]):
-    def compose(self):
-        yield _ListingPanel()
-
-
 @pytest.mark.anyio
 async def test_a_panel_whose_inputs_did_not_change_is_not_drawn_at_all():
-    app = _OneListingPanel()
+    app = _OnePanel(_ListingPanel)
     async with app.run_test(size=(40, 5)) as pilot:
         panel = app.query_one(_ListingPanel)
         await pilot.pause()
