@@ -14,9 +14,10 @@ values identical to a full prometheus_client parse on every sample of the real c
 from __future__ import annotations
 
 import re
-from math import isfinite
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from math import isfinite
+from operator import itemgetter
+from typing import Any, Iterable, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -241,8 +242,6 @@ def _samples_of(wanted_lines: list[str]) -> list[Sample]:
 
 
 _EMPTY_LABELS: tuple[dict[str, str], tuple[tuple[str, str], ...]] = ({}, ())
-# Plain numbers, one a line: the values of a payload of a shape seen before (_parse_known_shape).
-_VALUES = re.compile(r"(?:" + PLAIN_VALUE.pattern + r"\n)*" + PLAIN_VALUE.pattern)
 
 
 # `name{labels}` (or a bare name) of a line found canonical → its Sample's name, labels and series.
@@ -346,38 +345,87 @@ def parse_payload(text: str) -> ParsedPayload:
     """Exposition text → one EngineSample per (model_name, engine)."""
     if "\x00" in text:
         raise ExpositionError("the payload is binary, not Prometheus text")
+    # Every scrape of a server after its first repeats the text between the values exactly: its
+    # shape, whose filing is worked out once (_Shape); then only the values are read.
+    parts = _TRAILING_VALUE.split(text)
+    literals = tuple(parts[0::2])
+    shape = _SHAPES.get(literals)
+    if shape is not None:
+        return shape.read(parts[1::2])
     wanted_lines = _grouped_wanted_lines(text)
     if wanted_lines is None:
         samples = _select_line_by_line(text)
     else:
-        parsed = _parse_known_shape(wanted_lines)
-        if parsed is not None:
-            return parsed
         samples = _samples_of(wanted_lines)
+        shape = _learn_shape(literals, wanted_lines)
+        if shape is not None:
+            return shape.read(parts[1::2])
     if not samples:
         _diagnose_empty(text)
     return build_engines(samples)
 
 
-def _parse_known_shape(lines: list[str]) -> ParsedPayload | None:
-    """The payload of a shape seen before: every line's head (`name{labels}`) as on an earlier
-    scrape, in the same order, each with one space and a plain number, as on every scrape of a
-    server after its first. Its _BuildPlan is reused and only the values are read. None otherwise
-    (the caller takes the general path, which learns the heads)."""
-    split = [line.rpartition(" ") for line in lines]
-    heads = tuple([head for head, _, _ in split])
-    plan = _PLANS.get(heads)
-    if plan is None:
-        hits = list(map(_HEAD_CACHE.get, heads))
-        if not hits or None in hits:
-            return None
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        plan = _PLANS[heads] = _BuildPlan(hits)
-    values = [value for _, _, value in split]
-    if _VALUES.fullmatch("\n".join(values)) is None:
+# A sample line's value where it ends its line after one space, as every client library writes it.
+# Split at these, a payload leaves the text between its values: comments, names and labels.
+_TRAILING_VALUE = re.compile(" (" + PLAIN_VALUE.pattern + r")(?=\n|\Z)")
+
+
+class _Shape:
+    """A payload's text between its values, learnt from one scrape read the general way: which of
+    its split values are the wanted lines' (in the wanted lines' order), and their _BuildPlan.
+
+    A later payload with the same text between its values has the same lines with the same heads,
+    each ending in a plain number after one space, and the same grouping: the general path would
+    read it as the same samples, with only the values new."""
+
+    __slots__ = ("positions", "plan", "pick")
+
+    def __init__(self, positions: list[int], plan: _BuildPlan) -> None:
+        self.positions = positions
+        self.plan = plan
+        self.pick = _picker(positions)
+
+    def read(self, values: list[str]) -> ParsedPayload:
+        return self.plan.build(list(map(float, self.pick(values))))
+
+
+def _picker(positions: list[int]):
+    """A function taking a list to its items at `positions`, in that order, as a tuple."""
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda items: (items[only],)
+    return itemgetter(*positions)
+
+
+def _learn_shape(literals: tuple[str, ...], wanted_lines: list[str]) -> _Shape | None:
+    """The shape of a grouped payload whose wanted lines were all read the canonical way (each one
+    `head value`, its head cached by _canonical_sample); None otherwise (a line the canonical reader
+    refused, a value the split did not take): such a payload is read the general way each time."""
+    if not wanted_lines:
         return None
-    return plan.build(list(map(float, values)))
+    # the head of the line each split value ends: what follows the last line break before it
+    heads = [literal.rpartition("\n")[2] for literal in literals[:-1]]
+    positions: list[int] = []
+    hits = []
+    j = 0
+    for line in wanted_lines:
+        head = line.rpartition(" ")[0]
+        hit = _HEAD_CACHE.get(head)
+        if hit is None:
+            return None
+        # Wanted lines and split values both come in text order, and no other line has a wanted
+        # line's head (the grouping check keeps each vLLM series in its own family's block).
+        while j < len(heads) and heads[j] != head:
+            j += 1
+        if j == len(heads):
+            return None
+        positions.append(j)
+        hits.append(hit)
+        j += 1
+    if len(_SHAPES) >= _SHAPES_MAX:
+        _SHAPES.clear()
+    shape = _SHAPES[literals] = _Shape(positions, _BuildPlan(hits))
+    return shape
 
 
 def _diagnose_empty(text: str) -> None:
@@ -409,9 +457,9 @@ class _BuildPlan:
     """How build_engines files the samples of one payload shape (the names and labels of its lines,
     in order): which value goes to which engine's dict under which key. It depends only on the
     names and labels, which every scrape of a server repeats: worked out once per shape, each
-    scrape then only adds its values in (_parse_known_shape)."""
+    scrape then only adds its values in (_Shape)."""
 
-    __slots__ = ("steps", "engine_keys", "present", "cache_info")
+    __slots__ = ("steps", "engine_keys", "present", "cache_info", "starts", "dicts")
 
     def __init__(self, series: list[tuple[str, dict[str, str], tuple[tuple[str, str], ...]]]) -> None:
         # Keyed by the full label set first, so a duplicated series counts once (the last one wins).
@@ -451,8 +499,33 @@ class _BuildPlan:
         self.engine_keys = sorted(engine_keys, key=_engine_order)
         self.present = frozenset(present)
         self.cache_info = cache_info
+        self.starts = [i for i, slot, *_ in steps if slot is _START]
+        self.dicts = self._dicts()
 
     def build(self, values: list[float]) -> ParsedPayload:
+        if not isfinite(sum(values)):  # a NaN or ±Inf to leave out (or finite values summing past
+            return self._build_step_by_step(values)  # the largest float: read exactly all the same)
+        builders = {key: _EngineBuilder(engine=key[1], model_name=key[0]) for key in self.engine_keys}
+        # Each dict starts as 0.0 + its first value, as in the steps: 0.0 + -0.0 is 0.0.
+        plain = list(map(_ZERO.__add__, values))
+        for key, attribute, family, keys, first, rest in self.dicts:
+            d = dict(zip(keys, first(plain)))
+            for k, later in rest:
+                total = d[k]
+                for i in later:
+                    total += plain[i]
+                d[k] = total
+            b = builders[key]
+            if family is None:
+                setattr(b, attribute, d)
+            else:
+                b.buckets[family] = d
+        start_time: float | None = None
+        for i in self.starts:
+            start_time = values[i]
+        return self._finish(builders, start_time)
+
+    def _build_step_by_step(self, values: list[float]) -> ParsedPayload:
         builders = {key: _EngineBuilder(engine=key[1], model_name=key[0]) for key in self.engine_keys}
         start_time: float | None = None
         for i, slot, key, field, also in self.steps:
@@ -482,16 +555,49 @@ class _BuildPlan:
                 b.counts[field] = b.counts.get(field, 0.0) + value  # type: ignore[index]
             elif slot is _POSITIONS:
                 b.per_position[field] = b.per_position.get(field, 0.0) + value  # type: ignore[index]
+        return self._finish(builders, start_time)
+
+    def _finish(self, builders: dict[tuple[str | None, str], _EngineBuilder], start_time: float | None
+                ) -> ParsedPayload:
         cache_info = self.cache_info
         for b in builders.values():
             b.gauges.update(cache_info.get(b.engine, {}))
         return ParsedPayload(tuple(b.build() for b in builders.values()), start_time, self.present)
 
+    def _dicts(self) -> list[tuple[tuple[str | None, str], str, str | None, tuple[Any, ...], Any,
+                                   list[tuple[Any, list[int]]]]]:
+        """The steps as the dicts they fill, for a payload whose values are all finite: each engine
+        dict (or bucket family's dict) with its keys in the order the steps first add to them, a
+        picker of each key's first value, and the later values added to keys that take several."""
+        per_dict: dict[tuple[Any, ...], dict[Any, list[int]]] = {}
+        for i, slot, key, field, also in self.steps:
+            if slot is _START or slot is _SKIP:
+                continue
+            if slot is _BUCKETS:
+                family, le = field  # type: ignore[misc]
+                per_dict.setdefault((key, _BUCKETS, family), {}).setdefault(le, []).append(i)
+                continue
+            indices = per_dict.setdefault((key, _ATTRIBUTES[slot], None), {})  # type: ignore[index]
+            indices.setdefault(field, []).append(i)
+            if also is not None:
+                indices.setdefault(also, []).append(i)
+        return [
+            (key, attribute, family, tuple(indices), _picker([first for first, *_ in indices.values()]),
+             [(k, later) for k, (_, *later) in indices.items() if later])
+            for (key, attribute, family), indices in per_dict.items()
+        ]
 
-# Payload shapes seen (their lines' heads, in order) → their _BuildPlan: one per server a watch
-# reads, and a new one when a server's series change. Bounded like the other caches.
-_PLANS: dict[tuple[str, ...], _BuildPlan] = {}
-_PLANS_MAX = 64
+
+_ZERO = 0.0
+# The _EngineBuilder attribute each slot fills.
+_ATTRIBUTES = {"counters": "counters", "gauges": "gauges", "sums": "sums", "counts": "counts",
+               "positions": "per_position"}
+
+
+# Payload shapes seen (the text between their values) → their _Shape: one per server a watch reads,
+# and a new one when a server's series change. Bounded: each key holds a payload's text.
+_SHAPES: dict[tuple[str, ...], _Shape] = {}
+_SHAPES_MAX = 16
 
 
 # Where build_engines files a sample of each engine family: the dict of the engine it adds the value

@@ -191,7 +191,7 @@ def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(nam
             return str(exc)
 
     warm = [read(text), read(text)]  # the second reads with the first one's heads and routes
-    for cache in ("_HEAD_CACHE", "_ROUTES", "_LABEL_CACHE"):
+    for cache in ("_HEAD_CACHE", "_ROUTES", "_LABEL_CACHE", "_SHAPES"):
         monkeypatch.setattr(exposition, cache, {})
     cold = read(text)
     assert warm[0] == cold and warm[1] == cold
@@ -225,26 +225,74 @@ def _changed_values(text: str, step: int) -> str:
 
 
 @pytest.mark.parametrize("name", PAYLOADS)
-def test_a_payload_of_a_shape_seen_before_is_built_as_from_prometheus_clients_samples(name):
-    """After the first scrape, a payload whose lines have the same heads is built from a plan kept
-    per shape, reading only the values: every later scrape must give the engines, start time and
-    families present that prometheus_client's samples of that payload give."""
+def test_a_payload_of_a_shape_seen_before_is_built_as_from_prometheus_clients_samples(name, monkeypatch):
+    """After the first scrape, a payload with the same text between its values is built from the
+    shape kept for it, reading only the values: every later scrape must give the engines, start
+    time and families present that prometheus_client's samples of that payload give."""
     from specwatch import exposition
     from specwatch.exposition import build_engines
 
     text = PAYLOADS[name]()
-    parse_payload(text)  # the heads are learnt
+    parse_payload(text)  # the shape is learnt
     for step in range(1, 4):
         later = _changed_values(text, step)
-        plans = len(exposition._PLANS)
+        with monkeypatch.context() as m:  # read through the shape: the general path is not taken
+            m.setattr(exposition, "_grouped_wanted_lines", None)
+            m.setattr(exposition, "_select_line_by_line", None)
+            parse_payload(later)
+        shapes = len(exposition._SHAPES)
         fast = parse_payload(later)
-        assert len(exposition._PLANS) <= plans + 1  # the shape is known: a plan, not a new path each time
+        assert len(exposition._SHAPES) <= shapes + 1  # the shape is known: no new shape each time
         oracle = build_engines(wanted(full_parse_samples(later)))
         assert fast.families_present == oracle.families_present
         assert fast.process_start_time == oracle.process_start_time or (
             math.isnan(fast.process_start_time) and math.isnan(oracle.process_start_time))
         assert fast.engines == oracle.engines
-    assert any(len(heads) > 10 for heads in exposition._PLANS)
+    assert any(len(shape.positions) > 10 for shape in exposition._SHAPES.values())
+
+
+def _with_line(text: str, find: str, change) -> str:
+    """The payload with the first line that starts with `find` changed by `change`."""
+    lines = text.split("\n")
+    i = next(n for n, line in enumerate(lines) if line.startswith(find))
+    lines[i:i + 1] = change(lines[i])
+    return "\n".join(lines)
+
+
+# Later scrapes that differ from the learnt shape in more than their values: each must be read the
+# general way, as prometheus_client reads it (a shape that took them would misread them).
+_NOT_THE_SHAPE = {
+    "a timestamp after a value": lambda t: _with_line(
+        t, "vllm:num_requests_running{", lambda line: [line + " 1700000000000"]),
+    "two spaces before a value": lambda t: _with_line(
+        t, "vllm:num_requests_running{", lambda line: [line.replace(" ", "  ", 1) if "} " not in line
+                                                       else line.replace("} ", "}  ")]),
+    "a value spelled the other way": lambda t: _with_line(
+        t, "vllm:generation_tokens_total{", lambda line: [line.rpartition(" ")[0] + " 1.5E+3"]),
+    "a value spelled outside the plain numbers": lambda t: _with_line(
+        t, "vllm:generation_tokens_total{", lambda line: [line.rpartition(" ")[0] + " +inf"]),
+    "a series added": lambda t: _with_line(
+        t, "vllm:num_requests_running{", lambda line: [line, line.replace('engine="0"', 'engine="1"')]),
+    "a series gone": lambda t: _with_line(t, "vllm:num_requests_waiting{", lambda line: []),
+    "a label value changed": lambda t: _with_line(
+        t, "vllm:num_requests_running{", lambda line: [line.replace("tiny-llama", "other-model")]),
+    "a comment changed": lambda t: _with_line(t, "# HELP vllm:num_requests_running", lambda line: [line + "!"]),
+    "CR line ends": lambda t: t.replace("\n", "\r\n"),
+}
+
+
+@pytest.mark.parametrize("change", _NOT_THE_SHAPE)
+def test_a_later_scrape_that_is_not_the_shape_seen_is_read_the_general_way(change):
+    from specwatch.exposition import build_engines
+
+    text = read(NGRAM_K4)
+    parse_payload(text)  # the shape is learnt
+    later = _NOT_THE_SHAPE[change](_changed_values(text, 1))
+    assert later != text
+    parsed = parse_payload(later)
+    oracle = build_engines(wanted(full_parse_samples(later)))
+    assert parsed.engines == oracle.engines
+    assert parsed.families_present == oracle.families_present
 
 
 def test_a_duplicated_series_counts_once_on_the_plan_path_too():
