@@ -307,3 +307,41 @@ def test_a_duplicated_series_counts_once_on_the_plan_path_too():
         parsed = parse_payload(payload)
         assert parsed.engines == build_engines(wanted(full_parse_samples(payload))).engines
         assert parsed.engines[0].gauges["vllm:num_requests_running"] == float(value)
+
+
+def _finite_changes(text: str, step: int) -> str:
+    """A later scrape with every value moved and some set to -0.0, none to NaN or ±Inf."""
+    out = []
+    for n, line in enumerate(text.split("\n")):
+        head, _, value = line.rpartition(" ")
+        if line and line[0] != "#" and head:
+            try:
+                number = float(value)
+            except ValueError:
+                out.append(line)
+                continue
+            out.append(f"{head} {'-0.0' if (n + step) % 7 == 0 else repr(number * (1 + step / 10) + step)}")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("name", PAYLOADS)
+def test_the_dicts_built_at_once_are_those_built_sample_by_sample(name):
+    """A payload without NaN or ±Inf has its engine dicts built a dict at a time; they must be the
+    dicts the sample-by-sample filing gives, down to key order and the sign of a zero (0.0 + -0.0
+    is 0.0 there). Compared as repr: == would take -0.0 for 0.0 and ignore order."""
+    from specwatch import exposition
+
+    text = PAYLOADS[name]()
+    parse_payload(text)
+    for step in range(1, 3):
+        later = _finite_changes(text, step)
+        parts = exposition._TRAILING_VALUE.split(later)
+        shape = exposition._SHAPES[tuple(parts[0::2])]
+        values = list(map(float, shape.pick(parts[1::2])))
+        assert any(str(v) == "-0.0" for v in values)
+        at_once = shape.plan.build(values)
+        by_sample = shape.plan._build_step_by_step(values)
+        assert repr(at_once) == repr(by_sample)
+        assert repr(parse_payload(later)) == repr(by_sample)
