@@ -285,6 +285,9 @@ class SpecwatchApp(App[int]):
         self.verdict_index_error: str | None = None
         self.verdict_index_done = 0.0  # fraction of the recording indexed so far
         self._panels: tuple[Panel, ...] = ()  # the default screen's panels, found once (see panels())
+        # the panels are to be shown the view after the header's frame (the value: forced, as while
+        # paused); None: not scheduled
+        self._panels_pending: bool | None = None
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -597,7 +600,24 @@ class SpecwatchApp(App[int]):
             # the header still says PAUSED, and where a replay stands
             self.screen_stack[0].query_one(HeaderBar).show(self.view())
             return
-        view = self.view()
+        # The header line changes on every poll, and so do panels far below it (the GPU rows).
+        # Textual repaints every widget that overlaps the box around one frame's changed regions:
+        # in one frame, the two would repaint everything between them. So the header is drawn in a
+        # frame of its own, and the panels are handed the view once that frame is out.
+        header, view = self._header, self.view()
+        if header is not None and header.view is not view and header.show(view):
+            if self._panels_pending is None:
+                self.call_after_refresh(self._show_panels)
+            self._panels_pending = force or bool(self._panels_pending)
+            return
+        self._show_panels(force)
+
+    def _show_panels(self, force: bool | None = None) -> None:
+        if force is None:  # scheduled after the header's frame
+            force, self._panels_pending = bool(self._panels_pending), None
+        if not self.screen_stack or self.screen is not self.screen_stack[0] or (self.paused and not force):
+            return
+        view = self.view()  # the latest: polls may have come in since this was scheduled
         with self.batch_update():
             for panel in self.panels():
                 if panel.view is not view and self.is_shown(panel):

@@ -896,6 +896,8 @@ async def test_a_full_disk_stops_the_recording_and_the_panels_keep_updating(capl
         source.end()
         await until(pilot, lambda: app.ended and app.recording_stopped is not None, "the end, and the failure")
         await until(pilot, lambda: app.query_one(HeaderBar).view is app.view(), "the header redrawn")
+        # the panels are handed the view in the frame after the header's
+        await until(pilot, lambda: app.query_one("#ov-engine", EnginePanel).view is app.view(), "the panels")
         header = text_of(app.query_one(HeaderBar))
         assert app.polls == len(data) and app.last_error is None  # every reading reached the panels
         assert app.query_one("#ov-engine", EnginePanel).view.time == data[-1].time
