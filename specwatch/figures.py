@@ -49,6 +49,7 @@ __all__ = [
     "histogram_increase",
     "histogram_quantile",
     "HistogramDeltas",
+    "SummedHistograms",
     "HistogramTotals",
     "histogram_increase_totals",
     "Increases",
@@ -179,7 +180,8 @@ class Increases:
     seconds: float
     counters: dict[str, float] = field(default_factory=dict)
     accepted_per_position: tuple[float, ...] = ()
-    histograms: Mapping[str, Histogram] = field(default_factory=dict)  # a dict, or HistogramDeltas
+    # a dict, or a Mapping that works each histogram out when read (HistogramDeltas, SummedHistograms)
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
     restarts: int = 0
 
     def counter(self, name: str) -> float | None:
@@ -274,6 +276,50 @@ class HistogramDeltas(Mapping[str, Histogram]):
         return repr(dict(self.items()))
 
 
+class SummedHistograms(Mapping[str, Histogram]):
+    """Several engines' histograms added name by name, in the engines' order (as sum_increases added
+    them eagerly, with _add_histograms), each sum worked out when first read: an evaluation of a
+    node of eight engines reads a few of its histograms, not the twenty-odd each engine carries.
+    Equal to, iterated and shown as the dict of those sums."""
+
+    __slots__ = ("_parts", "_names", "_sums")
+
+    def __init__(self, parts: list[Mapping[str, Histogram]]) -> None:
+        self._parts = parts
+        names: dict[str, None] = {}
+        for part in parts:
+            names.update(dict.fromkeys(part))
+        self._names = names  # in the order the engines first list them
+        self._sums: dict[str, Histogram] = {}
+
+    def __getitem__(self, name: str) -> Histogram:
+        total = self._sums.get(name)
+        if total is None:
+            if name not in self._names:
+                raise KeyError(name)
+            for part in self._parts:
+                h = part.get(name)
+                if h is not None:
+                    total = _add_histograms(total, h)
+            self._sums[name] = total  # type: ignore[assignment]
+        return total  # type: ignore[return-value]
+
+    def get(self, name: str, default: Any = None) -> Any:  # Mapping.get would go through a KeyError
+        return self[name] if name in self._names else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
 def _counters_increase(first: EngineSample, last: EngineSample, from_zero: bool,
                        counters: dict[str, float], per_pos: list[float]) -> None:
     """Add the counters' increases from `first` to `last` (see _segment_increase)."""
@@ -339,7 +385,7 @@ def lifetime_increases(engine: EngineSample) -> Increases:
 def sum_increases(parts: Iterable[Increases], seconds: float) -> Increases:
     counters: dict[str, float] = {}
     per_pos: list[float] = []
-    histograms: dict[str, Histogram] = {}
+    histograms: list[Mapping[str, Histogram]] = []
     restarts = 0
     for inc in parts:
         for n, v in inc.counters.items():
@@ -348,10 +394,9 @@ def sum_increases(parts: Iterable[Increases], seconds: float) -> Increases:
             if i >= len(per_pos):
                 per_pos.append(0.0)
             per_pos[i] += v
-        for n, h in inc.histograms.items():
-            histograms[n] = _add_histograms(histograms.get(n), h)
+        histograms.append(inc.histograms)
         restarts += inc.restarts
-    return Increases(seconds, counters, tuple(per_pos), histograms, restarts)
+    return Increases(seconds, counters, tuple(per_pos), SummedHistograms(histograms), restarts)
 
 
 def negative_zero(inc: Increases) -> bool:

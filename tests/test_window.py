@@ -320,3 +320,48 @@ def test_histogram_totals_are_the_deltas_sum_and_count_without_their_buckets():
         assert inc.histogram_totals(name) == (delta.sum, delta.count), case  # and once paired, the same
         assert Increases(5.0, {}, (), {name: delta}).histogram_totals(name) == (delta.sum, delta.count)
     assert Increases(5.0).histogram_totals(name) is None
+
+
+def test_summed_histograms_are_worked_out_when_read_and_equal_the_eager_sums():
+    """Engines' histograms summed name by name, in engine order: the same Histograms the eager
+    fold gives (a layout that differs keeps the larger, a name one engine lacks is the others'),
+    each summed only when read."""
+    from specwatch.figures import SummedHistograms, _add_histograms
+
+    ttft, tpot, e2e = ("vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
+                       "vllm:e2e_request_latency_seconds")
+    parts = [
+        {ttft: Histogram(((1.0, 5.0), (math.inf, 10.0)), 12.0, 10.0),
+         tpot: Histogram(((0.1, 3.0), (math.inf, 4.0)), 0.2, 4.0)},
+        {e2e: Histogram(((2.0, 1.0), (math.inf, 1.0)), 1.5, 1.0),
+         ttft: Histogram(((1.0, 2.0), (math.inf, 3.0)), 2.5, 3.0)},
+        {ttft: Histogram(((1.0, 1.0), (math.inf, 1.0)), 0.5, 1.0),
+         tpot: Histogram(((0.1, 1.0), (0.5, 6.0), (math.inf, 9.0)), 0.9, 9.0)},  # another layout, larger
+    ]
+    eager: dict[str, Histogram] = {}
+    for part in parts:
+        for name, h in part.items():
+            eager[name] = _add_histograms(eager.get(name), h)
+    summed = SummedHistograms(parts)
+    assert summed._sums == {}  # nothing summed before it is read
+    assert summed.get(ttft) == eager[ttft] == Histogram(((1.0, 8.0), (math.inf, 14.0)), 15.0, 14.0)
+    assert summed[tpot] == eager[tpot] == parts[2][tpot]
+    assert list(summed._sums) == [ttft, tpot]
+    assert summed.get("absent") is None and "absent" not in summed and e2e in summed
+    assert list(summed) == [ttft, tpot, e2e] == list(eager) and len(summed) == 3
+    assert dict(summed) == eager and summed == eager and repr(summed) == repr(eager)
+    assert copy.deepcopy(summed) == eager
+
+
+def test_a_node_of_several_engines_sums_the_histogram_asked_for():
+    from specwatch.figures import SummedHistograms
+
+    zero = Histogram(((1.0, 0.0), (math.inf, 0.0)), 0.0, 0.0)
+    later = Histogram(((1.0, 2.0), (math.inf, 3.0)), 1.5, 3.0)
+    w = Window(60)
+    w.add(snap(0, *(engine(0, 0, 0, [0] * 4, engine_id=str(i), ttft=zero) for i in range(3))))
+    w.add(snap(5, *(engine(4, 16, 6, [3, 2, 1, 0], gen=30, engine_id=str(i), ttft=later) for i in range(3))))
+    increases = w.target(URL).increases
+    assert isinstance(increases.histograms, SummedHistograms)
+    assert increases.histogram("vllm:time_to_first_token_seconds") == Histogram(
+        ((1.0, 6.0), (math.inf, 9.0)), 4.5, 9.0)
