@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 
@@ -40,7 +41,11 @@ class GpuPoller:
 
     async def poll(self, client: httpx.AsyncClient) -> GpuPoll:
         """NVML in a thread and DCGM over HTTP, concurrently, then merged."""
-        nvml_task = asyncio.to_thread(self.collector.poll)
+        # NVML calls block (milliseconds each): in a thread, unless the collector reads no device
+        if getattr(self.collector, "reads_devices", True):
+            nvml_task = asyncio.to_thread(self.collector.poll)
+        else:
+            nvml_task = _done(self.collector.poll())
         if not self.dcgm_enabled:
             gpus, status = await nvml_task
             return gpus, (status,)
@@ -51,3 +56,7 @@ class GpuPoller:
 
     def close(self) -> None:
         self.collector.close()
+
+
+async def _done(result: Any) -> Any:
+    return result

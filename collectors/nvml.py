@@ -313,6 +313,13 @@ class NvmlCollector:
 
     # -- polling --------------------------------------------------------------------------------
 
+    @property
+    def reads_devices(self) -> bool:
+        """Whether poll() may call into the driver (and block): not once NVML is known to be
+        unusable here (no driver, no GPU) or the collector is closed."""
+        status = self._init_status
+        return not self._closed and (status is None or status.state == "ok")
+
     def poll(self) -> tuple[tuple[GpuSample, ...], SourceStatus]:
         """Read every GPU once. Never raises; failures become reasons and states."""
         with self._lock:

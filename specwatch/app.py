@@ -408,7 +408,11 @@ class SpecwatchApp(App[int]):
         if self._recording_thread is not None:
             self._recording_thread.offer(snapshot)  # never blocks: the disk is the thread's business
         try:
-            states, changes = await asyncio.to_thread(self._ingest, snapshot)
+            # Between evaluations a reading only joins the window: less work than a thread's round trip
+            if self.monitor.evaluates(snapshot):
+                states, changes = await asyncio.to_thread(self._ingest, snapshot)
+            else:
+                states, changes = self._ingest(snapshot)
         except Exception as exc:  # noqa: BLE001
             self.post_message(PollFailed(f"ingest failed: {type(exc).__name__}: {exc}"))
             return
@@ -419,8 +423,8 @@ class SpecwatchApp(App[int]):
         self.post_message(SnapshotIngested(snapshot, states, changes))
 
     def _ingest(self, snapshot: Snapshot) -> tuple[dict[str, TargetState], list[VerdictChange]]:
-        """Runs in a thread: the Monitor's work. Polls never overlap, so the Monitor is only ever
-        used from one thread at a time."""
+        """The Monitor's work, in a thread when it evaluates. Polls never overlap, so the Monitor is
+        only ever used from one thread at a time."""
         changes = self.monitor.ingest(snapshot)
         return self.monitor.states, changes
 

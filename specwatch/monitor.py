@@ -207,12 +207,21 @@ class Monitor:
             advisor.sweep = self.sweep
         return advisor
 
+    def evaluates(self, snapshot: Snapshot) -> bool:
+        """Whether ingesting `snapshot` next runs the advisors: its evaluation is due, or the timeline
+        restarted (a seek back), which evaluates at once. Otherwise ingesting it only adds it to the
+        window."""
+        latest = self.window.latest
+        if latest is not None and snapshot.time < latest.time:
+            return True
+        return self._next_evaluation is None or snapshot.time >= self._next_evaluation
+
     def ingest(self, snapshot: Snapshot) -> list[VerdictChange]:
         """Add one Snapshot; returns the verdict changes it caused (empty between evaluations)."""
         previous_latest = self.window.latest
+        due = self.evaluates(snapshot)
         self.window.add(snapshot)
         if previous_latest is not None and snapshot.time < previous_latest.time:
-            self._next_evaluation = None  # the timeline restarted (a seek back): evaluate at once
             # A target that returns on an earlier clock after being away is a new pass over its
             # recording (the demo playlist's next round): its advisor's samples and its banner's
             # dwell are from a pass that is over, and would hold it still until the clock caught up.
@@ -222,7 +231,7 @@ class Monitor:
                 if target.url not in present:
                     self._advisors.pop(target.url, None)
                     self._shown.pop(target.url, None)
-        if self._next_evaluation is not None and snapshot.time < self._next_evaluation:
+        if not due:
             return []
         self._next_evaluation = snapshot.time + self.evaluate_every_s
         changes: list[VerdictChange] = []

@@ -325,7 +325,12 @@ def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
                          gpu_name="NVIDIA A100-SXM4-80GB", k=2, per_position=(0.6, 0.4), context_per_sequence=0.0)
     monitor = Monitor(window_s=10, evaluate_every_s=5)
     snapshots = list(generate(node, [8.0] * 21, interval_s=1.0))
-    for snap in snapshots:
+    said_due = []
+    # readings 0-12, then a seek back to 3 (evaluated at once), then on from 4
+    for snap in snapshots[:13] + snapshots[3:]:
+        said_due.append(monitor.evaluates(snap))  # what the dashboard asks before choosing a thread
+        before = len(evaluated)
         monitor.ingest(snap)
+        assert said_due[-1] == (len(evaluated) > before)
     start = snapshots[0].time
-    assert [t - start for t in evaluated] == [0.0, 5.0, 10.0, 15.0, 20.0]
+    assert [t - start for t in evaluated] == [0.0, 5.0, 10.0, 3.0, 8.0, 13.0, 18.0]

@@ -53,8 +53,41 @@ def test_real_pynvml_without_driver_reports_no_driver() -> None:
     assert status.message.startswith("no NVIDIA driver (")
     # init is tried once; later polls repeat the verdict without raising
     assert collector.poll() == ((), status)
+    assert not collector.reads_devices  # nothing to block on: polled in place, not in a thread
     collector.close()
     assert collector.poll()[1].state == "closed"
+
+
+def test_a_collector_reads_devices_until_nvml_is_known_unusable() -> None:
+    _, collector, _ = make([ampere_gpu()])
+    assert collector.reads_devices  # not initialised yet: the first poll may block in nvmlInit
+    collector.poll()
+    assert collector.reads_devices
+    collector.close()
+    assert not collector.reads_devices
+
+
+@pytest.mark.anyio
+async def test_a_poller_polls_a_collector_that_reads_no_device_in_place(monkeypatch) -> None:
+    import asyncio
+
+    from specwatch.collectors.gpus import GpuPoller
+
+    threads = []
+    real_to_thread = asyncio.to_thread
+
+    async def counted(func, *args):
+        threads.append(func)
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    _, reading, _ = make([ampere_gpu()])
+    poller = GpuPoller(reading, dcgm=False)
+    gpus, (status,) = await poller.poll(None)
+    assert len(gpus) == 1 and status.state == "ok" and len(threads) == 1
+    reading.close()
+    gpus, (status,) = await poller.poll(None)
+    assert gpus == () and status.state == "closed" and len(threads) == 1  # no thread for nothing
 
 
 # -- init ---------------------------------------------------------------------------------------

@@ -309,6 +309,8 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
 class _NvmlOff:
     """Stands in for the NVML collector under --no-nvml: no GPUs, and a state saying why."""
 
+    reads_devices = False  # polled in place, not in a thread
+
     def poll(self) -> tuple[tuple, SourceStatus]:
         from specwatch.snapshot import SourceStatus
 
