@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE
+from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE, TRAILING_VALUE
 from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
 from specwatch.urls import redact
@@ -168,7 +168,52 @@ def _exporter_samples(text: str) -> list[tuple[str, dict[str, str], float, str]]
     """(sample name, labels, value, family type) of each sample, as prometheus_client's parser gives
     them, for a payload written the way dcgm-exporter writes one; None for any other (the caller
     parses it with prometheus_client). A dcgm-exporter payload of eight GPUs is read here in a
-    fifth of the time: it is read once a second."""
+    fifth of the time: it is read once a second.
+
+    An exporter repeats the text between its values on every scrape: once read line by line, a
+    payload's shape (that text) keeps each sample's name, labels and type, and a later payload of
+    the same shape has only its values read."""
+    parts = TRAILING_VALUE.split(text)
+    literals = tuple(parts[0::2])
+    shape = _SHAPES.get(literals)
+    values = parts[1::2]
+    if shape is not None:
+        return [(name, labels, float(values[i]), kind) for i, name, labels, kind in shape]
+    samples = _exporter_lines(text)
+    if samples is not None:
+        positions = _sample_positions(literals, values)
+        if positions is not None and len(positions) == len(samples):
+            if len(_SHAPES) >= _SHAPES_MAX:
+                _SHAPES.clear()
+            _SHAPES[literals] = [(i, name, labels, kind) for i, (name, labels, _, kind) in zip(positions, samples)]
+    return samples
+
+
+def _sample_positions(literals: tuple[str, ...], values: list[str]) -> list[int] | None:
+    """Which split values are the sample lines' (the others end comment lines); None when one ends a
+    comment the reader reads it in: `# HELP NAME` or `# TYPE NAME` with nothing after the name,
+    where another number would be another family (in help text, or any other comment, it is
+    nothing the reader reads)."""
+    positions = []
+    for j, literal in enumerate(literals[:-1]):
+        head = literal.rpartition("\n")[2]
+        if head[:1] != "#":
+            positions.append(j)
+            continue
+        comment = f"{head} {values[j]}".split(" ", 3)
+        if len(comment) < 4 and comment[1:2] in (["TYPE"], ["HELP"]):
+            return None
+    return positions
+
+
+# dcgm-exporter payload shapes seen (the text between their values) → each sample's split value,
+# name, labels and family type. One per exporter read; bounded, as each key holds a payload's text.
+_SHAPES: dict[tuple[str, ...], list[tuple[int, str, dict[str, str], str]]] = {}
+_SHAPES_MAX = 8
+
+
+def _exporter_lines(text: str) -> list[tuple[str, dict[str, str], float, str]] | None:
+    """_exporter_samples read line by line."""
     samples: list[tuple[str, dict[str, str], float, str]] = []
     typed: set[str] = set()
     family, family_type = "", "unknown"

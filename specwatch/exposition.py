@@ -347,7 +347,7 @@ def parse_payload(text: str) -> ParsedPayload:
         raise ExpositionError("the payload is binary, not Prometheus text")
     # Every scrape of a server after its first repeats the text between the values exactly: its
     # shape, whose filing is worked out once (_Shape); then only the values are read.
-    parts = _TRAILING_VALUE.split(text)
+    parts = TRAILING_VALUE.split(text)
     literals = tuple(parts[0::2])
     shape = _SHAPES.get(literals)
     if shape is not None:
@@ -367,7 +367,7 @@ def parse_payload(text: str) -> ParsedPayload:
 
 # A sample line's value where it ends its line after one space, as every client library writes it.
 # Split at these, a payload leaves the text between its values: comments, names and labels.
-_TRAILING_VALUE = re.compile(" (" + PLAIN_VALUE.pattern + r")(?=\n|\Z)")
+TRAILING_VALUE = re.compile(" (" + PLAIN_VALUE.pattern + r")(?=\n|\Z)")
 
 
 class _Shape:

@@ -200,6 +200,38 @@ def test_an_exporters_payload_reads_as_prometheus_client_reads_it(step: int) -> 
     assert len(parse_dcgm_metrics(_eight_gpus(L4_IDLE, step)).samples) == 8
 
 
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_later_scrape_of_a_shape_seen_reads_only_its_values(step: int, monkeypatch) -> None:
+    """Once an exporter's payload has been read line by line, a later one with the same text between
+    its values is read by that shape: what prometheus_client reads in it, without a line read."""
+    import specwatch.collectors.dcgm as dcgm
+
+    parse_dcgm_metrics(_eight_gpus(L4_IDLE, 0))
+    later = _eight_gpus(L4_IDLE, step)
+    with monkeypatch.context() as m:
+        m.setattr(dcgm, "_exporter_lines", None)
+        fast = parse_dcgm_metrics(later)
+    assert fast == _through_prometheus_client(later)
+
+
+@pytest.mark.parametrize("comment, learnt", [
+    ("# HELP DCGM_FI_DEV_SM_CLOCK in MHz 5", True),  # a number in help text: nothing the reader reads
+    ("# HELP 5", False),  # where a family's name is read: another number would be another family
+])
+def test_a_comment_ending_in_a_number(comment: str, learnt: bool, monkeypatch) -> None:
+    import specwatch.collectors.dcgm as dcgm
+
+    text = L4_IDLE.replace("# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).", comment, 1)
+    assert text != L4_IDLE
+    first = parse_dcgm_metrics(text)
+    read = []
+    monkeypatch.setattr(dcgm, "_exporter_lines", lambda t, real=dcgm._exporter_lines: read.append(t) or real(t))
+    assert parse_dcgm_metrics(text) == first
+    assert read == ([] if learnt else [text])
+    if learnt:
+        assert first == _through_prometheus_client(text)
+
+
 @pytest.mark.parametrize("change, exporters_shape", [
     (lambda t: t.replace('Hostname="', 'Hostname="a\\"b', 1), False),  # an escaped quote in a label value
     (lambda t: t.replace("\nDCGM_FI_DEV_SM_CLOCK{", "\nDCGM_FI_DEV_MEM_CLOCK{", 1), False),  # under another family
@@ -211,6 +243,7 @@ def test_an_exporters_payload_reads_as_prometheus_client_reads_it(step: int) -> 
 def test_any_other_shape_is_read_by_prometheus_client(change, exporters_shape: bool) -> None:
     from specwatch.collectors.dcgm import _exporter_samples
 
+    parse_dcgm_metrics(L4_IDLE)  # the exporter's shape is learnt: a changed payload must not pass for it
     text = change(L4_IDLE)
     assert text != L4_IDLE
     assert (_exporter_samples(text) is not None) == exporters_shape
