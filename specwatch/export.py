@@ -312,10 +312,12 @@ class ExportAgent:
     """Reads a source, feeds a Monitor, and publishes an ExportFrame after every poll."""
 
     def __init__(self, source: Any, monitor: Monitor, node: str, mode: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, freeze_heap: bool = False) -> None:
         self.source = source  # a SnapshotSource
         self.monitor = monitor
         self._clock = clock
+        # after the first poll, start-up's objects leave the cyclic collector's walks (specwatch.heap)
+        self.freeze_heap = freeze_heap
         self._frame = ExportFrame(node=node, mode=mode)
         self.polls = 0
 
@@ -375,6 +377,10 @@ class ExportAgent:
                 break  # a replay played out (a looped one never does)
             # a replay's read waits out the recorded gap, so its duration says nothing about the cost
             self.ingest(snapshot, time.monotonic() - started if self._frame.mode == "live" else None)
+            if self.polls == 1 and self.freeze_heap:
+                from specwatch.heap import freeze_start_up_objects
+
+                freeze_start_up_objects()  # start-up's objects out of the collector's walks (specwatch.heap)
             delay = interval_s - (time.monotonic() - started)
             if delay > 0:
                 try:

@@ -1112,3 +1112,31 @@ async def test_the_speculation_panel_is_drawn_once_per_verdict_not_once_per_poll
     assert len(states) <= evaluations
     # each state drawn once to compare, once more only if Textual laid the panel out anew
     assert len(drawn) <= 2 * evaluations + 2 < len(data)
+
+
+async def test_start_up_objects_are_frozen_once_the_first_reading_is_shown(monkeypatch):
+    """A dashboard run from the command line (run_app) freezes start-up's objects out of the cyclic
+    collector's walks after its first reading; an app made without asking for it (tests) never."""
+    import specwatch.heap
+
+    frozen = []
+    monkeypatch.setattr(specwatch.heap, "freeze_start_up_objects", lambda: frozen.append(1))
+    for asked in (False, True):
+        frozen.clear()
+        app = make_app(ScriptedSource(snapshots(LOW[:3])), freeze_heap=asked)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.polls == 3, "3 polls")
+            await pilot.pause()
+        assert frozen == ([1] if asked else [])
+
+
+def test_freezing_moves_the_objects_alive_into_the_permanent_generation():
+    import gc
+
+    from specwatch.heap import freeze_start_up_objects
+
+    try:
+        freeze_start_up_objects()
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()  # the other tests' apps must stay collectable

@@ -341,3 +341,25 @@ def test_the_exporter_serves_the_health_block_it_computed() -> None:
         labels = (("bound", bound), ("node", "n"), ("target", node.url))
         assert served[("specwatch_prefill_heavy_share_ratio", labels)] == 0.0
         assert block["request_shape"][f"prefill_heavy_share_{bound}"] == 0.0
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_agent_freezes_start_up_objects_after_its_first_poll_when_asked(asked, monkeypatch):
+    import asyncio
+
+    import specwatch.heap
+    from specwatch.synthetic import SyntheticNode, generate
+
+    class Listed:
+        def __init__(self, snapshots):
+            self.snapshots = iter(snapshots)
+
+        async def read(self):
+            return next(self.snapshots, None)
+
+    frozen = []
+    monkeypatch.setattr(specwatch.heap, "freeze_start_up_objects", lambda: frozen.append(1))
+    snapshots = list(generate(SyntheticNode(step=_hinge(), gpus=2), [8.0] * 3))
+    agent = ExportAgent(Listed(snapshots), Monitor(), node="n1", mode="replay", freeze_heap=asked)
+    asyncio.run(agent.run(asyncio.Event(), interval_s=0.0))
+    assert agent.polls == 3 and frozen == ([1] if asked else [])

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         session = live_session(args, interval_s=args.interval, window_s=args.window)
         source, monitor, mode, interval = session.source, session.monitor, "live", args.interval
-    agent = ExportAgent(source, monitor, node_name(args.node), mode)
+    agent = ExportAgent(source, monitor, node_name(args.node), mode, freeze_heap=True)
     try:
         server, _thread = serve(build_registry(agent), host, port)
     except OSError as exc:
