@@ -257,6 +257,9 @@ class SpecwatchApp(App[int]):
         suggested = getattr(source, "interval_s", None)
         self.interval_s = float(suggested) if isinstance(suggested, (int, float)) and suggested >= 0 else 1.0
         self.paused = False
+        # while paused, the view every panel on screen holds: a tab or panel shown during the pause
+        # gets it too, not the view it last had (minutes older, beside a banner of the pause's time)
+        self._frozen: DashboardView | None = None
         self.ended = False
         self.recording: str | None = None  # the file being written, once the thread said so
         self.recording_stopped: str | None = None  # why the last recording failed, until the next one
@@ -594,10 +597,19 @@ class SpecwatchApp(App[int]):
         if not self.screen_stack or self.screen is not self.screen_stack[0]:
             return
         if self.paused and not force:
-            # the header still says PAUSED, and where a replay stands
-            self.screen_stack[0].query_one(HeaderBar).show(self.view())
+            # the header still says PAUSED, and where a replay stands; the rest stays at the pause
+            header = self._header
+            if header is not None and header.is_attached:
+                header.show(self.view())
+            view = self._frozen or self.view()
+            with self.batch_update():
+                for panel in self.panels():
+                    if panel is not header and panel.view is not view and self.is_shown(panel):
+                        panel.show(view)
             return
         view = self.view()
+        if self.paused:  # a step, seek or jump shown while paused: the pause now stands there
+            self._frozen = view
         with self.batch_update():
             for panel in self.panels():
                 if panel.view is not view and self.is_shown(panel):
@@ -619,7 +631,7 @@ class SpecwatchApp(App[int]):
         self.call_after_refresh(self._after_resize)
 
     def _after_resize(self) -> None:
-        self.refresh_visible(force=True)
+        self.refresh_visible()
         for panel in self.panels():
             if self.is_shown(panel):
                 panel.refresh(layout=True)
@@ -647,6 +659,7 @@ class SpecwatchApp(App[int]):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
+        self._frozen = self.view() if self.paused else None
         if self.replay:
             try:
                 (self.source.pause if self.paused else self.source.resume)()

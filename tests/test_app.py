@@ -390,6 +390,36 @@ async def test_pause_freezes_the_panels_while_collection_goes_on():
         assert engine.view.time == data[19].time
 
 
+async def test_a_tab_shown_while_paused_shows_the_moment_of_the_pause_like_the_rest():
+    data = snapshots(LOW)
+    source = ScriptedSource(data[:10], end=False)
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls == 10, "10 polls")
+        await pilot.press("5")  # the Trends tab, seen once before the pause
+        await until(pilot, lambda: app.query_one("#trends-panel", TrendsPanel).view.time == data[9].time,
+                    "the trends drawn at the tenth reading")
+        await pilot.press("1")
+        source.feed(data[10:15])
+        await until(pilot, lambda: app.polls == 15, "15 polls")
+        await until(pilot, lambda: app.query_one("#ov-engine", EnginePanel).view.time == data[14].time,
+                    "the overview drawn at the fifteenth reading")
+        await pilot.press("space")
+        source.feed(data[15:20])
+        await until(pilot, lambda: app.polls == 20, "20 polls while paused")
+        for key, panel in (("5", "#trends-panel"), ("2", "#gpu-panel")):
+            await pilot.press(key)
+            shown = app.query_one(panel)
+            # the tab shows the pause's reading (the overview's), not the one it last had, nor the
+            # readings collected since
+            await until(pilot, lambda: shown.view is not None and shown.view.time == data[14].time,
+                        f"{panel} at the moment of the pause")
+        await pilot.resize_terminal(120, 36)
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one("#trends-panel", TrendsPanel).view.time == data[14].time  # a resize keeps the pause
+
+
 async def test_help_opens_and_closes():
     app = make_app(ScriptedSource(snapshots(LOW[:3])))
     async with app.run_test(size=(80, 24)) as pilot:
