@@ -795,6 +795,23 @@ async def test_the_verdict_is_a_plain_word_once_beside_its_block_letters(size):
     assert "expected 0." in rows[0]  # the speedup still fits beside it
 
 
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_an_ended_and_paused_replay_header_keeps_every_label_whole(width):
+    """A post-mortem pauses a replay that has ended: the header says REPLAY, SYNTHETIC, the reading's
+    time, ENDED and PAUSED whole at 60 columns too. While paused the speed says nothing, so it is the
+    first to give way."""
+    from specwatch.widgets.header import header_text
+    from specwatch.widgets.view import DashboardView, SourceInfo
+
+    source = SourceInfo("REPLAY", "incident.swrec", synthetic=True, paused=True, ended=True, replay_speed=100.0)
+    line = header_text(DashboardView(source=source, time=1_800_000_119.0), width).plain
+    for label in ("REPLAY", "SYNTHETIC", "2027-01-15 08:01:59", "ENDED", "‖ PAUSED"):
+        assert label in line, line
+    assert ("×100" in line) == (width >= 80)
+    playing = dataclasses.replace(source, paused=False)
+    assert "×100" in header_text(DashboardView(source=playing, time=1_800_000_119.0), width).plain
+
+
 async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without_repainting_panels():
     """At 30 s polling the screen must not look hung between polls: the header's clock and a
     countdown move each second. Time is the test's: the tick is called with a clock it sets."""
