@@ -432,6 +432,38 @@ async def test_help_opens_and_closes():
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.parametrize("size", [(60, 18), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_help_wraps_each_key_under_its_description_and_its_prose_as_paragraphs(size):
+    """At 80 columns and below the help must not fight soft wrap: a key's description that wraps
+    goes on under the description, never under the key, and the prose wraps as paragraphs (no
+    line of half a sentence ended early where the next word would have fitted)."""
+    from specwatch.widgets.help import KEYS
+
+    app = make_app(FakeReplay(snapshots(LOW[:4])))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.pause()
+        # the lines inside the border, without its padding and the scroll bar
+        inside = [line[2:-1].rstrip(" ▁▂▃▄▅▆▇█") for line in screen_text(app).splitlines() if line.startswith("│")]
+    keys = {key for key, _ in KEYS}
+    indent = None
+    for line in inside:
+        if line.startswith("  ") and line[2:].split("  ")[0].strip() in keys:
+            indent = len(line) - len(line[2:].split("  ", 1)[1].lstrip()) if "  " in line[2:] else None
+    assert indent is not None, inside
+    blank = inside.index("") if "" in inside else len(inside)  # at 60×18 the prose is below, scrolled to
+    key_rows = inside[inside.index("Keys") + 1:blank]
+    for line in key_rows:
+        first = line[2:].split("  ")[0].strip()
+        assert first in keys or (line[:indent].strip() == "" and line[indent:].strip()), (line, key_rows)
+    prose = inside[blank + 1:]
+    width = max(len(line) for line in inside)
+    for line, after in zip(prose, prose[1:]):
+        if line and after:  # within a paragraph, the next line's first word did not fit on this one
+            assert len(line) + 1 + len(after.split()[0]) > width, (line, after)
+
+
 async def test_tabs_switch_and_only_shown_panels_are_given_views():
     app = make_app(ScriptedSource(snapshots(LOW)))
     async with app.run_test(size=(80, 24)) as pilot:
