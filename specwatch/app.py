@@ -281,7 +281,10 @@ class SpecwatchApp(App[int]):
         self._view: DashboardView | None = None
         self._view_dirty = True
         self._stepping = False
-        self._reading = False  # a poll is awaiting source.read() (not yet ingesting)
+        # a poll is started and has not yet had its reading from source.read() (not yet ingesting):
+        # set when the poll is started, so that a pause landing before its worker runs gives it up
+        self._reading = False
+        self._landed: asyncio.Event | None = None  # set whenever a poll, step or seek has landed
         self._poll_started = 0.0  # event-loop time the last poll began
         # where the shown verdict changes in the recording (n / N), built in a thread on mount
         self.verdict_index: VerdictIndex | None = None
@@ -386,12 +389,12 @@ class SpecwatchApp(App[int]):
         if self._poll_in_flight or self.ended:
             return
         self._poll_in_flight = True
+        self._reading = True
         self._poll_started = asyncio.get_running_loop().time()
         self._poll()
 
     @work(group="poll", exit_on_error=False, description="read the source and ingest")
     async def _poll(self) -> None:
-        self._reading = True
         try:
             snapshot = await self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source must never take the dashboard down
@@ -424,8 +427,24 @@ class SpecwatchApp(App[int]):
         changes = self.monitor.ingest(snapshot)
         return self.monitor.states, changes
 
+    def _poll_landed(self) -> None:
+        """Nothing is in flight any more: a key press waiting for the last reading goes on."""
+        self._poll_in_flight = self._reading = False
+        if self._landed is not None:
+            self._landed.set()
+
+    async def _until_landed(self) -> None:
+        """Wait while a reading is being taken in (ingested): a seek or step then starts from the
+        reading it shows instead of being dropped. A poll still waiting for its reading is no wait:
+        it hands nothing over, and a seek wakes it."""
+        while self._poll_in_flight and not self._reading:
+            if self._landed is None:
+                self._landed = asyncio.Event()
+            self._landed.clear()
+            await self._landed.wait()
+
     def on_snapshot_ingested(self, message: SnapshotIngested) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.polls += 1
         self.last_error = None
         snapshot = message.snapshot
@@ -466,13 +485,13 @@ class SpecwatchApp(App[int]):
         self._view_dirty = True
 
     def on_poll_failed(self, message: PollFailed) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.last_error = message.error
         self.notify(message.error, title="poll failed", severity="error", timeout=4)
         self._arm_poll()
 
     def on_source_ended(self, _: SourceEnded) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.ended = True
         self._view_dirty = True
         self.refresh_visible()
@@ -676,7 +695,7 @@ class SpecwatchApp(App[int]):
                     # works. A read is cancellation-safe (the source hands nothing over until it
                     # returns); an ingest already under way is left to finish.
                     self.workers.cancel_group(self, "poll")
-                    self._poll_in_flight = self._reading = False
+                    self._poll_landed()
         self._changed()
 
     def action_interval(self, step: int) -> None:
@@ -715,8 +734,11 @@ class SpecwatchApp(App[int]):
         Paused or ended, the reading at the new position is read and shown at once (the display
         stays paused), so ← ← ← walks back through a post-mortem one screen at a time; an ended
         replay plays again from there unless paused."""
-        if not self.replay or self.latest is None or (self._poll_in_flight and not self._reading):
-            return  # an ingest is under way: the next key press seeks from the reading it shows
+        if not self.replay:
+            return
+        await self._until_landed()  # an ingest under way: seek from the reading it shows
+        if self.latest is None:
+            return
         position = self.latest.time + direction * SEEK_STEP_S
         still = self.paused
         try:
@@ -737,9 +759,11 @@ class SpecwatchApp(App[int]):
     @work(group="control", exit_on_error=False)
     async def action_step(self) -> None:
         """While a replay is paused: one reading forward."""
-        if not self.replay or not self.paused or self._poll_in_flight:
+        if not self.replay or not self.paused:
             return
-        await self._read_one("step")
+        await self._until_landed()
+        if self.paused and not self._poll_in_flight:
+            await self._read_one("step")
 
     async def _step_source(self) -> Snapshot | None:
         """The replay's next reading, one step on: step() may hand back the Snapshot, or ready the
@@ -834,6 +858,7 @@ class SpecwatchApp(App[int]):
                 why = f"no index yet: indexing verdict changes… {100 * self.verdict_index_done:.0f} %"
             self.notify(why, title="verdict changes", severity="warning", timeout=4)
             return
+        await self._until_landed()  # a reading being taken in: jump from the one it shows
         url = self.target_urls[self.target_index] if self.target_urls else None
         here = self.latest.time if self.latest is not None else getattr(self.source, "start", None)
         if here is None:
@@ -846,9 +871,6 @@ class SpecwatchApp(App[int]):
             self.notify(f"no verdict change{whose} {where} {clock(here)} ({total} in the recording)"
                         if total else f"the verdict{whose} never changes in this recording",
                         title="verdict changes", timeout=4)
-            return
-        if self._poll_in_flight and not self._reading:
-            self.notify("busy reading: press again", timeout=2)
             return
         if self._poll_in_flight:  # a read waiting for its time: give it up (it hands nothing over)
             self.workers.cancel_group(self, "poll")

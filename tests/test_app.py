@@ -674,6 +674,50 @@ async def test_an_ended_replay_rewinds_and_paused_arrows_move_the_screen(tmp_pat
         await until(pilot, lambda: app.ended and app.polls >= polls + 10, "a second play-out from 10 s back")
 
 
+async def test_a_pause_that_lands_before_the_polls_read_begins_still_lets_the_arrows_move_the_screen(tmp_path):
+    """← on an ended replay starts a poll; a pause that lands before that poll's read has begun
+    must give the read up as it does one already waiting, or ← and step find a poll in flight and
+    do nothing (the tmux test met this under load)."""
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots(LOW[:40])
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    app = make_app(ReplaySource(path, speed=100.0))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        app.source.seek(end - 10.0)
+        app.ended = False
+        app._start_poll()  # the poll's worker is scheduled, its read not yet begun...
+        app.action_toggle_pause()  # ...when the pause lands
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+        await pilot.press("full_stop")
+        await until(pilot, lambda: app.latest.time == end - 9.0, "one step on")
+
+
+async def test_arrows_pressed_while_a_reading_is_taken_in_are_not_lost(tmp_path):
+    """Each ← of a paused replay moves the screen ten seconds back, even when pressed before the
+    previous one's reading is shown: the press waits for it instead of being dropped."""
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots([8.0] * 60)
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    app = make_app(ReplaySource(path, speed=100.0))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        await pilot.press("space")
+        for _ in range(3):  # three presses at once: each starts its worker before any reading is shown
+            app.action_seek(-1)
+        await until(pilot, lambda: app.latest.time == end - 30.0 and not app._poll_in_flight,
+                    "the screen 30 s back after three presses")
+
+
 # -- SVG snapshots ---------------------------------------------------------------------------------
 
 def snapshot_app(node: SyntheticNode, load: list[float]) -> SpecwatchApp:
