@@ -74,7 +74,9 @@ def speculation_block(tw: TargetWindow | None, config: SpeculationConfig | None 
     configured = bool(tw and tw.speculation_configured)
     known = resolve_speculation(tw.latest.speculation if tw else None, config) if configured else None
     return {
-        "configured": configured,
+        # null, not false, while the target cannot be read (as the exporter leaves the series out):
+        # a server that does not answer is not "not configured"
+        "configured": configured if tw is not None and tw.latest.ok else None,
         "k": (tw.k or (known.k if known else None)) if tw and configured else None,
         "method": known.method if known else None,
         "draft_model": known.draft_model if known else None,

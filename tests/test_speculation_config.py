@@ -25,7 +25,7 @@ from specwatch.export import ExportAgent, build_registry
 from specwatch.hardware import lookup_model
 from specwatch.monitor import Monitor
 from specwatch.recording import RecordingHeader, read_recording, write_recording
-from specwatch.report import check_report
+from specwatch.report import check_report, format_summary
 from specwatch.snapshot import (
     FROM_FLAGS,
     FROM_METRICS,
@@ -286,6 +286,20 @@ def test_check_report_takes_method_and_draft_model_from_the_sample():
         window.add(snap)
     spec = check_report(window, NODE.url, {}, combine_bound([]))["speculation"]
     assert (spec["method"], spec["draft_model"], spec["source"], spec["k"]) == ("ngram", None, FROM_SERVER_INFO, 4)
+
+
+def test_check_report_of_a_target_never_read_does_not_say_it_runs_without_speculation():
+    """Health is never shown as a verdict: a target that cannot be read is not "not configured"."""
+    from specwatch.snapshot import Snapshot, TargetSample
+
+    window = Window(30.0)
+    url = "http://127.0.0.1:9"
+    for t in (1.0, 2.0):
+        window.add(Snapshot(t, (TargetSample(url, "connection_refused", f"vLLM at {url}: connection refused"),)))
+    report = check_report(window, url, {"speculation": "unknown", "confidence": 0.0, "reasons": []},
+                          combine_bound([]))
+    assert report["state"] == "connection_refused" and report["speculation"]["configured"] is None
+    assert "not configured" not in format_summary(report)
 
 
 def test_the_exporter_publishes_the_config_the_verdict_used():
