@@ -888,6 +888,17 @@ def test_an_ended_and_paused_replay_header_keeps_every_label_whole(width):
     assert "×100" in header_text(DashboardView(source=playing, time=1_800_000_119.0), width).plain
 
 
+def test_every_flag_the_advisor_raises_has_words_on_the_banner():
+    """The banner names each flag in the operator's words, never the identifier the JSON and the
+    exporter carry (a sweep of another model read "⚠ sweep_mismatch")."""
+    from specwatch.export_schema import KNOWN_FLAGS
+    from specwatch.widgets.verdict import flag_words
+
+    words = dict(zip(KNOWN_FLAGS, flag_words(KNOWN_FLAGS)))
+    assert {flag: shown for flag, shown in words.items() if "_" in shown} == {}
+    assert len(set(words.values())) == len(words)  # no two flags read alike
+
+
 async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without_repainting_panels():
     """At 30 s polling the screen must not look hung between polls: the header's clock and a
     countdown move each second. Time is the test's: the tick is called with a clock it sets."""
