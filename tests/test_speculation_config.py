@@ -325,6 +325,17 @@ def test_the_panel_says_where_each_setting_came_from(config, words):
     assert provenance_line(config).plain == words
 
 
+def test_where_the_line_does_not_fit_it_gives_way_rather_than_being_cut():
+    """The overview's Speculation panel at 80×24 has 36 columns: a real server's /server_info line
+    read "method from /server_info  k from /s…"."""
+    assert provenance_line(SERVER_NGRAM, 36).plain == "method and k from /server_info"
+    assert provenance_line(SERVER_NGRAM, 80).plain == "method from /server_info  k from /server_info  draft none"
+    drafted = resolve_speculation(SpeculationConfig.known(FROM_METRICS, k=3),
+                                  SpeculationConfig.from_flags("draft_model", draft_model="tiny-draft"))
+    # origins that differ are each said; a draft model is never the one to give way
+    assert provenance_line(drafted, 50).plain.startswith("method from --method  k from metrics  draft tiny-draft")
+
+
 # -- properties ---------------------------------------------------------------------------------
 
 _methods = st.sampled_from(["ngram", "eagle3", "draft_model", "mtp", "dflash", "prompt_lookup"])
