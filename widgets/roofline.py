@@ -3,7 +3,19 @@
 x is arithmetic intensity in FLOP per byte. A decode step's weight GEMMs have an intensity of about
 N = tokens per step in bf16 (DESIGN §3), so the engine's mean tokens per step is the operating
 point; with `--enable-mfu-metrics` the engine's own FLOPs ÷ bytes is drawn too. y is the attainable
-fraction of peak FLOP/s, min(1, I / ridge). Drawn in braille: no plotting dependency.
+fraction of peak FLOP/s, min(1, I / ridge).
+
+Drawn in braille here rather than with textual-plotext (plotext inside Textual), weighed on this
+panel at 80×24 and 120×36: plotext can draw log–log axes, a ridge line and the points, but (1) its
+build applies the log scale to the plotted data in place, so drawing the same plot a second time
+(any repaint) fails with a math domain error unless every repaint plots the view anew; (2) its frame,
+tick rows and axis labels take three of the thirteen rows the 80×24 tab has, its default ticks are
+not decades, its legend lands on the curve, and a y tick label collided with the x label at that
+size, where this panel spends those rows on the legend and the bound line; (3) its colours come
+from plotext's themes, not the app's; (4) one render cost 4–7× this panel's over three runs (6.0 against 0.9 ms
+at 76×13, 12.8 against 2.0 ms at 116×26 in one), and it brings plotext (~0.8 MB) as a dependency. Both
+give the same SVG snapshot every time. The picture needs one curve, one dotted line and two marks:
+this module's hundred lines do that at the panel's own size.
 """
 
 from __future__ import annotations
