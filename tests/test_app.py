@@ -1143,6 +1143,20 @@ async def test_the_view_carries_the_targets_health_over_the_evaluated_window():
     assert health["speculation_toggled_to"] == "off"
 
 
+def test_the_roofline_bound_line_says_each_signal_in_fewer_words_rather_than_being_cut():
+    """The overview's roofline at 200×50 is 63 columns wide: "… · tokens/step says memory" was cut
+    to "tokens/step says…"."""
+    from specwatch.perf import BoundEstimate, BoundSignal
+    from specwatch.widgets.roofline import bound_words
+
+    bound = BoundEstimate("memory", -0.5, (BoundSignal("dram_vs_tensor", "balanced", 0.77, ""),
+                                           BoundSignal("tokens_per_step", "memory", 115.0, "")))
+    assert bound_words(bound) == "memory-bound · DRAM vs tensor says balanced · tokens/step says memory"
+    assert bound_words(bound, 80) == bound_words(bound)
+    short = bound_words(bound, 63)
+    assert short == "memory-bound · DRAM vs tensor: balanced · tokens/step: memory" and len(short) <= 63
+
+
 def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():
     from specwatch.widgets.format import sparkline
     from specwatch.widgets.trends import scale

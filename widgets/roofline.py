@@ -101,18 +101,20 @@ def x_axis(plot_w: int) -> str:
     return "".join(axis)
 
 
-def bound_words(bound) -> str:
-    """The bound state and what each signal says, in operator words: "compute-bound · DRAM vs tensor
-    says compute · tokens/step says compute"."""
+def bound_words(bound, width: int | None = None) -> str:
+    """The bound state and what each signal says, in operator words: "memory-bound · DRAM vs tensor
+    says balanced · tokens/step says memory"; where that does not fit `width` (the overview's
+    roofline at 200 columns), "memory-bound · DRAM vs tensor: balanced · tokens/step: memory"."""
     state = bound.state if bound is not None else "unknown"
     words = f"{state}-bound" if state != "unknown" else "bound: unknown"
     signals = tuple(bound.signals) if bound is not None else ()
     names = [SIGNAL_WORDS.get(s.name, s.name.replace("_", " ")) for s in signals]
     if state != "unknown" and len(signals) > 1 and all(s.state == state for s in signals):
         return f"{words} · {', '.join(names[:-1])} and {names[-1]} agree"
-    for name, s in zip(names, signals):
-        words += f" · {name} says {s.state}"
-    return words
+    said = words + "".join(f" · {name} says {s.state}" for name, s in zip(names, signals))
+    if width is None or len(said) <= width:
+        return said
+    return words + "".join(f" · {name}: {s.state}" for name, s in zip(names, signals))
 
 
 class RooflinePanel(Panel):
@@ -175,7 +177,7 @@ class RooflinePanel(Panel):
         legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")
         bound = view.state.verdict.bound if view.state is not None else None
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
-        words = bound_words(bound)
+        words = bound_words(bound, width)
         head, _, tail = words.partition(" · ")
         verdict_line.append(head, style="bold")
         if tail:
