@@ -539,7 +539,8 @@ class SpecwatchApp(App[int]):
 
         def report(breakdown: bool) -> dict:
             return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
-                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown)
+                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown,
+                                 kv_capacity_tokens=tw.total.kv_capacity_tokens if tw.total else None)
         self._health_made = (tw, report)
         return report
 

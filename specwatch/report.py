@@ -141,7 +141,8 @@ def check_report(
                                 slo[0], slo[1], bool(tw and tw.speculation_configured),
                                 verdict.get("expected_speedup"),
                                 node_output_tokens(t.increases for t in map(window.target, window.target_urls())
-                                                   if t is not None)),
+                                                   if t is not None),
+                                kv_capacity_tokens=tw.total.kv_capacity_tokens if tw and tw.total else None),
     }
 
 
