@@ -395,7 +395,8 @@ class Advisor:
                 running = max(1.0, running or 0.0)
             else:
                 reasons.insert(0, "no requests running in the window: nothing to judge until traffic arrives")
-                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
+                                     details=self._sweep_not_this_target(target, method, k, time, reasons, flags))
         context_per_seq = (figures.context_tokens or 0.0) / running if running else 0.0
 
         if not tw.speculation_configured:
@@ -411,7 +412,8 @@ class Advisor:
                 stale_acceptance = True
             else:
                 reasons.insert(0, "speculation is configured but no drafts have been verified yet")
-                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+                return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
+                                     details=self._sweep_not_this_target(target, method, k, time, reasons, flags))
         length = acc.acceptance_length
         k = k or len(acc.per_position)
         if not k:
@@ -706,6 +708,19 @@ class Advisor:
     def _confidence(self, decision: perf.Decision) -> float:
         """The decision's chance that the direction is right, capped: no reading is certain."""
         return float(min(MAX_CONFIDENCE, max(0.0, decision.confidence)))
+
+    def _sweep_not_this_target(self, target, method, k, time, reasons, flags) -> dict[str, Any]:
+        """Before there is a verdict (no traffic, no drafts yet): a sweep of another model, method or
+        k is said at once, so that its crossover is never shown as this target's. The rest of the
+        reconciliation waits for a predicted crossover to set the measured one against."""
+        if self.sweep is None:
+            return {}
+        reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, time, None)
+        if reconciled.flag != "sweep_mismatch":
+            return {}
+        reasons.append(reconciled.line.split(" — ")[0])  # no "predicted none": nothing is predicted yet
+        flags.append(reconciled.flag)
+        return {"sweep": reconciled.to_dict()}
 
     def _verdict(self, state, confidence, time, reasons, bound, flags, tw, *, running=None, expected=None,
                  be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,

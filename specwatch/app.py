@@ -261,6 +261,9 @@ class SpecwatchApp(App[int]):
         suggested = getattr(source, "interval_s", None)
         self.interval_s = float(suggested) if isinstance(suggested, (int, float)) and suggested >= 0 else 1.0
         self.paused = False
+        # while paused, the view every panel on screen holds: a tab or panel shown during the pause
+        # gets it too, not the view it last had (minutes older, beside a banner of the pause's time)
+        self._frozen: DashboardView | None = None
         self.ended = False
         self.recording: str | None = None  # the file being written, once the thread said so
         self.recording_stopped: str | None = None  # why the last recording failed, until the next one
@@ -282,7 +285,10 @@ class SpecwatchApp(App[int]):
         self._view: DashboardView | None = None
         self._view_dirty = True
         self._stepping = False
-        self._reading = False  # a poll is awaiting source.read() (not yet ingesting)
+        # a poll is started and has not yet had its reading from source.read() (not yet ingesting):
+        # set when the poll is started, so that a pause landing before its worker runs gives it up
+        self._reading = False
+        self._landed: asyncio.Event | None = None  # set whenever a poll, step or seek has landed
         self._poll_started = 0.0  # event-loop time the last poll began
         # where the shown verdict changes in the recording (n / N), built in a thread on mount
         self.verdict_index: VerdictIndex | None = None
@@ -390,12 +396,12 @@ class SpecwatchApp(App[int]):
         if self._poll_in_flight or self.ended:
             return
         self._poll_in_flight = True
+        self._reading = True
         self._poll_started = asyncio.get_running_loop().time()
         self._poll()
 
     @work(group="poll", exit_on_error=False, description="read the source and ingest")
     async def _poll(self) -> None:
-        self._reading = True
         try:
             snapshot = await self.source.read()
         except Exception as exc:  # noqa: BLE001 - a source must never take the dashboard down
@@ -432,8 +438,24 @@ class SpecwatchApp(App[int]):
         changes = self.monitor.ingest(snapshot)
         return self.monitor.states, changes
 
+    def _poll_landed(self) -> None:
+        """Nothing is in flight any more: a key press waiting for the last reading goes on."""
+        self._poll_in_flight = self._reading = False
+        if self._landed is not None:
+            self._landed.set()
+
+    async def _until_landed(self) -> None:
+        """Wait while a reading is being taken in (ingested): a seek or step then starts from the
+        reading it shows instead of being dropped. A poll still waiting for its reading is no wait:
+        it hands nothing over, and a seek wakes it."""
+        while self._poll_in_flight and not self._reading:
+            if self._landed is None:
+                self._landed = asyncio.Event()
+            self._landed.clear()
+            await self._landed.wait()
+
     def on_snapshot_ingested(self, message: SnapshotIngested) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.polls += 1
         if self.polls == 1 and self.freeze_heap:
             from specwatch.heap import freeze_start_up_objects
@@ -478,13 +500,13 @@ class SpecwatchApp(App[int]):
         self._view_dirty = True
 
     def on_poll_failed(self, message: PollFailed) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.last_error = message.error
         self.notify(message.error, title="poll failed", severity="error", timeout=4)
         self._arm_poll()
 
     def on_source_ended(self, _: SourceEnded) -> None:
-        self._poll_in_flight = False
+        self._poll_landed()
         self.ended = True
         self._view_dirty = True
         self.refresh_visible()
@@ -532,7 +554,8 @@ class SpecwatchApp(App[int]):
 
         def report(breakdown: bool) -> dict:
             return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
-                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown)
+                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown,
+                                 kv_capacity_tokens=tw.total.kv_capacity_tokens if tw.total else None)
         self._health_made = (tw, report)
         return report
 
@@ -609,8 +632,15 @@ class SpecwatchApp(App[int]):
         if not self.screen_stack or self.screen is not self.screen_stack[0]:
             return
         if self.paused and not force:
-            # the header still says PAUSED, and where a replay stands
-            self.screen_stack[0].query_one(HeaderBar).show(self.view())
+            # the header still says PAUSED, and where a replay stands; the rest stays at the pause
+            header = self._header
+            if header is not None and header.is_attached:
+                header.show(self.view())
+            view = self._frozen or self.view()
+            with self.batch_update():
+                for panel in self.panels():
+                    if panel is not header and panel.view is not view and self.is_shown(panel):
+                        panel.show(view)
             return
         # The header line changes on every poll, and so do panels far below it (the GPU rows).
         # Textual repaints every widget that overlaps the box around one frame's changed regions:
@@ -630,6 +660,8 @@ class SpecwatchApp(App[int]):
         if not self.screen_stack or self.screen is not self.screen_stack[0] or (self.paused and not force):
             return
         view = self.view()  # the latest: polls may have come in since this was scheduled
+        if self.paused:  # a step, seek or jump shown while paused: the pause now stands there
+            self._frozen = view
         with self.batch_update():
             for panel in self.panels():
                 if panel.view is not view and self.is_shown(panel):
@@ -651,7 +683,7 @@ class SpecwatchApp(App[int]):
         self.call_after_refresh(self._after_resize)
 
     def _after_resize(self) -> None:
-        self.refresh_visible(force=True)
+        self.refresh_visible()
         for panel in self.panels():
             if self.is_shown(panel):
                 panel.refresh(layout=True)
@@ -679,6 +711,7 @@ class SpecwatchApp(App[int]):
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
+        self._frozen = self.view() if self.paused else None
         if self.replay:
             try:
                 (self.source.pause if self.paused else self.source.resume)()
@@ -695,7 +728,7 @@ class SpecwatchApp(App[int]):
                     # works. A read is cancellation-safe (the source hands nothing over until it
                     # returns); an ingest already under way is left to finish.
                     self.workers.cancel_group(self, "poll")
-                    self._poll_in_flight = self._reading = False
+                    self._poll_landed()
         self._changed()
 
     def action_interval(self, step: int) -> None:
@@ -734,8 +767,11 @@ class SpecwatchApp(App[int]):
         Paused or ended, the reading at the new position is read and shown at once (the display
         stays paused), so ← ← ← walks back through a post-mortem one screen at a time; an ended
         replay plays again from there unless paused."""
-        if not self.replay or self.latest is None or (self._poll_in_flight and not self._reading):
-            return  # an ingest is under way: the next key press seeks from the reading it shows
+        if not self.replay:
+            return
+        await self._until_landed()  # an ingest under way: seek from the reading it shows
+        if self.latest is None:
+            return
         position = self.latest.time + direction * SEEK_STEP_S
         still = self.paused
         try:
@@ -756,9 +792,11 @@ class SpecwatchApp(App[int]):
     @work(group="control", exit_on_error=False)
     async def action_step(self) -> None:
         """While a replay is paused: one reading forward."""
-        if not self.replay or not self.paused or self._poll_in_flight:
+        if not self.replay or not self.paused:
             return
-        await self._read_one("step")
+        await self._until_landed()
+        if self.paused and not self._poll_in_flight:
+            await self._read_one("step")
 
     async def _step_source(self) -> Snapshot | None:
         """The replay's next reading, one step on: step() may hand back the Snapshot, or ready the
@@ -853,6 +891,7 @@ class SpecwatchApp(App[int]):
                 why = f"no index yet: indexing verdict changes… {100 * self.verdict_index_done:.0f} %"
             self.notify(why, title="verdict changes", severity="warning", timeout=4)
             return
+        await self._until_landed()  # a reading being taken in: jump from the one it shows
         url = self.target_urls[self.target_index] if self.target_urls else None
         here = self.latest.time if self.latest is not None else getattr(self.source, "start", None)
         if here is None:
@@ -865,9 +904,6 @@ class SpecwatchApp(App[int]):
             self.notify(f"no verdict change{whose} {where} {clock(here)} ({total} in the recording)"
                         if total else f"the verdict{whose} never changes in this recording",
                         title="verdict changes", timeout=4)
-            return
-        if self._poll_in_flight and not self._reading:
-            self.notify("busy reading: press again", timeout=2)
             return
         if self._poll_in_flight:  # a read waiting for its time: give it up (it hands nothing over)
             self.workers.cancel_group(self, "poll")

@@ -232,6 +232,10 @@ class SpecwatchCollector(Collector):
         slo, goodput, toggled = gauge(schema.SLO), gauge(schema.GOODPUT), gauge(schema.GOODPUT_IF_TOGGLED)
         latency, finish, io_ratio = gauge(schema.LATENCY), gauge(schema.FINISH_REASON), gauge(schema.INPUT_OUTPUT)
         heavy_share = gauge(schema.PREFILL_HEAVY_SHARE)
+        # the load the node carried: the traffic block's figures, under their series
+        carried = ((gauge(schema.REQUEST_RATE), "requests_per_s"), (gauge(schema.PREEMPTION_RATE), "preemptions_per_s"),
+                   (gauge(schema.PREFIX_CACHE_HIT), "prefix_cache_hit_rate"),
+                   (gauge(schema.KV_CAPACITY), "kv_capacity_tokens"))
         energy, energy_toggled, gpu_energy = gauge(schema.ENERGY_PER_TOKEN), gauge(schema.ENERGY_IF_TOGGLED), \
             gauge(schema.GPU_ENERGY_PER_TOKEN)
         for kind, value in zip(("ttft", "tpot"), frame.slo):
@@ -262,6 +266,10 @@ class SpecwatchCollector(Collector):
                 value = shape.get(f"prefill_heavy_share_{bound}") if shape is not None else None
                 if _finite(value):
                     heavy_share.add_metric(key + [bound], float(value))
+            for family, figure in carried:
+                value = (block.get("traffic") or {}).get(figure)
+                if _finite(value):
+                    family.add_metric(key, float(value))
             e = block["energy"]
             if e is not None:
                 node_energy = e  # the node's GPUs over the node's tokens: the same for every target
@@ -274,7 +282,8 @@ class SpecwatchCollector(Collector):
                 if _finite(gpu["joules_per_token"]):
                     gpu_energy.add_metric([node, str(gpu["index"]), gpu_names.get(gpu["index"], "unknown")],
                                           float(gpu["joules_per_token"]))
-        yield from (slo, goodput, toggled, latency, finish, io_ratio, heavy_share, energy, energy_toggled, gpu_energy)
+        yield from (slo, goodput, toggled, latency, finish, io_ratio, heavy_share, *(f for f, _ in carried), energy,
+                    energy_toggled, gpu_energy)
 
     @staticmethod
     def _gpus(node: str, snapshot: Snapshot | None) -> Iterable[Metric]:
@@ -350,7 +359,8 @@ class ExportAgent:
         tokens = node_output_tokens(tw.increases for tw in windows.values() if tw is not None)
         health = {
             url: health_report(tw.increases, tw.seconds, gpu_joules, slo[0], slo[1],
-                               states[url].verdict.configured, states[url].verdict.expected_speedup, tokens)
+                               states[url].verdict.configured, states[url].verdict.expected_speedup, tokens,
+                               kv_capacity_tokens=tw.total.kv_capacity_tokens if tw.total else None)
             for url, tw in windows.items() if tw is not None
         }
         frame = ExportFrame(node=self._frame.node, mode=self._frame.mode, snapshot=snapshot,

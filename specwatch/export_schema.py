@@ -148,6 +148,16 @@ PREFILL_HEAVY_SHARE = MetricName(
     "Share of the requests finished in the window whose prompt is over 10 times their output, between "
     "bound=low and bound=high: the length histograms do not pair prompts with outputs, so only the range "
     "over every pairing is known.", _TARGET + (BOUND_LABEL,))
+REQUEST_RATE = MetricName("specwatch_requests_finished_per_second",
+                          "Requests finished per second over the window.", _TARGET)
+PREEMPTION_RATE = MetricName("specwatch_preemptions_per_second",
+                             "Requests preempted (their KV blocks taken back) per second over the window.", _TARGET)
+PREFIX_CACHE_HIT = MetricName("specwatch_prefix_cache_hit_ratio",
+                              "Prompt tokens found in the prefix cache over those looked up, over the window.",
+                              _TARGET)
+KV_CAPACITY = MetricName("specwatch_kv_cache_capacity_tokens",
+                         "The KV cache's size in tokens (vLLM's cache_config_info), all engines of the target.",
+                         _TARGET)
 ENERGY_PER_TOKEN = MetricName(
     "specwatch_energy_per_token_joules",
     "Energy of all GPUs over the window (NVML/DCGM total-energy counters) per output token of all targets.",
@@ -177,7 +187,8 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, TARGET_UP, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
                BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
-               FINISH_REASON, INPUT_OUTPUT, PREFILL_HEAVY_SHARE, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
+               FINISH_REASON, INPUT_OUTPUT, PREFILL_HEAVY_SHARE, REQUEST_RATE, PREEMPTION_RATE,
+               PREFIX_CACHE_HIT, KV_CAPACITY, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 
 # Every specwatch series, as a PromQL selector (optionally narrowed to one node by the caller).
 SERIES_SELECTOR = '{__name__=~"specwatch_.+"}'

@@ -495,15 +495,19 @@ def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
             text.append(f"  DOWN: unreachable ({t.read_state.replace('_', ' ')}), "
                         f"last good reading {_ago(t.last_good, now)}\n", style="bold red")
             continue
+        speedup = f"{_num(v.expected_speedup)}×" if _finite(v.expected_speedup) else "—"
         text.append(f"  verdict {v.speculation.upper()}  confidence {_num(v.confidence)}  "
-                    f"expected speedup {_num(v.expected_speedup)}×  configured {'yes' if v.configured else 'no'}\n")
+                    f"expected speedup {speedup}  configured {'yes' if v.configured else 'no'}\n")
         text.append(f"  L {_num(v.acceptance_length)}  acceptance rate {_pct(t.acceptance_rate)}  "
                     f"break-even {_num(v.break_even_length)}\n")
         crossover = f"{v.crossover_concurrency:.0f}" if _finite(v.crossover_concurrency) else "never"
         text.append(f"  running {_num(v.running, 0)}  crossover {crossover}\n")
-        text.append(f"  bound {v.bound.state}")
-        for sig in v.bound.signals:
-            text.append(f"  · {sig.name} {sig.state} ({_num(sig.value)})")
+        from specwatch.widgets.roofline import SIGNAL_WORDS
+
+        text.append(f"  {v.bound.state}-bound" if v.bound.state != "unknown" else "  bound unknown")
+        for sig in v.bound.signals:  # in the operator's words, as on the Roofline tab
+            text.append(f"  · {SIGNAL_WORDS.get(sig.name, sig.name.replace('_', ' '))} says {sig.state} "
+                        f"({_num(sig.value)})")
         text.append("\n")
         if v.flags:
             text.append("  flags " + ", ".join(v.flags) + "\n", style="bold yellow")
@@ -572,7 +576,21 @@ class NodeScreen(Screen[None]):
 
         self.detail = message.detail
         self.query_one("#node-detail", Static).update(detail_text(message.detail))
-        if message.detail.ok and message.detail.targets:
+        if not message.detail.ok:
+            # the node was read and did not answer: the banner leads with why, as the table does,
+            # instead of waiting for a first reading
+            from specwatch.perf import BoundEstimate
+            from specwatch.verdict import Verdict
+
+            why = message.detail.message or message.detail.state.replace("_", " ")
+            down = Verdict(speculation="unknown", confidence=0.0, expected_speedup=None, break_even_length=None,
+                           crossover_concurrency=None, change_recommended=False, reasons=(f"DOWN: {why}",),
+                           bound=BoundEstimate("unknown", None, ()))
+            self.query_one(VerdictBanner).show(DashboardView(
+                source=SourceInfo(getattr(self.source, "kind", "PROMETHEUS"), self.source.describe(),
+                                  interval_s=self.refresh_s),
+                state=TargetState(self.source.node, None, down)))
+        elif message.detail.targets:
             first = message.detail.targets[0]
             view = DashboardView(
                 source=SourceInfo(getattr(self.source, "kind", "PROMETHEUS"), self.source.describe(),

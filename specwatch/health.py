@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from specwatch.figures import GENERATION_TOKENS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens
+from specwatch.figures import (
+    GENERATION_TOKENS, PREEMPTIONS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens,
+)
 from specwatch.snapshot import Histogram
 
 __all__ = [
@@ -36,6 +38,9 @@ INFERENCE = "vllm:request_inference_time_seconds"
 REQUEST_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds")
 # Between engine steps as a request sees them (V1 name first, V0's name after).
 ITL_V1 = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+# vLLM V1's prefix-cache counters: prompt tokens looked up in the cache, and those found there
+PREFIX_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_HITS = "vllm:prefix_cache_hits"
 PROMPT_LENGTH = "vllm:request_prompt_tokens"
 OUTPUT_LENGTH = "vllm:request_generation_tokens"
 
@@ -386,6 +391,22 @@ class HealthFigures:
                 "truncated_share": self.truncated_share}
 
 
+def traffic(inc: Increases | None, seconds: float, kv_capacity_tokens: float | None = None) -> dict:
+    """The load the node carried over the span: requests finished and preemptions per second, the
+    prefix cache's hit rate (prompt tokens found in the cache over those looked up) and the KV
+    cache's size in tokens. A figure the server does not export is None."""
+    def rate(name: str) -> float | None:
+        value = inc.counter(name) if inc is not None else None
+        return value / seconds if value is not None and seconds > 0 else None
+
+    queries = inc.counter(PREFIX_QUERIES) if inc is not None else None
+    hits = inc.counter(PREFIX_HITS) if inc is not None else None
+    return {"requests_per_s": rate(REQUEST_SUCCESS), "preemptions_per_s": rate(PREEMPTIONS),
+            "prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,
+            "kv_capacity_tokens": kv_capacity_tokens}
+
+
 def health_figures(inc: Increases) -> HealthFigures:
     return HealthFigures(latency_table(inc), request_shape(inc), finish_reasons(inc),
                          inc.counter(GENERATION_TOKENS))
@@ -405,7 +426,8 @@ def decode_positions_per_token(inc: Increases) -> float | None:
 def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int, float],
                   slo_ttft_s: float | None, slo_tpot_s: float | None,
                   speculation_on: bool, expected_speedup: float | None,
-                  node_output_tokens: float | None = None, breakdown: bool = True) -> dict:
+                  node_output_tokens: float | None = None, breakdown: bool = True,
+                  kv_capacity_tokens: float | None = None) -> dict:
     """The health block of `check --json` (and what the exporter serves): latency breakdown, request
     shape, finish reasons, goodput and energy per output token over the window.
 
@@ -417,14 +439,14 @@ def health_report(inc: Increases | None, seconds: float, gpu_joules: Mapping[int
     speculation on, switching it off makes each token `expected_speedup` times slower, and with it
     off, switching it on makes each token that much faster. `node_output_tokens`: the output tokens
     of every target on the node's GPUs over the window (the energy is all of theirs); this target's
-    when None."""
+    when None. `kv_capacity_tokens`: the KV cache's size (a gauge, not an increase), for `traffic`."""
     toggled_tpot_ratio = toggled_speed = None
     if expected_speedup is not None and expected_speedup > 0:
         toggled_tpot_ratio = expected_speedup if speculation_on else 1.0 / expected_speedup
         toggled_speed = 1.0 / toggled_tpot_ratio
     block: dict = {"window_s": seconds, "speculation_toggled_to": "off" if speculation_on else "on",
                    "latency": {}, "request_shape": None, "finish_reasons": {}, "truncated_share": None,
-                   "goodput": None, "energy": None}
+                   "goodput": None, "energy": None, "traffic": traffic(inc, seconds, kv_capacity_tokens)}
     if inc is None:
         return block
     if breakdown:

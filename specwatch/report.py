@@ -74,7 +74,9 @@ def speculation_block(tw: TargetWindow | None, config: SpeculationConfig | None 
     configured = bool(tw and tw.speculation_configured)
     known = resolve_speculation(tw.latest.speculation if tw else None, config) if configured else None
     return {
-        "configured": configured,
+        # null, not false, while the target cannot be read (as the exporter leaves the series out):
+        # a server that does not answer is not "not configured"
+        "configured": configured if tw is not None and tw.latest.ok else None,
         "k": (tw.k or (known.k if known else None)) if tw and configured else None,
         "method": known.method if known else None,
         "draft_model": known.draft_model if known else None,
@@ -139,7 +141,8 @@ def check_report(
                                 slo[0], slo[1], bool(tw and tw.speculation_configured),
                                 verdict.get("expected_speedup"),
                                 node_output_tokens(t.increases for t in map(window.target, window.target_urls())
-                                                   if t is not None)),
+                                                   if t is not None),
+                                kv_capacity_tokens=tw.total.kv_capacity_tokens if tw and tw.total else None),
     }
 
 

@@ -173,6 +173,9 @@ def _target(node: SyntheticNode, totals: _Totals, running: float, context: float
         "vllm:generation_tokens": totals.generation,
         "vllm:prompt_tokens": totals.prompt,
         "vllm:prompt_tokens_cached": totals.prompt_cached,
+        # as vLLM V1 counts them: prompt tokens looked up in the prefix cache, and those found
+        "vllm:prefix_cache_queries": totals.prompt,
+        "vllm:prefix_cache_hits": totals.prompt_cached,
         "vllm:request_success": totals.finished,
         # every synthetic request ends at its end-of-sequence token, none at a length cap
         "vllm:request_success:stop": totals.finished,

@@ -390,6 +390,36 @@ async def test_pause_freezes_the_panels_while_collection_goes_on():
         assert engine.view.time == data[19].time
 
 
+async def test_a_tab_shown_while_paused_shows_the_moment_of_the_pause_like_the_rest():
+    data = snapshots(LOW)
+    source = ScriptedSource(data[:10], end=False)
+    app = make_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.polls == 10, "10 polls")
+        await pilot.press("5")  # the Trends tab, seen once before the pause
+        await until(pilot, lambda: app.query_one("#trends-panel", TrendsPanel).view.time == data[9].time,
+                    "the trends drawn at the tenth reading")
+        await pilot.press("1")
+        source.feed(data[10:15])
+        await until(pilot, lambda: app.polls == 15, "15 polls")
+        await until(pilot, lambda: app.query_one("#ov-engine", EnginePanel).view.time == data[14].time,
+                    "the overview drawn at the fifteenth reading")
+        await pilot.press("space")
+        source.feed(data[15:20])
+        await until(pilot, lambda: app.polls == 20, "20 polls while paused")
+        for key, panel in (("5", "#trends-panel"), ("2", "#gpu-panel")):
+            await pilot.press(key)
+            shown = app.query_one(panel)
+            # the tab shows the pause's reading (the overview's), not the one it last had, nor the
+            # readings collected since
+            await until(pilot, lambda: shown.view is not None and shown.view.time == data[14].time,
+                        f"{panel} at the moment of the pause")
+        await pilot.resize_terminal(120, 36)
+        await pilot.pause()
+        await pilot.pause()
+        assert app.query_one("#trends-panel", TrendsPanel).view.time == data[14].time  # a resize keeps the pause
+
+
 async def test_help_opens_and_closes():
     app = make_app(ScriptedSource(snapshots(LOW[:3])))
     async with app.run_test(size=(80, 24)) as pilot:
@@ -400,6 +430,38 @@ async def test_help_opens_and_closes():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.parametrize("size", [(60, 18), (80, 24)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_help_wraps_each_key_under_its_description_and_its_prose_as_paragraphs(size):
+    """At 80 columns and below the help must not fight soft wrap: a key's description that wraps
+    goes on under the description, never under the key, and the prose wraps as paragraphs (no
+    line of half a sentence ended early where the next word would have fitted)."""
+    from specwatch.widgets.help import KEYS
+
+    app = make_app(FakeReplay(snapshots(LOW[:4])))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+        await pilot.pause()
+        # the lines inside the border, without its padding and the scroll bar
+        inside = [line[2:-1].rstrip(" ▁▂▃▄▅▆▇█") for line in screen_text(app).splitlines() if line.startswith("│")]
+    keys = {key for key, _ in KEYS}
+    indent = None
+    for line in inside:
+        if line.startswith("  ") and line[2:].split("  ")[0].strip() in keys:
+            indent = len(line) - len(line[2:].split("  ", 1)[1].lstrip()) if "  " in line[2:] else None
+    assert indent is not None, inside
+    blank = inside.index("") if "" in inside else len(inside)  # at 60×18 the prose is below, scrolled to
+    key_rows = inside[inside.index("Keys") + 1:blank]
+    for line in key_rows:
+        first = line[2:].split("  ")[0].strip()
+        assert first in keys or (line[:indent].strip() == "" and line[indent:].strip()), (line, key_rows)
+    prose = inside[blank + 1:]
+    width = max(len(line) for line in inside)
+    for line, after in zip(prose, prose[1:]):
+        if line and after:  # within a paragraph, the next line's first word did not fit on this one
+            assert len(line) + 1 + len(after.split()[0]) > width, (line, after)
 
 
 async def test_tabs_switch_and_only_shown_panels_are_given_views():
@@ -612,6 +674,50 @@ async def test_an_ended_replay_rewinds_and_paused_arrows_move_the_screen(tmp_pat
         await until(pilot, lambda: app.ended and app.polls >= polls + 10, "a second play-out from 10 s back")
 
 
+async def test_a_pause_that_lands_before_the_polls_read_begins_still_lets_the_arrows_move_the_screen(tmp_path):
+    """← on an ended replay starts a poll; a pause that lands before that poll's read has begun
+    must give the read up as it does one already waiting, or ← and step find a poll in flight and
+    do nothing (the tmux test met this under load)."""
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots(LOW[:40])
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    app = make_app(ReplaySource(path, speed=100.0))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        app.source.seek(end - 10.0)
+        app.ended = False
+        app._start_poll()  # the poll's worker is scheduled, its read not yet begun...
+        app.action_toggle_pause()  # ...when the pause lands
+        await pilot.press("left")
+        await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
+        await pilot.press("full_stop")
+        await until(pilot, lambda: app.latest.time == end - 9.0, "one step on")
+
+
+async def test_arrows_pressed_while_a_reading_is_taken_in_are_not_lost(tmp_path):
+    """Each ← of a paused replay moves the screen ten seconds back, even when pressed before the
+    previous one's reading is shown: the press waits for it instead of being dropped."""
+    from specwatch.collectors.replay import ReplaySource
+    from specwatch.recording import RecordingHeader, write_recording
+
+    data = snapshots([8.0] * 60)
+    path = tmp_path / "incident.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), data)
+    app = make_app(ReplaySource(path, speed=100.0))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.ended, "the replay to end")
+        end = app.latest.time
+        await pilot.press("space")
+        for _ in range(3):  # three presses at once: each starts its worker before any reading is shown
+            app.action_seek(-1)
+        await until(pilot, lambda: app.latest.time == end - 30.0 and not app._poll_in_flight,
+                    "the screen 30 s back after three presses")
+
+
 # -- SVG snapshots ---------------------------------------------------------------------------------
 
 def snapshot_app(node: SyntheticNode, load: list[float]) -> SpecwatchApp:
@@ -763,6 +869,34 @@ async def test_the_verdict_is_a_plain_word_once_beside_its_block_letters(size):
     assert re.findall(r"\bOFF\b", banner) == ["OFF"]
     assert re.search(r"verdict:? OFF", rows[0])
     assert "expected 0." in rows[0]  # the speedup still fits beside it
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_an_ended_and_paused_replay_header_keeps_every_label_whole(width):
+    """A post-mortem pauses a replay that has ended: the header says REPLAY, SYNTHETIC, the reading's
+    time, ENDED and PAUSED whole at 60 columns too. While paused the speed says nothing, so it is the
+    first to give way."""
+    from specwatch.widgets.header import header_text
+    from specwatch.widgets.view import DashboardView, SourceInfo
+
+    source = SourceInfo("REPLAY", "incident.swrec", synthetic=True, paused=True, ended=True, replay_speed=100.0)
+    line = header_text(DashboardView(source=source, time=1_800_000_119.0), width).plain
+    for label in ("REPLAY", "SYNTHETIC", "2027-01-15 08:01:59", "ENDED", "‖ PAUSED"):
+        assert label in line, line
+    assert ("×100" in line) == (width >= 80)
+    playing = dataclasses.replace(source, paused=False)
+    assert "×100" in header_text(DashboardView(source=playing, time=1_800_000_119.0), width).plain
+
+
+def test_every_flag_the_advisor_raises_has_words_on_the_banner():
+    """The banner names each flag in the operator's words, never the identifier the JSON and the
+    exporter carry (a sweep of another model read "⚠ sweep_mismatch")."""
+    from specwatch.export_schema import KNOWN_FLAGS
+    from specwatch.widgets.verdict import flag_words
+
+    words = dict(zip(KNOWN_FLAGS, flag_words(KNOWN_FLAGS)))
+    assert {flag: shown for flag, shown in words.items() if "_" in shown} == {}
+    assert len(set(words.values())) == len(words)  # no two flags read alike
 
 
 async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without_repainting_panels():
@@ -1009,6 +1143,20 @@ async def test_the_view_carries_the_targets_health_over_the_evaluated_window():
     assert health["energy"]["joules_per_token"] == pytest.approx(
         sum(joules.values()) / tw.increases.counter("vllm:generation_tokens"))
     assert health["speculation_toggled_to"] == "off"
+
+
+def test_the_roofline_bound_line_says_each_signal_in_fewer_words_rather_than_being_cut():
+    """The overview's roofline at 200×50 is 63 columns wide: "… · tokens/step says memory" was cut
+    to "tokens/step says…"."""
+    from specwatch.perf import BoundEstimate, BoundSignal
+    from specwatch.widgets.roofline import bound_words
+
+    bound = BoundEstimate("memory", -0.5, (BoundSignal("dram_vs_tensor", "balanced", 0.77, ""),
+                                           BoundSignal("tokens_per_step", "memory", 115.0, "")))
+    assert bound_words(bound) == "memory-bound · DRAM vs tensor says balanced · tokens/step says memory"
+    assert bound_words(bound, 80) == bound_words(bound)
+    short = bound_words(bound, 63)
+    assert short == "memory-bound · DRAM vs tensor: balanced · tokens/step: memory" and len(short) <= 63
 
 
 def test_trend_rows_draw_noise_flat_and_a_real_move_full_height():

@@ -336,6 +336,12 @@ def test_the_exporter_serves_the_health_block_it_computed() -> None:
     # 1000-token prompts and 300-token outputs
     assert served[("specwatch_request_input_output_ratio", (("node", "n"), ("target", node.url)))] == \
         pytest.approx(1000 / 300)
+    # the load carried, as the block says: the synthetic node's KV cache holds 400k tokens
+    one = (("node", "n"), ("target", node.url))
+    assert served[("specwatch_kv_cache_capacity_tokens", one)] == 400_000.0
+    assert served[("specwatch_requests_finished_per_second", one)] == pytest.approx(
+        block["traffic"]["requests_per_s"]) and block["traffic"]["requests_per_s"] > 0
+    assert served[("specwatch_preemptions_per_second", one)] == 0.0
     # ... in (500, 1000] and (200, 500]: no prompt of at most 1000 is over 10× an output of at least 201
     for bound in ("low", "high"):
         labels = (("bound", bound), ("node", "n"), ("target", node.url))

@@ -11,12 +11,14 @@ No httpx mock: every reading crosses a socket."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import time
 from typing import Iterator
 
 import pytest
+from rich.console import Console
 
 from http_fixtures import LocalServer, metrics_and_version, never_answers, refused_port
 from payloads import NGRAM_K4, read
@@ -31,6 +33,12 @@ pytestmark = pytest.mark.anyio
 
 # the capture's spec-decode counters: 272 tokens accepted over 301 drafts
 CAPTURE_LENGTH = 1 + 272 / 301
+
+
+def plain(renderable) -> str:
+    console = Console(width=120, file=io.StringIO(), record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
 
 
 @pytest.fixture
@@ -161,7 +169,8 @@ async def test_the_table_and_the_detail_screen(agent) -> None:
 
     from specwatch.commands.fleet import add_arguments, _direct_fleet
     from specwatch.commands.options import ArgumentParser
-    from specwatch.fleet import FleetApp, NodeScreen
+    from specwatch.fleet import FleetApp, NodeScreen, detail_text
+    from specwatch.widgets.verdict import VerdictBanner
 
     _, agent_url, _ = agent
     dead = f"127.0.0.1:{refused_port()}"
@@ -189,5 +198,22 @@ async def test_the_table_and_the_detail_screen(agent) -> None:
         assert screen.detail.ok and screen.detail.targets[0].verdict.speculation == "on"
         assert "read from the agent" in screen.detail.targets[0].verdict.reasons[0]
         assert [g.index for g in screen.detail.gpus] == ["0", "1"]
+        # the bound's signals in the operator's words, as on the Roofline tab, not perf's identifiers
+        shown = detail_text(screen.detail).plain
+        assert "dram_vs_tensor" not in shown and "tokens_per_step" not in shown and "—×" not in shown, shown
+        assert "DRAM vs tensor" in shown, shown
+        await pilot.press("escape")
+        # Enter on the refused URL's row: the banner says it is DOWN and why, not "waiting for the
+        # first reading" (it was read: it refused)
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        while screen.detail is None:
+            await pilot.pause(0.05)
+        await pilot.pause()
+        banner = plain(screen.query_one(VerdictBanner).render())
+        assert "waiting for the first reading" not in banner and "DOWN" in banner and "connection refused" in banner
+        assert "specwatch demo" not in banner  # a node someone runs, not "nothing to read here"
         await pilot.press("escape")
         await pilot.press("q")

@@ -155,6 +155,24 @@ def test_health_report_from_the_capture_by_hand(capture_increases):
     assert empty["energy"] is None and empty["goodput"] is None and empty["latency"] == {}
 
 
+def test_the_load_carried_from_the_capture_by_hand(capture_increases):
+    """Issue 17's request rate, preemptions, prefix-cache hit rate and KV capacity, against the
+    capture's own lines: request_success_total 20 (all length), num_preemptions_total 0,
+    prefix_cache_queries_total 1194 and hits 0; cache_config_info's 4096 blocks of 128 tokens."""
+    block = health_report(capture_increases, 30.0, {}, None, None, speculation_on=True, expected_speedup=None,
+                          kv_capacity_tokens=4096 * 128)
+    assert block["traffic"] == {"requests_per_s": pytest.approx(20 / 30), "preemptions_per_s": 0.0,
+                                "prefix_cache_queries": 1194.0, "prefix_cache_hits": 0.0,
+                                "prefix_cache_hit_rate": 0.0, "kv_capacity_tokens": 524288.0}
+    # the KV size is read from the capture's gauges as the window reads them
+    from specwatch.figures import engine_figures
+    (engine,) = parse_payload(read(NGRAM_K4)).engines
+    assert engine_figures(capture_increases, [engine.gauges]).kv_capacity_tokens == 524288.0
+    # nothing read: no rates, and no division by a zero-length window
+    assert health_report(None, 0.0, {}, None, None, True, None)["traffic"]["requests_per_s"] is None
+    assert health_report(capture_increases, 0.0, {}, None, None, True, None)["traffic"]["requests_per_s"] is None
+
+
 def test_health_panel_fits_80_columns_and_says_what_the_capture_says(capture_increases):
     from rich.console import Console
 
@@ -162,13 +180,14 @@ def test_health_panel_fits_80_columns_and_says_what_the_capture_says(capture_inc
     from specwatch.widgets.view import DashboardView, SourceInfo
 
     block = health_report(capture_increases, 30.0, {0: 572.0}, 0.05, 0.005, speculation_on=True,
-                          expected_speedup=1.25)
+                          expected_speedup=1.25, kv_capacity_tokens=4096 * 128)
     view = DashboardView(source=SourceInfo("live", "test"), health_report=lambda breakdown: block)
     console = Console(width=78, record=True, color_system=None)  # 80 less the panel's border
     console.print(HealthPanel().render_view(view, 78))
     lines = console.export_text().rstrip("\n").split("\n")
-    assert len(lines) <= 14 and all(len(line) <= 78 for line in lines)
+    assert len(lines) <= 15 and all(len(line) <= 78 for line in lines)
     text = "\n".join(lines)
+    assert "load     0.7 req/s · preempted 0.0/s · prefix cache 0% hits · KV 524.3k tok" in text
     assert "length 100%" in text and "cut at max_tokens" in text
     # 40 % within TTFT, 50 % within TPOT: both, between 0 and 40 %; off, TPOT×1.25: 40 % within
     assert "0%–40% within TTFT≤50 ms TPOT≤5.0 ms · spec off: 0%–40%" in text

@@ -1,10 +1,13 @@
 """A replay in a real terminal (tmux), read with capture-pane: a post-mortem can go back.
 
-`python -m specwatch replay FILE --speed 100` plays a synthetic recording to its end; then ← (the
-replay ended, not paused) plays again from ten seconds before the end, and while paused each ←
-shows the reading ten seconds further back. The header's clock is the reading's own time, so the
-test reads the screen's clock and sees it go back. Sampled until the screen says so; the bound is
-on attempts, not on speed. Run at the four terminal sizes an operator uses.
+`python -m specwatch replay FILE --speed 100` plays a synthetic recording to its end; then, paused,
+each ← shows the reading ten seconds further back, and → ten seconds on. The header's clock is the
+reading's own time, so the test reads the screen's clock and sees it go back. Each wait is for the
+one screen the last key leads to (an exact clock), so a screen caught before a key's reading was
+shown cannot be taken for it: the replay is paused only once it has ended, when nothing is in
+flight. Sampled until the screen says so; the bound is on attempts, not on speed. Run at the four
+terminal sizes an operator uses. (← on an ended replay that is not paused plays again from ten
+seconds back: test_app's Pilot test counts those readings, too fast at 100× to be seen here.)
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def _seconds(hh_mm_ss: str | None) -> int:
     return h * 3600 + m * 60 + s
 
 
+def _clock_text(seconds: int) -> str:
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 def shown_clock(screen: str) -> str | None:
     match = CLOCK.search(screen.splitlines()[0] if screen else "")
     return match.group(1) if match else None
@@ -71,20 +78,20 @@ def test_an_ended_replay_rewinds_with_the_left_arrow_in_tmux(tmp_path: Path, siz
                     "-e", "TZ=UTC", command], check=True, env=env)
     try:
         wait_for_screen(session, lambda s: "ENDED" in s and shown_clock(s) == end, "the replay ended")
-        keys(session, "Left")  # ended, not paused: plays again from 10 s back, to the end
-        keys(session, "Space")  # pause on the way (or at the end)
-        wait_for_screen(session, lambda s: "PAUSED" in s, "the pause")
-        keys(session, "Left")
-        screen = wait_for_screen(session, lambda s: shown_clock(s) is not None and shown_clock(s) < end
-                                 and "ENDED" not in s, "the clock going back while paused")
-        before = shown_clock(screen)
-        keys(session, "Left")
-        screen = wait_for_screen(session, lambda s: shown_clock(s) is not None and shown_clock(s) != before,
-                                 "a second step back")
-        # each ← while paused is exactly ten seconds of recorded time back from the reading shown
-        assert _seconds(shown_clock(screen)) == _seconds(before) - 10, screen
+        keys(session, "Space")  # ended, then paused: nothing is in flight any more
+        wait_for_screen(session, lambda s: "PAUSED" in s and shown_clock(s) == end, "the pause at the end")
+        shown = end
+        for step in range(1, 3):  # each ← while paused: exactly ten seconds of recorded time back
+            keys(session, "Left")
+            back = _clock_text(_seconds(end) - 10 * step)
+            screen = wait_for_screen(session, lambda s, back=back: shown_clock(s) == back and "ENDED" not in s,
+                                     f"the clock {back}, {10 * step} s before the end, after {shown}")
+            shown = back
         if size[1] >= 24:  # from 80×24 up the header keeps both labels while paused
             assert "SYNTHETIC" in screen.splitlines()[0] and "PAUSED" in screen.splitlines()[0], screen
+        keys(session, "Right")
+        forward = _clock_text(_seconds(end) - 10)
+        wait_for_screen(session, lambda s: shown_clock(s) == forward, f"the clock {forward}, ten seconds on")
         keys(session, "q")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -25,7 +25,7 @@ from specwatch.export import ExportAgent, build_registry
 from specwatch.hardware import lookup_model
 from specwatch.monitor import Monitor
 from specwatch.recording import RecordingHeader, read_recording, write_recording
-from specwatch.report import check_report
+from specwatch.report import check_report, format_summary
 from specwatch.snapshot import (
     FROM_FLAGS,
     FROM_METRICS,
@@ -288,6 +288,20 @@ def test_check_report_takes_method_and_draft_model_from_the_sample():
     assert (spec["method"], spec["draft_model"], spec["source"], spec["k"]) == ("ngram", None, FROM_SERVER_INFO, 4)
 
 
+def test_check_report_of_a_target_never_read_does_not_say_it_runs_without_speculation():
+    """Health is never shown as a verdict: a target that cannot be read is not "not configured"."""
+    from specwatch.snapshot import Snapshot, TargetSample
+
+    window = Window(30.0)
+    url = "http://127.0.0.1:9"
+    for t in (1.0, 2.0):
+        window.add(Snapshot(t, (TargetSample(url, "connection_refused", f"vLLM at {url}: connection refused"),)))
+    report = check_report(window, url, {"speculation": "unknown", "confidence": 0.0, "reasons": []},
+                          combine_bound([]))
+    assert report["state"] == "connection_refused" and report["speculation"]["configured"] is None
+    assert "not configured" not in format_summary(report)
+
+
 def test_the_exporter_publishes_the_config_the_verdict_used():
     monitor = Monitor(10.0, AdvisorConfig(method="eagle3"))
     agent = ExportAgent(None, monitor, node="n1", mode="replay")
@@ -309,6 +323,17 @@ def test_the_exporter_publishes_the_config_the_verdict_used():
 ])
 def test_the_panel_says_where_each_setting_came_from(config, words):
     assert provenance_line(config).plain == words
+
+
+def test_where_the_line_does_not_fit_it_gives_way_rather_than_being_cut():
+    """The overview's Speculation panel at 80×24 has 36 columns: a real server's /server_info line
+    read "method from /server_info  k from /s…"."""
+    assert provenance_line(SERVER_NGRAM, 36).plain == "method and k from /server_info"
+    assert provenance_line(SERVER_NGRAM, 80).plain == "method from /server_info  k from /server_info  draft none"
+    drafted = resolve_speculation(SpeculationConfig.known(FROM_METRICS, k=3),
+                                  SpeculationConfig.from_flags("draft_model", draft_model="tiny-draft"))
+    # origins that differ are each said; a draft model is never the one to give way
+    assert provenance_line(drafted, 50).plain.startswith("method from --method  k from metrics  draft tiny-draft")
 
 
 # -- properties ---------------------------------------------------------------------------------

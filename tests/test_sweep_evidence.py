@@ -91,6 +91,18 @@ def test_a_sweep_of_another_configuration_is_named_and_not_used(tmp_path, predic
     assert line.startswith("⚠ sweep not used") and words in line and f"predicted {predicted:.0f}" in line
 
 
+def test_a_sweep_of_another_configuration_is_named_before_any_traffic(tmp_path):
+    """With no request running there is no verdict yet, but whether the sweep measured this target
+    is known from the first readings: the screen must not show another model's crossover unsaid."""
+    idle = last_verdict(sweep_file(tmp_path, model="meta-llama/Llama-3.1-8B-Instruct", k=3), load=(0.0,) * 30)
+    assert idle.speculation == "unknown" and "sweep_mismatch" in idle.flags
+    assert idle.details["sweep"]["status"] == "mismatch"
+    assert any(r.startswith("⚠ sweep not used") and "k=3 ≠ k=4" in r and "predicted" not in r
+               for r in idle.reasons), idle.reasons
+    same = last_verdict(sweep_file(tmp_path, name="same.json"), load=(0.0,) * 30)
+    assert same.speculation == "unknown" and not any("sweep" in f for f in same.flags)
+
+
 def test_an_old_sweep_or_one_from_another_vllm_gives_way_to_the_prediction(tmp_path, predicted):
     old = last_verdict(sweep_file(tmp_path, created=START - STALE_AFTER_S - 86400, name="old.json"))
     assert old.crossover_concurrency == predicted and "sweep_stale" in old.flags

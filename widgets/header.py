@@ -48,7 +48,8 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
         text.append(" REAL ", style="bold reverse")
     if source.kind == "REPLAY":
         text.append(f" {date_clock(view.time)}", style="bold")
-        if source.replay_speed is not None:
+        # paused, the speed says nothing: under 80 columns it gives its room to ENDED and PAUSED
+        if source.replay_speed is not None and not (source.paused and width < 80):
             text.append(f" ×{source.replay_speed:g}")
     else:
         text.append(f" every {source.interval_s:g} s" if width >= 100 else f" {source.interval_s:g} s")

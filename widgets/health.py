@@ -1,6 +1,7 @@
-"""The health panel: the latency breakdown, the request shape and finish reasons, goodput against the
-SLO and energy per output token of the selected target over the window, each with what switching
-speculation would do at this load. Fits 80 columns in 14 lines."""
+"""The health panel: the latency breakdown, the request shape and finish reasons, the load carried
+(requests and preemptions per second, prefix-cache hits, KV size), goodput against the SLO and
+energy per output token of the selected target over the window, each with what switching
+speculation would do at this load. Fits 80 columns in 15 lines."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from specwatch.health import SHARE_POINT_WIDTH
-from specwatch.widgets.format import MISSING, num, pct, seconds
+from specwatch.widgets.format import MISSING, num, pct, rate, seconds
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
@@ -69,6 +70,20 @@ def prefill_share_line(block: dict) -> Text | None:
     return _line("prefill", (heavy, "bold"),
                  (f" of requests: prompt > {shape.get('prefill_heavy_ratio', 10):.0f}× output", "dim"),
                  (" (bounds; lengths unpaired)" if bounds else "", "dim"))
+
+
+def traffic_line(block: dict) -> Text | None:
+    """The load the node carried: requests finished and preemptions per second, the prefix cache's
+    hit rate and the KV cache's size in tokens. None when the server exports none of them."""
+    t = block.get("traffic") or {}
+    if all(t.get(k) is None for k in ("requests_per_s", "preemptions_per_s", "prefix_cache_hit_rate",
+                                      "kv_capacity_tokens")):
+        return None
+    kv = t.get("kv_capacity_tokens")
+    return _line("load", (rate(t.get("requests_per_s"), " req/s"), "bold"),
+                 (" · preempted ", "dim"), (rate(t.get("preemptions_per_s")), "bold"),
+                 (" · prefix cache ", "dim"), (pct(t.get("prefix_cache_hit_rate")), "bold"),
+                 (" hits · KV ", "dim"), (rate(kv, "") if kv is not None else MISSING, "bold"), (" tok", "dim"))
 
 
 def goodput_line(block: dict, width: int = 200) -> Text:
@@ -160,5 +175,6 @@ class HealthPanel(Panel):
         footer = Text(f"window {block['window_s']:.0f} s · quantiles and goodput estimated from histogram buckets", style="dim",
                       no_wrap=True, overflow="ellipsis")
         heavy = prefill_share_line(block)
+        load = traffic_line(block)
         return Group(*latency_lines(block), shape_line(block), *((heavy,) if heavy is not None else ()),
-                     goodput_line(block), energy_line(block), footer)
+                     *((load,) if load is not None else ()), goodput_line(block), energy_line(block), footer)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -23,25 +26,39 @@ KEYS = (
     ("q", "quit"),
 )
 
-ABOUT = """\
-The banner answers one question: should speculation be on at this load, and why.
-ON: it pays. OFF: it costs. HOLD: within the hysteresis band of break-even, keep the
-current setting. UNKNOWN: not enough data (the reason says what is missing).
+# Paragraphs, not lines: the screen wraps them at whatever width it has.
+ABOUT = (
+    "The banner answers one question: should speculation be on at this load, and why. "
+    "ON: it pays. OFF: it costs. HOLD: within the hysteresis band of break-even, keep the current "
+    "setting. UNKNOWN: not enough data (the reason says what is missing).",
+    "L is the mean acceptance length (tokens committed per verify step). Speculation pays while L is "
+    "above the break-even, which rises with load: past the GPU's ridge, the verify step's extra tokens "
+    "are no longer free. `specwatch demo` shows a full ramp.",
+)
+KEY_WIDTH = 11
 
-L is the mean acceptance length (tokens committed per verify step). Speculation pays
-while L is above the break-even, which rises with load: past the GPU's ridge, the
-verify step's extra tokens are no longer free. `specwatch demo` shows a full ramp."""
 
-
-def help_text(replay: bool, recorder: bool) -> str:
+def key_rows(replay: bool, recorder: bool) -> list[tuple[str, str]]:
     rows = []
     for key, words in KEYS:
         if not replay and words.startswith("replay:"):
             continue
+        if key == "+ / -" and replay:
+            words = "replay: faster / slower"
         if key == "r" and not recorder:
             words += " (no recorder in this session)"
-        rows.append(f"  {key:<11} {words}")
-    return "Keys\n" + "\n".join(rows) + "\n\n" + ABOUT
+        rows.append((key, words))
+    return rows
+
+
+def help_text(replay: bool, recorder: bool) -> RenderableType:
+    """The keys as a table whose descriptions wrap under themselves, then the prose as paragraphs."""
+    keys = Table.grid(padding=(0, 1))
+    keys.add_column(width=1 + KEY_WIDTH, no_wrap=True)
+    keys.add_column(ratio=1, overflow="fold")
+    for key, words in key_rows(replay, recorder):
+        keys.add_row(f"  {key}", words)
+    return Group(Text("Keys"), keys, *(part for paragraph in ABOUT for part in (Text(""), Text(paragraph))))
 
 
 class HelpScreen(ModalScreen[None]):
@@ -70,4 +87,4 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
             scroll.border_title = "specwatch help (esc to close)"
-            yield Static(self._text, markup=False)
+            yield Static(self._text)

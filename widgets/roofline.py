@@ -3,7 +3,19 @@
 x is arithmetic intensity in FLOP per byte. A decode step's weight GEMMs have an intensity of about
 N = tokens per step in bf16 (DESIGN §3), so the engine's mean tokens per step is the operating
 point; with `--enable-mfu-metrics` the engine's own FLOPs ÷ bytes is drawn too. y is the attainable
-fraction of peak FLOP/s, min(1, I / ridge). Drawn in braille: no plotting dependency.
+fraction of peak FLOP/s, min(1, I / ridge).
+
+Drawn in braille here rather than with textual-plotext (plotext inside Textual), weighed on this
+panel at 80×24 and 120×36: plotext can draw log–log axes, a ridge line and the points, but (1) its
+build applies the log scale to the plotted data in place, so drawing the same plot a second time
+(any repaint) fails with a math domain error unless every repaint plots the view anew; (2) its frame,
+tick rows and axis labels take three of the thirteen rows the 80×24 tab has, its default ticks are
+not decades, its legend lands on the curve, and a y tick label collided with the x label at that
+size, where this panel spends those rows on the legend and the bound line; (3) its colours come
+from plotext's themes, not the app's; (4) one render cost 4–7× this panel's over three runs (6.0 against 0.9 ms
+at 76×13, 12.8 against 2.0 ms at 116×26 in one), and it brings plotext (~0.8 MB) as a dependency. Both
+give the same SVG snapshot every time. The picture needs one curve, one dotted line and two marks:
+this module's hundred lines do that at the panel's own size.
 """
 
 from __future__ import annotations
@@ -89,18 +101,20 @@ def x_axis(plot_w: int) -> str:
     return "".join(axis)
 
 
-def bound_words(bound) -> str:
-    """The bound state and what each signal says, in operator words: "compute-bound · DRAM vs tensor
-    says compute · tokens/step says compute"."""
+def bound_words(bound, width: int | None = None) -> str:
+    """The bound state and what each signal says, in operator words: "memory-bound · DRAM vs tensor
+    says balanced · tokens/step says memory"; where that does not fit `width` (the overview's
+    roofline at 200 columns), "memory-bound · DRAM vs tensor: balanced · tokens/step: memory"."""
     state = bound.state if bound is not None else "unknown"
     words = f"{state}-bound" if state != "unknown" else "bound: unknown"
     signals = tuple(bound.signals) if bound is not None else ()
     names = [SIGNAL_WORDS.get(s.name, s.name.replace("_", " ")) for s in signals]
     if state != "unknown" and len(signals) > 1 and all(s.state == state for s in signals):
         return f"{words} · {', '.join(names[:-1])} and {names[-1]} agree"
-    for name, s in zip(names, signals):
-        words += f" · {name} says {s.state}"
-    return words
+    said = words + "".join(f" · {name} says {s.state}" for name, s in zip(names, signals))
+    if width is None or len(said) <= width:
+        return said
+    return words + "".join(f" · {name}: {s.state}" for name, s in zip(names, signals))
 
 
 class RooflinePanel(Panel):
@@ -163,7 +177,7 @@ class RooflinePanel(Panel):
         legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")
         bound = view.state.verdict.bound if view.state is not None else None
         verdict_line = Text(no_wrap=True, overflow="ellipsis")
-        words = bound_words(bound)
+        words = bound_words(bound, width)
         head, _, tail = words.partition(" · ")
         verdict_line.append(head, style="bold")
         if tail:

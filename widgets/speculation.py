@@ -62,8 +62,11 @@ def break_even_line(verdict, lifetime, width: int) -> Text:
     return be
 
 
-def provenance_line(config: SpeculationConfig | None) -> Text:
-    """Where the method, k and draft model came from, or how to make them known."""
+def provenance_line(config: SpeculationConfig | None, width: int | None = None) -> Text:
+    """Where the method, k and draft model came from, or how to make them known. Where the whole
+    line does not fit `width` (the overview at 80 columns), a method and k of one origin are said
+    once, and an n-gram's "draft none" (it has no draft model) gives way, rather than cutting the
+    line."""
     line = Text(no_wrap=True, overflow="ellipsis")
     if config is None or config.method is None:
         line.append("method unknown: pass --method, or serve vLLM with VLLM_SERVER_DEV_MODE=1", style="dim")
@@ -73,20 +76,35 @@ def provenance_line(config: SpeculationConfig | None) -> Text:
         source = config.source_of(name)
         return _FLAG_OF.get(name, "flags") if source == FROM_FLAGS else _FROM_WORDS.get(source or "", "?")
 
+    def draft(into: Text) -> None:
+        into.append("  draft ", style="dim")
+        if config.draft_model is not None:
+            into.append(config.draft_model, style="bold")
+            into.append(f" ({origin('draft_model')})", style="dim")
+        else:
+            into.append("none" if config.method in ("ngram", "suffix") else "?")
+
     line.append("method ", style="dim")
     line.append(f"from {origin('method')}")
     if config.k is not None:
         line.append("  k ", style="dim")
         line.append(f"from {origin('k')}")
-    line.append("  draft ", style="dim")
-    if config.draft_model is not None:
-        line.append(config.draft_model, style="bold")
-        line.append(f" ({origin('draft_model')})", style="dim")
-    else:
-        line.append("none" if config.method in ("ngram", "suffix") else "?")
+    draft(line)
     if config.disagreements:
         line.append("  ⚠ flags disagree with the server", style="bold")
-    return line
+    if width is None or line.cell_len <= width:
+        return line
+    short = Text(no_wrap=True, overflow="ellipsis")
+    if config.k is not None and origin("k") == origin("method"):
+        short.append("method and k ", style="dim")
+        short.append(f"from {origin('method')}")
+    else:
+        short.append_text(line[:line.plain.index("  draft ")])
+    if config.draft_model is not None or config.method not in ("ngram", "suffix"):
+        draft(short)
+    if config.disagreements:
+        short.append("  ⚠ flags disagree", style="bold")
+    return short
 
 
 class SpeculationPanel(Panel):
@@ -135,7 +153,7 @@ class SpeculationPanel(Panel):
         head.append(pct(acc.acceptance_rate if acc else None), style="bold")
         lines.append(head)
         lines.append(provenance_line(config if config is not None and config.method else
-                                     SpeculationConfig.from_flags(view.method)))
+                                     SpeculationConfig.from_flags(view.method), width))
 
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:

@@ -7,8 +7,13 @@ them is marked in seconds or minutes before now.
 
 Hand-written rather than Textual's Sparkline widget: that one scales every row to its own min..max
 (no fixed 0–100 %, no shared scale, no dead band), buckets by index rather than by time (a gap in
-the data would not show), and colours by position in the range rather than by a threshold (the
-expected speedup's 1×).
+the data would not show; a missing reading, None, raises a TypeError), and colours by position in
+the range rather than by a threshold (the expected speedup's 1×). It costs what a row here does
+(0.3 ms for 41 cells). Nor with textual-plotext: a fixed or shared scale is possible there (ylim),
+but a missing reading is bridged by the line rather than left as a gap, a one-row chart has no
+room for the scale it is drawn on, colours follow plotext's themes, and a row cost 7–14× one
+drawn here over three runs (4.3 against 0.3 ms at 41 cells, 5.0 against 0.6 ms at 71 in one), for a
+dependency of ~0.8 MB.
 """
 
 from __future__ import annotations

@@ -117,8 +117,15 @@ def flag_words(flags: tuple[str, ...]) -> list[str]:
         "engine_stalled": "⚠ engine stalled",
         "reading_failed": "⚠ last reading failed",
         "dwell": "⏸ change held (5 min dwell)",
+        "gpu_unidentified": "? GPU unknown",
+        "mig_shape_assumed": "? MIG slice assumed",
+        "sweep_mismatch": "⚠ sweep of another setup",
+        "sweep_stale": "? sweep too old",
+        "sweep_unverified": "? sweep unmatched",
+        "sweep_disagrees": "⚠ sweep disagrees",
     }
-    return [words.get(f, f"⚠ {f}") for f in flags]
+    # an identifier is never shown: a flag without words of its own reads as words
+    return [words.get(f, "⚠ " + f.replace("_", " ")) for f in flags]
 
 
 class VerdictBanner(Panel):

@@ -247,9 +247,10 @@ class DashboardView:
     @property
     def nothing_reachable(self) -> bool:
         """No target ever answered and no GPU was read: the screen should point to `specwatch demo`.
-        A target that answered before and died is down, not "nothing to read"."""
+        A target that answered before and died is down, not "nothing to read"; so is a fleet's node
+        (read through Prometheus or directly), which someone runs."""
         targets_down = self.target is None or not self.target.ok
-        return targets_down and not self.gpus and self.last_good is None
+        return self.source.kind == "LIVE" and targets_down and not self.gpus and self.last_good is None
 
 
 def initial_view(source: SourceInfo) -> DashboardView:
