@@ -47,6 +47,9 @@ WANTED: dict[str, str] = {
     "vllm:num_preemptions": COUNTER,
     "vllm:prefix_cache_queries": COUNTER,
     "vllm:prefix_cache_hits": COUNTER,
+    # their names before 0.9.2 (removed in 0.12)
+    "vllm:gpu_prefix_cache_queries": COUNTER,
+    "vllm:gpu_prefix_cache_hits": COUNTER,
     # tokens and requests
     "vllm:prompt_tokens": COUNTER,
     # prompt tokens served from a prefix cache: counted in prompt_tokens, never computed

@@ -39,8 +39,9 @@ REQUEST_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_out
 # Between engine steps as a request sees them (V1 name first, V0's name after).
 ITL_V1 = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
 # vLLM V1's prefix-cache counters: prompt tokens looked up in the cache, and those found there
-PREFIX_QUERIES = "vllm:prefix_cache_queries"
-PREFIX_HITS = "vllm:prefix_cache_hits"
+# the prefix cache's lookups and hits, in tokens: the names since 0.9.2 first, then those before
+PREFIX_QUERIES = ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries")
+PREFIX_HITS = ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
 PROMPT_LENGTH = "vllm:request_prompt_tokens"
 OUTPUT_LENGTH = "vllm:request_generation_tokens"
 
@@ -399,8 +400,11 @@ def traffic(inc: Increases | None, seconds: float, kv_capacity_tokens: float | N
         value = inc.counter(name) if inc is not None else None
         return value / seconds if value is not None and seconds > 0 else None
 
-    queries = inc.counter(PREFIX_QUERIES) if inc is not None else None
-    hits = inc.counter(PREFIX_HITS) if inc is not None else None
+    def first(names: tuple[str, ...]) -> float | None:
+        # a server of either era exports one pair, never both
+        return next((v for v in map(inc.counter, names) if v is not None), None) if inc is not None else None
+
+    queries, hits = first(PREFIX_QUERIES), first(PREFIX_HITS)
     return {"requests_per_s": rate(REQUEST_SUCCESS), "preemptions_per_s": rate(PREEMPTIONS),
             "prefix_cache_queries": queries, "prefix_cache_hits": hits,
             "prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,

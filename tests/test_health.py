@@ -225,3 +225,20 @@ def test_the_overview_health_block_is_the_whole_blocks_goodput_and_energy_withou
     again = DashboardView(source=SourceInfo("live", "test"), health_report=report)
     whole = again.health
     assert again.health_summary is whole and asked == [True]
+
+
+def test_the_prefix_cache_counters_by_their_names_before_0_9_2():
+    """vLLM 0.8.5 to 0.11 exported the prefix cache's counters as gpu_prefix_cache_*: read as the
+    later names are (the capture's lines renamed, with 300 of 1194 looked-up tokens hits)."""
+    from specwatch.figures import Increases
+
+    text = read(NGRAM_K4).replace("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries") \
+        .replace("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"tiny-llama\"} 0.0",
+                 "vllm:gpu_prefix_cache_hits_total{engine=\"0\",model_name=\"tiny-llama\"} 300.0") \
+        .replace("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
+    (engine,) = parse_payload(text).engines
+    assert "vllm:prefix_cache_queries" not in engine.counters
+    assert engine.counters["vllm:gpu_prefix_cache_queries"] == 1194.0
+    assert engine.counters["vllm:gpu_prefix_cache_hits"] == 300.0
+    block = health_report(Increases(30.0, dict(engine.counters)), 30.0, {}, None, None, True, None)
+    assert block["traffic"]["prefix_cache_hit_rate"] == pytest.approx(300 / 1194)
