@@ -227,17 +227,36 @@ def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
     return False
 
 
-class HistogramDeltas(Mapping[str, Histogram]):
+class _HistogramsWhenRead(Mapping[str, Histogram]):
+    """Histograms under a known set of names, each worked out when first read (by the subclass's
+    __getitem__): equal to, iterated and shown as the dict of them all."""
+
+    __slots__ = ("_names",)
+    _names: Mapping[str, Any]  # the names, in order
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+class HistogramDeltas(_HistogramsWhenRead):
     """An engine's histograms over one stretch with no restart (each later reading less the earlier
     one, as `_segment_increase` adds them), each worked out when first read: an evaluation reads a
-    few of an engine's histograms (TTFT, TPOT, steps, request lengths), the health view all of them.
-    Equal to, iterated and shown as the dict of those deltas."""
+    few of an engine's histograms (TTFT, TPOT, steps, request lengths), the health view all of them."""
 
     __slots__ = ("_earlier", "_later", "_deltas")
 
     def __init__(self, earlier: Mapping[str, Histogram], later: Mapping[str, Histogram]) -> None:
         self._earlier = earlier
-        self._later = later
+        self._later = self._names = later
         self._deltas: dict[str, Histogram] = {}
 
     def __getitem__(self, name: str) -> Histogram:
@@ -263,26 +282,13 @@ class HistogramDeltas(Mapping[str, Histogram]):
         earlier = self._earlier.get(name)
         return HistogramTotals(later.sum, later.count) if earlier is None else histogram_increase_totals(earlier, later)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._later
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._later)
-
-    def __len__(self) -> int:
-        return len(self._later)
-
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
-
-
-class SummedHistograms(Mapping[str, Histogram]):
+class SummedHistograms(_HistogramsWhenRead):
     """Several engines' histograms added name by name, in the engines' order (as sum_increases added
     them eagerly, with _add_histograms), each sum worked out when first read: an evaluation of a
-    node of eight engines reads a few of its histograms, not the twenty-odd each engine carries.
-    Equal to, iterated and shown as the dict of those sums."""
+    node of eight engines reads a few of its histograms, not the twenty-odd each engine carries."""
 
-    __slots__ = ("_parts", "_names", "_sums")
+    __slots__ = ("_parts", "_sums")
 
     def __init__(self, parts: list[Mapping[str, Histogram]]) -> None:
         self._parts = parts
@@ -306,18 +312,6 @@ class SummedHistograms(Mapping[str, Histogram]):
 
     def get(self, name: str, default: Any = None) -> Any:  # Mapping.get would go through a KeyError
         return self[name] if name in self._names else default
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
 
 
 def _counters_increase(first: EngineSample, last: EngineSample, from_zero: bool,
