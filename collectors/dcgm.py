@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE, TRAILING_VALUE
+from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE, split_at_values, value_line_heads
 from specwatch.gpu_events import decode_clock_event_reasons
 from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
 from specwatch.urls import redact
@@ -173,10 +173,8 @@ def _exporter_samples(text: str) -> list[tuple[str, dict[str, str], float, str]]
     An exporter repeats the text between its values on every scrape: once read line by line, a
     payload's shape (that text) keeps each sample's name, labels and type, and a later payload of
     the same shape has only its values read."""
-    parts = TRAILING_VALUE.split(text)
-    literals = tuple(parts[0::2])
+    literals, values = split_at_values(text)
     shape = _SHAPES.get(literals)
-    values = parts[1::2]
     if shape is not None:
         return [(name, labels, float(values[i]), kind) for i, name, labels, kind in shape]
     samples = _exporter_lines(text)
@@ -195,8 +193,7 @@ def _sample_positions(literals: tuple[str, ...], values: list[str]) -> list[int]
     where another number would be another family (in help text, or any other comment, it is
     nothing the reader reads)."""
     positions = []
-    for j, literal in enumerate(literals[:-1]):
-        head = literal.rpartition("\n")[2]
+    for j, head in enumerate(value_line_heads(literals)):
         if head[:1] != "#":
             positions.append(j)
             continue

@@ -350,11 +350,10 @@ def parse_payload(text: str) -> ParsedPayload:
         raise ExpositionError("the payload is binary, not Prometheus text")
     # Every scrape of a server after its first repeats the text between the values exactly: its
     # shape, whose filing is worked out once (_Shape); then only the values are read.
-    parts = TRAILING_VALUE.split(text)
-    literals = tuple(parts[0::2])
+    literals, values = split_at_values(text)
     shape = _SHAPES.get(literals)
     if shape is not None:
-        return shape.read(parts[1::2])
+        return shape.read(values)
     wanted_lines = _grouped_wanted_lines(text)
     if wanted_lines is None:
         samples = _select_line_by_line(text)
@@ -362,7 +361,7 @@ def parse_payload(text: str) -> ParsedPayload:
         samples = _samples_of(wanted_lines)
         shape = _learn_shape(literals, wanted_lines)
         if shape is not None:
-            return shape.read(parts[1::2])
+            return shape.read(values)
     if not samples:
         _diagnose_empty(text)
     return build_engines(samples)
@@ -371,6 +370,19 @@ def parse_payload(text: str) -> ParsedPayload:
 # A sample line's value where it ends its line after one space, as every client library writes it.
 # Split at these, a payload leaves the text between its values: comments, names and labels.
 TRAILING_VALUE = re.compile(" (" + PLAIN_VALUE.pattern + r")(?=\n|\Z)")
+
+
+def split_at_values(text: str) -> tuple[tuple[str, ...], list[str]]:
+    """(the text between a payload's trailing values, the values): the first is the payload's shape,
+    which a later scrape of the same server repeats, and a dict key."""
+    parts = TRAILING_VALUE.split(text)
+    return tuple(parts[0::2]), parts[1::2]
+
+
+def value_line_heads(literals: tuple[str, ...]) -> list[str]:
+    """For each split value, its line up to the space before it: what follows the last line break
+    of the text before the value."""
+    return [literal.rpartition("\n")[2] for literal in literals[:-1]]
 
 
 class _Shape:
@@ -406,8 +418,7 @@ def _learn_shape(literals: tuple[str, ...], wanted_lines: list[str]) -> _Shape |
     refused, a value the split did not take): such a payload is read the general way each time."""
     if not wanted_lines:
         return None
-    # the head of the line each split value ends: what follows the last line break before it
-    heads = [literal.rpartition("\n")[2] for literal in literals[:-1]]
+    heads = value_line_heads(literals)
     positions: list[int] = []
     hits = []
     j = 0

@@ -337,9 +337,9 @@ def test_the_dicts_built_at_once_are_those_built_sample_by_sample(name):
     parse_payload(text)
     for step in range(1, 3):
         later = _finite_changes(text, step)
-        parts = exposition.TRAILING_VALUE.split(later)
-        shape = exposition._SHAPES[tuple(parts[0::2])]
-        values = list(map(float, shape.pick(parts[1::2])))
+        literals, split_values = exposition.split_at_values(later)
+        shape = exposition._SHAPES[literals]
+        values = list(map(float, shape.pick(split_values)))
         assert any(str(v) == "-0.0" for v in values)
         at_once = shape.plan.build(values)
         by_sample = shape.plan._build_step_by_step(values)
