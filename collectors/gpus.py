@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 
@@ -39,13 +38,15 @@ class GpuPoller:
         gpus, status = self.collector.poll()
         return gpus, (status,)
 
-    async def poll(self, client: httpx.AsyncClient) -> GpuPoll:
-        """NVML in a thread and DCGM over HTTP, concurrently, then merged."""
+    async def _poll_collector(self) -> tuple[tuple[GpuSample, ...], SourceStatus]:
         # NVML calls block (milliseconds each): in a thread, unless the collector reads no device
         if getattr(self.collector, "reads_devices", True):
-            nvml_task = asyncio.to_thread(self.collector.poll)
-        else:
-            nvml_task = _done(self.collector.poll())
+            return await asyncio.to_thread(self.collector.poll)
+        return self.collector.poll()
+
+    async def poll(self, client: httpx.AsyncClient) -> GpuPoll:
+        """NVML in a thread and DCGM over HTTP, concurrently, then merged."""
+        nvml_task = self._poll_collector()
         if not self.dcgm_enabled:
             gpus, status = await nvml_task
             return gpus, (status,)
@@ -57,6 +58,3 @@ class GpuPoller:
     def close(self) -> None:
         self.collector.close()
 
-
-async def _done(result: Any) -> Any:
-    return result
