@@ -636,11 +636,7 @@ class SpecwatchApp(App[int]):
             header = self._header
             if header is not None and header.is_attached:
                 header.show(self.view())
-            view = self._frozen or self.view()
-            with self.batch_update():
-                for panel in self.panels():
-                    if panel is not header and panel.view is not view and self.is_shown(panel):
-                        panel.show(view)
+            self._hand_view(self._frozen or self.view(), but=header)
             return
         # The header line changes on every poll, and so do panels far below it (the GPU rows).
         # Textual repaints every widget that overlaps the box around one frame's changed regions:
@@ -662,9 +658,13 @@ class SpecwatchApp(App[int]):
         view = self.view()  # the latest: polls may have come in since this was scheduled
         if self.paused:  # a step, seek or jump shown while paused: the pause now stands there
             self._frozen = view
+        self._hand_view(view)
+
+    def _hand_view(self, view: DashboardView, but: Panel | None = None) -> None:
+        """Give `view` to every panel on screen that does not hold it yet (`but` one)."""
         with self.batch_update():
             for panel in self.panels():
-                if panel.view is not view and self.is_shown(panel):
+                if panel is not but and panel.view is not view and self.is_shown(panel):
                     panel.show(view)
 
     def _show_everywhere(self, view: DashboardView) -> None:
