@@ -136,9 +136,8 @@ class ShownVerdict:
                 f"the banner is shown at most once per {self.dwell_s / 60:.0f} min, so in {wait:.0f} s if it holds")
         change = verdict.change_recommended if held in (ON, OFF) and held == wanted else (
             (held == OFF and verdict.configured) or (held == ON and not verdict.configured))
-        return replaced(verdict, speculation=held, change_recommended=change,
-                                   reasons=verdict.reasons + (note,),
-                                   flags=tuple(dict.fromkeys(verdict.flags + ("dwell",))))
+        return replaced(verdict, speculation=held, change_recommended=change, reasons=verdict.reasons + (note,),
+                        flags=tuple(dict.fromkeys(verdict.flags + ("dwell",))))
 
     def _steady_figures(self, verdict: Verdict, time: float) -> Verdict:
         recent = self._recent
@@ -161,9 +160,9 @@ class ShownVerdict:
                 shown[name] = median
         self._figures = shown
         return replaced(verdict, expected_speedup=shown["expected_speedup"],
-                                   break_even_length=shown["break_even_length"],
-                                   low_load_break_even=shown["low_load_break_even"],
-                                   crossover_concurrency=shown["crossover_concurrency"])
+                        break_even_length=shown["break_even_length"],
+                        low_load_break_even=shown["low_load_break_even"],
+                        crossover_concurrency=shown["crossover_concurrency"])
 
 
 class Monitor:
