@@ -482,6 +482,8 @@ class NodeRead(Message):
 
 def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
     """The detail screen's figures below the banner: per target, GPUs and sources, in plain lines."""
+    from specwatch.widgets.roofline import signal_words  # where used, as the other widget imports here
+
     now = time.time() if now is None else now
     text = Text()
     if not detail.ok:
@@ -502,11 +504,9 @@ def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
                     f"break-even {_num(v.break_even_length)}\n")
         crossover = f"{v.crossover_concurrency:.0f}" if _finite(v.crossover_concurrency) else "never"
         text.append(f"  running {_num(v.running, 0)}  crossover {crossover}\n")
-        from specwatch.widgets.roofline import SIGNAL_WORDS
-
         text.append(f"  {v.bound.state}-bound" if v.bound.state != "unknown" else "  bound unknown")
         for sig in v.bound.signals:  # in the operator's words, as on the Roofline tab
-            text.append(f"  · {SIGNAL_WORDS.get(sig.name, sig.name.replace('_', ' '))} says {sig.state} "
+            text.append(f"  · {signal_words(sig.name)} says {sig.state} "
                         f"({_num(sig.value)})")
         text.append("\n")
         if v.flags:

@@ -41,6 +41,11 @@ SIGNAL_WORDS = {
 }
 
 
+def signal_words(name: str) -> str:
+    """A bound signal's name as an operator reads it."""
+    return SIGNAL_WORDS.get(name, name.replace("_", " "))
+
+
 def ridge_of(view: DashboardView) -> tuple[float, str] | None:
     """The ridge the advisor reasoned with: its GPU's (at the capped clock, if capped), or the knee
     it assumes without one; None when the view carries neither."""
@@ -108,7 +113,7 @@ def bound_words(bound, width: int | None = None) -> str:
     state = bound.state if bound is not None else "unknown"
     words = f"{state}-bound" if state != "unknown" else "bound: unknown"
     signals = tuple(bound.signals) if bound is not None else ()
-    names = [SIGNAL_WORDS.get(s.name, s.name.replace("_", " ")) for s in signals]
+    names = [signal_words(s.name) for s in signals]
     if state != "unknown" and len(signals) > 1 and all(s.state == state for s in signals):
         return f"{words} · {', '.join(names[:-1])} and {names[-1]} agree"
     said = words + "".join(f" · {name} says {s.state}" for name, s in zip(names, signals))
@@ -184,7 +189,7 @@ class RooflinePanel(Panel):
             verdict_line.append(" · " + tail, style="dim")
         signals = tuple(bound.signals) if bound is not None else ()
         # with the room (the Roofline tab), each signal's own numbers on a line of its own
-        details = [Text(f"  {SIGNAL_WORDS.get(s.name, s.name.replace('_', ' '))}: {s.detail}", style="dim",
+        details = [Text(f"  {signal_words(s.name)}: {s.detail}", style="dim",
                         no_wrap=True, overflow="ellipsis")
                    for s in signals if s.detail] if height >= 18 else []
         text_rows = 2 + len(details)
