@@ -443,6 +443,13 @@ def _ago(when: float | None, now: float) -> str:
     return time.strftime("%H:%M", time.localtime(when))
 
 
+def last_good_words(when: float | None, now: float) -> str:
+    """When a target that cannot be read now last answered, in the words the table and the detail
+    share: a target never read says so in two words, which keeps the table's reason within 80
+    columns."""
+    return f"last good reading {_ago(when, now)}" if _finite(when) else "never read"
+
+
 def _cell_width(cell: Any) -> int:
     return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
 
@@ -458,7 +465,7 @@ def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     if not row.reachable:
         # health is never shown as a verdict: no "not configured", no "never" for what nobody can read
         return (row.node, short_target(row.target), Text("DOWN", style="bold red"),
-                Text(f"{words}, last good reading {_ago(row.last_good, now)}", style=style), "—", "—", "—", "—")
+                Text(f"{words}, {last_good_words(row.last_good, now)}", style=style), "—", "—", "—", "—")
     word = row.verdict.upper() + (" (not configured)" if row.configured is False else "")
     known = row.verdict in ("on", "off", "hold")
     crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never" if known else "—"
@@ -495,7 +502,7 @@ def detail_text(detail: NodeDetail, now: float | None = None) -> Text:
         if not t.reachable:
             # as in the table: an unreadable target's health is never shown as a verdict
             text.append(f"  DOWN: unreachable ({t.read_state.replace('_', ' ')}), "
-                        f"last good reading {_ago(t.last_good, now)}\n", style="bold red")
+                        f"{last_good_words(t.last_good, now)}\n", style="bold red")
             continue
         speedup = f"{_num(v.expected_speedup)}×" if _finite(v.expected_speedup) else "—"
         text.append(f"  verdict {v.speculation.upper()}  confidence {_num(v.confidence)}  "
@@ -603,6 +610,15 @@ class NodeScreen(Screen[None]):
             self.query_one(VerdictBanner).show(view)
 
 
+def shown_columns(rows: Sequence[FleetRow], cells: Sequence[Sequence[Any]]) -> list[int]:
+    """The indices of COLUMNS the table shows: all of them, but the target when every row's target
+    cell repeats its node (URLs read directly name each node by its address), whose 20-odd columns
+    the attention words need at 80 columns."""
+    target = COLUMNS.index("target")
+    repeats = bool(rows) and all(str(c[target]) == row.node for row, c in zip(rows, cells))
+    return [i for i in range(len(COLUMNS)) if not (repeats and i == target)]
+
+
 class FleetApp(App[None]):
     """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node.
 
@@ -680,12 +696,15 @@ class FleetApp(App[None]):
         table = self.query_one(DataTable)
         selected = self._selected_key()
         cells = [row_cells(row, reading.read_at) for row in reading.rows]
+        shown = shown_columns(reading.rows, cells)
+        cells = [[row_of_cells[i] for i in shown] for row_of_cells in cells]
+        labels = [COLUMNS[i] for i in shown]
         # Each column as wide as its widest cell, set here: left to the table, the widths are measured
         # on a later idle turn of its own, and a table that missed that turn kept its columns at the
         # headers' width, the node names cut (seen under load).
-        widths = [max([cell_len(label)] + [_cell_width(row[i]) for row in cells]) for i, label in enumerate(COLUMNS)]
+        widths = [max([cell_len(label)] + [_cell_width(row[i]) for row in cells]) for i, label in enumerate(labels)]
         table.clear(columns=True)
-        for label, width in zip(COLUMNS, widths):
+        for label, width in zip(labels, widths):
             table.add_column(label, width=width)
         for row, row_of_cells in zip(reading.rows, cells):
             table.add_row(*row_of_cells, key=row.key)

@@ -184,7 +184,7 @@ async def test_the_table_and_the_detail_screen(agent) -> None:
             await pilot.pause(0.05)
         table = app.query_one(DataTable)
         cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-        assert cells[0][:4] == [dead, dead, "DOWN", "unreachable (connection refused), last good reading never"]
+        assert cells[0][:4] == [dead, dead, "DOWN", "unreachable (connection refused), never read"]
         assert cells[1][:3] == ["agent-node", "synthetic-node:8000", "ON"]
         # Enter on the agent's row: the detail screen, from the series the agent serves
         table.focus()
@@ -217,3 +217,32 @@ async def test_the_table_and_the_detail_screen(agent) -> None:
         assert "specwatch demo" not in banner  # a node someone runs, not "nothing to read here"
         await pilot.press("escape")
         await pilot.press("q")
+
+
+async def test_an_all_down_table_at_80_columns_says_why_in_full() -> None:
+    """URLs read directly name each node by its address, so the target column would repeat the node
+    on every row; it is left out, and the attention words fit 80 columns uncut."""
+    from textual.widgets import DataTable
+
+    from specwatch.commands.fleet import add_arguments, _direct_fleet
+    from specwatch.commands.options import ArgumentParser
+    from specwatch.fleet import FleetApp
+
+    dead = [f"127.0.0.1:{refused_port()}", f"localhost:{refused_port()}/metrics"]
+    parser = ArgumentParser(prog="specwatch fleet")
+    add_arguments(parser)
+    args = parser.parse_args([a for url in dead for a in ("--url", url)])
+    args.default_token_env = "SPECWATCH_TOKEN"
+    app = FleetApp(_direct_fleet(args), refresh_s=3600.0, clock=lambda: 1000.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        while app.reading is None:
+            await pilot.pause(0.05)
+        await pilot.pause()
+        table = app.query_one(DataTable)
+        assert [str(c.label) for c in table.ordered_columns] == ["node", "verdict", "attention", "L", "break-even",
+                                                              "running / crossover", "bound"]
+        rows = sorted([str(c) for c in table.get_row_at(i)][:3] for i in range(table.row_count))
+        assert rows == sorted([url.removesuffix("/metrics"), "DOWN", "unreachable (connection refused), never read"]
+                              for url in dead)
+        # node, verdict and attention, each with its padding, within the 80 columns
+        assert sum(c.get_render_width(table) for c in table.ordered_columns[:3]) <= 80
