@@ -233,6 +233,43 @@ def test_the_alert_rules_fire_on_the_scripted_nodes(fleet: dict[str, Any]) -> No
     assert "costing throughput on node-trouble" in alerts["SpecwatchSpeculationCosting"]["annotations"]["summary"]
 
 
+DASHBOARD = REPO / "deploy" / "grafana" / "specwatch-dashboard.json"
+
+
+def _dashboard_queries() -> list[tuple[str, str, str]]:
+    """(panel title, refId, PromQL) of every query of the Grafana dashboard, its variables set as a
+    user who picks every node would: $node to all, $__rate_interval to a window of this test's
+    1 s scrapes."""
+    import json
+
+    queries = []
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel.get("targets", ()):
+            expr = target["expr"].replace("$node", ".*").replace("$__rate_interval", "30s")
+            queries.append((panel["title"], target["refId"], expr))
+    return queries
+
+
+def test_every_dashboard_query_returns_series_from_the_agents(fleet: dict[str, Any]) -> None:
+    """Each query of deploy/grafana/specwatch-dashboard.json, run on the real Prometheus scraping the
+    two agents, returns at least one series: a panel whose series the exporter does not serve (a
+    renamed metric, a label it does not carry) would sit empty on every fleet's wall."""
+    prometheus = fleet["prometheus"]
+    queries = _dashboard_queries()
+    assert len(queries) >= 10
+
+    def empty() -> list[str]:
+        missing = []
+        for title, ref, expr in queries:
+            answer = prometheus.api("/api/v1/query", query=expr)
+            assert answer["status"] == "success", (title, ref, expr, answer)
+            if not answer["data"]["result"]:
+                missing.append(f"{title} [{ref}]: {expr}")
+        return missing
+
+    wait_for(empty, lambda missing: not missing, "every dashboard query to return series", timeout_s=120.0)
+
+
 def _rows_ready(prometheus_url: str):
     import asyncio
 
