@@ -27,7 +27,7 @@ from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
 from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
 from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
-from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, unknown_verdict
+from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, QuotedFigures, Verdict, unknown_verdict
 from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
 from specwatch.window import EngineFigures, TargetWindow
 
@@ -451,18 +451,13 @@ class Advisor:
                 f"misaligned draft: {acc.acceptance_rate:.1%} of {acc.draft_tokens:.0f} draft tokens accepted "
                 "(does the drafter share the target's tokenizer, chat template and fine-tune?)"
             )
-        relation = "above" if length > be_here else "below"
-        at_load = f" at {running:.0f} running" if running else ""
-        reasons.insert(
-            0,
-            f"acceptance length {length:.2f} is {relation} break-even {be_here:.2f}{at_load} for {method_words} "
-            f"with k={k}" + (f" ({low_be:.2f} at low load)" if abs(be_here - low_be) > 0.005 else ""),
-        )
+        quoted = QuotedFigures(True, length, running, method_words, k, waiting=bool(figures.waiting),
+                               crossover_quoted=self.sweep is None and crossover.state == "crosses")
+        words = quoted.words(be_here, low_be, s_now, crossover.concurrency)
+        reasons.insert(0, words["break_even_length"])
         n_verify = running * (k + 1)
         reasons.append(self._load_words(running, k, n_verify, step_model, gpu, figures))
-        reasons.append(f"expected speedup {s_now:.2f}× at this load"
-                       + (" (throughput at the batch each mode holds: requests are waiting)"
-                          if figures.waiting else ""))
+        reasons.append(words["expected_speedup"])
         crossover_shown = crossover.concurrency
         sweep_details: dict[str, Any] = {}
         sweep_disagrees = False
@@ -480,7 +475,7 @@ class Advisor:
                     flags.append("sweep_disagrees")
             sweep_details["sweep"] = reconciled.to_dict()
         elif crossover.state == "crosses":
-            reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running")
+            reasons.append(words["crossover_concurrency"])
         elif crossover.state == "never_pays":
             reasons.append("it would not pay even with one request running")
         else:
@@ -532,7 +527,8 @@ class Advisor:
                              expected=s_now, be=be_here, low_be=low_be,
                              crossover=crossover_shown, length=length,
                              best=best, change=change,
-                             details={**sweep_details, "prior": prior_words, "carried_by": decision.carried_by,
+                             details={**sweep_details, "quoted": quoted, "prior": prior_words,
+                                      "carried_by": decision.carried_by,
                                       "level_error": decision.level_error,
                                       "request_speedup": decision.request_speedup,
                                       **({"goodput": slo[1]} if slo is not None else {})})
@@ -587,8 +583,8 @@ class Advisor:
             return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
         needed = decision.break_even_length
         method_words = pricing.words if cost else f"a drafter ({perf.UNKNOWN_METHOD_WORDS})"
-        reasons.insert(0, f"speculation is not configured: at {running:.0f} running, {method_words} with k={k} "
-                          f"would pay above an acceptance length of {needed:.2f} (at most {k + 1} is possible)")
+        quoted = QuotedFigures(False, None, running, method_words, k)
+        reasons.insert(0, quoted.words(needed, None, None, None)["break_even_length"])
         reasons.append(self._load_words(running, k, running * (k + 1), step_model, gpu, figures))
         reasons.extend(decision.reasons)
         if needed <= EASY_LENGTH:
@@ -612,7 +608,8 @@ class Advisor:
         # acceptance is not measured here: a typical drafter's is a guess, so never above 0.6
         return self._verdict(state, min(confidence, UNCONFIGURED_CONFIDENCE_CAP), time, reasons, bound, flags, tw,
                              running=running, be=needed, change=change, required=needed,
-                             details={"prior": prior_words, **({"goodput": slo[1]} if slo is not None else {})})
+                             details={"quoted": quoted, "prior": prior_words,
+                                      **({"goodput": slo[1]} if slo is not None else {})})
 
     def _load_words(self, running, k, n_verify, step_model, gpu, figures) -> str:
         knee = step_model.knee_tokens

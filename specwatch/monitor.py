@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, replaced, unknown_verdict
+from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, replaced, requote, unknown_verdict
 from specwatch.snapshot import Snapshot
 from specwatch.sweep_evidence import SweepIdentity
 from specwatch.window import TargetWindow, Window
@@ -38,6 +38,11 @@ DEFAULT_DWELL_S = 300.0
 FIGURE_SPAN_S = 60.0
 FIGURE_TOLERANCE = {"break_even_length": 0.03, "low_load_break_even": 0.03, "expected_speedup": 0.03,
                     "crossover_concurrency": 0.10}
+# ... and the median is over the evaluations made at this load only (running within this fraction of
+# the latest, or one request): break-even and speedup are figures *at a load*, and while the load
+# ramps, a minute's median of them lags the load the banner names (the demo's opening ramp showed a
+# break-even of 1.26 beside the reasons' 2.09 at 91 running).
+SAME_LOAD = 0.10
 # Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
 # scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
 PERSISTENT_FAILURES = 2
@@ -80,7 +85,8 @@ class ShownVerdict:
       asks for within the dwell is said in the reasons and shown once the dwell has passed (if the
       advisor still asks for it);
     - break-even, crossover and expected speedup are the median of the last FIGURE_SPAN_S of
-      evaluations, and the shown value moves only when that median leaves its tolerance band;
+      evaluations made at this load (SAME_LOAD), and the shown value moves only when that median
+      leaves its tolerance band;
     - one failed reading keeps the last verdict (flag `reading_failed`); failures in a row beyond
       PERSISTENT_FAILURES − 1 show the advisor's unknown.
     Data time only (the Snapshots' clock), so a replay shows what the live run showed.
@@ -92,7 +98,8 @@ class ShownVerdict:
         self.since: float | None = None
         self.failures = 0
         self.last: Verdict | None = None
-        self._recent: deque[tuple[float, tuple[float | None, ...]]] = deque()  # (time, figures) of each
+        # (time, running, figures) of each evaluation in the last FIGURE_SPAN_S
+        self._recent: deque[tuple[float, float | None, tuple[float | None, ...]]] = deque()
         self._figures: dict[str, float | None] = {}
 
     def show(self, verdict: Verdict, time: float, reading_ok: bool) -> Verdict:
@@ -143,12 +150,18 @@ class ShownVerdict:
         recent = self._recent
         # each evaluation's figures, in FIGURE_TOLERANCE's order, read once rather than once per median
         figures = tuple([getattr(verdict, name) for name in FIGURE_TOLERANCE])
-        recent.append((time, figures))
+        running = verdict.running
+        recent.append((time, running, figures))
         while recent and recent[0][0] < time - FIGURE_SPAN_S:
             recent.popleft()
+        if running is None:
+            alike = [f for _, r, f in recent if r is None]
+        else:
+            band = max(1.0, SAME_LOAD * running)
+            alike = [f for _, r, f in recent if r is not None and abs(r - running) <= band]
         shown: dict[str, float | None] = {}
         for i, (name, tolerance) in enumerate(FIGURE_TOLERANCE.items()):
-            values = [f[i] for _, f in recent if f[i] is not None]
+            values = [f[i] for f in alike if f[i] is not None]
             if figures[i] is None or not values:
                 shown[name] = figures[i]
                 continue
@@ -159,10 +172,13 @@ class ShownVerdict:
             else:
                 shown[name] = median
         self._figures = shown
-        return replaced(verdict, expected_speedup=shown["expected_speedup"],
-                        break_even_length=shown["break_even_length"],
-                        low_load_break_even=shown["low_load_break_even"],
-                        crossover_concurrency=shown["crossover_concurrency"])
+        steady = replaced(verdict, expected_speedup=shown["expected_speedup"],
+                          break_even_length=shown["break_even_length"],
+                          low_load_break_even=shown["low_load_break_even"],
+                          crossover_concurrency=shown["crossover_concurrency"])
+        # the reasons quote the figures the banner shows beside them, not this evaluation's own
+        reasons = requote(verdict, steady)
+        return steady if reasons is verdict.reasons else replaced(steady, reasons=reasons)
 
 
 class Monitor:

@@ -12,7 +12,7 @@ from specwatch import perf
 from specwatch.hardware import GpuSpec
 
 __all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
-           "replaced"]
+           "replaced", "QuotedFigures", "requote"]
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
@@ -61,6 +61,64 @@ class Verdict:
 
 
 _FIELDS = frozenset(f.name for f in fields(Verdict))
+
+
+@dataclass(frozen=True)
+class QuotedFigures:
+    """What the reasons that quote the verdict's figures (break-even, the expected speedup, the
+    crossover) are made of besides those figures: the advisor writes those reasons through `words`,
+    and the banner, which shows steadied figures (monitor.ShownVerdict), has them rewritten through
+    it with the figures it shows, so the screen never names two break-evens at once."""
+
+    configured: bool  # the reason is "L is above/below break-even", else "would pay above L of"
+    length: float | None  # the acceptance length measured (configured)
+    running: float | None
+    method_words: str
+    k: int
+    waiting: bool = False
+    crossover_quoted: bool = False  # "stops paying above about N running" is among the reasons
+
+    def words(self, break_even: float | None, low_load_break_even: float | None, speedup: float | None,
+              crossover: float | None) -> dict[str, str]:
+        """The quoting reasons, by the figure they quote, with these figures."""
+        out: dict[str, str] = {}
+        if break_even is None:
+            return out
+        if not self.configured:
+            out["break_even_length"] = (
+                f"speculation is not configured: at {self.running:.0f} running, {self.method_words} with k={self.k} "
+                f"would pay above an acceptance length of {break_even:.2f} (at most {self.k + 1} is possible)")
+            return out
+        if self.length is None or low_load_break_even is None or speedup is None:
+            return out
+        relation = "above" if self.length > break_even else "below"
+        at_load = f" at {self.running:.0f} running" if self.running else ""
+        out["break_even_length"] = (
+            f"acceptance length {self.length:.2f} is {relation} break-even {break_even:.2f}{at_load} for "
+            f"{self.method_words} with k={self.k}"
+            + (f" ({low_load_break_even:.2f} at low load)" if abs(break_even - low_load_break_even) > 0.005 else ""))
+        out["expected_speedup"] = (f"expected speedup {speedup:.2f}× at this load"
+                                   + (" (throughput at the batch each mode holds: requests are waiting)"
+                                      if self.waiting else ""))
+        if self.crossover_quoted and crossover is not None:
+            out["crossover_concurrency"] = f"speculation stops paying above about {crossover:.0f} running"
+        return out
+
+
+def requote(evaluated: Verdict, shown: Verdict) -> tuple[str, ...]:
+    """`evaluated`'s reasons, those that quote its figures rewritten with `shown`'s figures (the same
+    evaluation with steadied figures): what the banner shows beside them."""
+    quoted = evaluated.details.get("quoted")
+    if not isinstance(quoted, QuotedFigures):
+        return evaluated.reasons
+    before = quoted.words(evaluated.break_even_length, evaluated.low_load_break_even, evaluated.expected_speedup,
+                          evaluated.crossover_concurrency)
+    after = quoted.words(shown.break_even_length, shown.low_load_break_even, shown.expected_speedup,
+                         shown.crossover_concurrency)
+    rewritten = {before[name]: after[name] for name in before.keys() & after.keys() if before[name] != after[name]}
+    if not rewritten:
+        return evaluated.reasons
+    return tuple(rewritten.get(reason, reason) for reason in evaluated.reasons)
 
 
 def replaced(verdict: Verdict, **changes: Any) -> Verdict:

@@ -251,3 +251,45 @@ def test_an_unidentified_cpu_like_node_is_learned_from_its_loads_and_turns_off_p
     on_at_4 = [v for t, b, v in timeline if b == 4 and v.speculation == "on"]
     assert on_at_4, "not on at 4 running, far below the crossover"
     assert on_at_4[-1].expected_speedup == pytest.approx(CPU_NODE.speedup(4), rel=0.15)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_while_the_load_ramps_the_reasons_quote_the_figures_the_banner_shows(case):
+    """The banner shows steadied figures (a median at this load, held within a tolerance band); the
+    reasons beside it quote the same ones. Before, they quoted the evaluation's own, and while the
+    load ramped the screen named two break-evens at once (1.26 in the banner, 2.09 in the reason
+    under it, in the demo)."""
+    import re
+
+    node, config = CASES[case]
+    ramp = [16.0 + t / 2 for t in range(480)]  # one more request every 2 s: 16 → 255 in 8 minutes
+    timeline = shown_timeline(generate(node, ramp, seed=5), config)
+    checked = 0
+    for t, running, v in timeline:
+        if v.speculation == "unknown" or v.break_even_length is None:
+            continue
+        quoted = re.search(r"break-even (\d+\.\d+) at", v.reasons[0])
+        assert quoted is not None and quoted[1] == f"{v.break_even_length:.2f}", (t, v.reasons[0])
+        assert f"expected speedup {v.expected_speedup:.2f}× at this load" in v.reasons, (t, v.reasons)
+        checked += 1
+    assert checked > 60
+
+
+def test_the_banner_figure_is_a_median_over_evaluations_at_this_load_only():
+    """A minute of evaluations at 10 running and break-even 1.2, then one at 100 running and 2.0: the
+    banner shows 2.0 at once (the median over every load, 1.2, is a break-even at another load)."""
+    from specwatch.monitor import ShownVerdict
+    from specwatch.verdict import UNKNOWN_BOUND, Verdict
+
+    def evaluation(t: float, running: float, break_even: float) -> Verdict:
+        return Verdict("on", 0.9, 1.5, break_even, 200.0, False, ("r",), UNKNOWN_BOUND, time=t,
+                       configured=True, acceptance_length=2.5, low_load_break_even=1.1, running=running)
+
+    shown = ShownVerdict()
+    for t in range(0, 55, 5):
+        assert shown.show(evaluation(t, 10.0 + t % 2, 1.2), t, True).break_even_length == 1.2
+    assert shown.show(evaluation(55, 100.0, 2.0), 55, True).break_even_length == 2.0
+    # at a steady load the median still holds the banner still against one outlying evaluation
+    for t in range(60, 120, 5):
+        shown.show(evaluation(t, 100.0, 2.0), t, True)
+    assert shown.show(evaluation(120, 101.0, 2.5), 120, True).break_even_length == 2.0
