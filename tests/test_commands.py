@@ -53,7 +53,7 @@ def no_dashboard(monkeypatch):
 BAD_FLAGS = {
     "unknown --gpu": (["--gpu", "NoSuchGPU"], "unknown GPU 'NoSuchGPU'"),
     "unknown --model": (["--model", "NoSuchModel"], "unknown model 'NoSuchModel'"),
-    "non-number --timeout": (["--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
+    "non-number --timeout": (["--timeout", "soon"], "argument --timeout: expected a number, got 'soon'"),
     "unknown flag": (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 }
 

@@ -803,3 +803,34 @@ def test_a_missing_ca_file_is_a_message_in_every_command(command):
     assert r.returncode == 3, r.stderr  # an unreadable file, in every command
     assert "Traceback" not in r.stderr
     assert "cannot use the CA file /nonexistent/ca.pem" in r.stderr
+
+
+# Every duration, rate, speed, ratio and size an operator types is a finite number in its range, or a
+# usage error of one line naming the flag: before, `check --timeout nan` ended in a traceback, and a
+# negative timeout, a 0-byte limit, a NaN draft ratio or an infinite window were taken as given.
+BAD_NUMBERS = [
+    ("check", "--timeout", "nan"), ("check", "--timeout", "-1"), ("check", "--timeout", "0"),
+    ("check", "--max-bytes", "0"), ("check", "--max-bytes", "-5"), ("check", "--window", "inf"),
+    ("check", "--draft-ratio", "nan"), ("check", "--draft-ratio", "-1"),
+    ("watch", "--interval", "nan"), ("watch", "--history", "0"), ("watch", "--window", "-inf"),
+    ("record", "--duration", "0"), ("record", "--interval", "nan"),
+    ("replay", "--window", "nan"), ("replay", "--evaluate-every", "nan"), ("replay", "--speed", "0"),
+    ("export", "--interval", "0"), ("export", "--window", "nan"), ("export", "--speed", "-2"),
+    ("fleet", "--refresh", "0"), ("fleet", "--timeout", "nan"), ("fleet", "--window", "-1"),
+    ("tune", "--duration", "0"), ("tune", "--interval", "nan"), ("tune", "--margin", "nan"),
+    ("tune", "--max-batch", "0"), ("sweep", "--draft-ratio", "-0.5"),
+]
+
+
+@pytest.mark.parametrize("command, flag, value", BAD_NUMBERS)
+def test_a_number_out_of_its_range_is_a_usage_error_naming_the_flag(command, flag, value, capsys):
+    from specwatch.cli import main
+    from specwatch.commands.options import ExitCode
+
+    positional = ["a.swrec"] if command == "replay" else []
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *positional, f"{flag}={value}"])
+    assert exit_.value.code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and value in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 3, err

@@ -10,12 +10,12 @@ import json
 import math
 from typing import Any, Iterable
 
-from specwatch.commands.options import CommandError, ExitCode, UsageError, add_source_arguments, live_session
+from specwatch.commands.options import CommandError, ExitCode, add_source_arguments, live_session, positive_number
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
-    p.add_argument("--window", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--window", type=positive_number, default=5.0, metavar="SECONDS",
                    help="seconds between the two scrapes (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
     p.add_argument("--sweep", metavar="FILE",
@@ -26,8 +26,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specwatch.report import format_summary
 
-    if not args.window > 0:
-        raise UsageError("--window must be greater than 0")
     sweep = _sweep_identity(args.sweep) if getattr(args, "sweep", None) else None
     session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0))
     reports = asyncio.run(_check(session, args, sweep))

@@ -16,7 +16,7 @@ from specwatch.commands.options import (
     advisor_config,
     live_session,
     print_error,
-    require_positive,
+    positive_number,
 )
 
 
@@ -30,15 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="allow --listen on a non-loopback address: the metrics then reach the network "
                         "(firewall the port to your Prometheus)")
     p.add_argument("--node", metavar="NAME", help="the node label on every series (default: the hostname)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls of the live sources (default %(default)s)")
-    p.add_argument("--window", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--window", type=positive_number, default=30.0, metavar="SECONDS",
                    help="the rate window the advisor judges over (default %(default)s)")
     feed = p.add_argument_group("feeding the agent from a recording (tests and demos)")
     feed.add_argument("--replay", metavar="FILE", help="play this recording, looped, instead of the live sources")
     feed.add_argument("--scenario", metavar="NAME",
                       help="play a bundled scenario (see `specwatch demo --list`), looped")
-    feed.add_argument("--speed", type=float, default=1.0, metavar="X",
+    feed.add_argument("--speed", type=positive_number, default=1.0, metavar="X",
                       help="playback speed of --replay/--scenario, 0.5 to 100 (default %(default)s)")
     add_source_arguments(p)
 
@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
         host, port = check_listen(args.listen, args.allow_remote)
     except ListenError as exc:
         raise UsageError(str(exc)) from None
-    require_positive(args, "interval", "window")
     if args.replay and args.scenario:
         raise UsageError("give --replay or --scenario, not both")
     if args.replay or args.scenario:

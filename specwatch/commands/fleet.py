@@ -19,7 +19,7 @@ from specwatch.commands.options import (
     live_session,
     node_url,
     prometheus_url,
-    require_positive,
+    positive_number,
     require_terminal,
 )
 
@@ -40,12 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", default=DEFAULT_FLEET_JOB, metavar="NAME",
                    help="the scrape job of the agents, to list the ones Prometheus cannot reach "
                         "(default %(default)s)")
-    p.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--refresh", type=positive_number, default=5.0, metavar="SECONDS",
                    help="seconds between refreshes (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_number, default=5.0, metavar="SECONDS",
                    help="per-query timeout; with --url, per node: all of its /metrics within it "
                         "(default %(default)s)")
-    p.add_argument("--window", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--window", type=positive_number, default=10.0, metavar="SECONDS",
                    help="with --url, for bare vLLM servers: the rate window they are judged over; with --json, "
                         "the gap between its two readings (default %(default)s)")
     p.add_argument("--json", action="store_true",
@@ -60,7 +60,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    require_positive(args, "refresh", "timeout", "window")
     if args.urls and args.prometheus:
         raise UsageError("give --prometheus or --url, not both: --url reads the nodes directly, without Prometheus")
     if args.urls:

@@ -98,13 +98,28 @@ def whole_number(minimum: int):
 
 
 def positive_number(text: str) -> float:
-    """An argparse type: a finite number greater than 0."""
+    """An argparse type: a finite number greater than 0 (a duration, a rate, a speed)."""
+    value = _finite_number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number of at least 0 (a cost ratio, a margin)."""
+    value = _finite_number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return value
+
+
+def _finite_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 
@@ -143,14 +158,6 @@ def method_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def require_positive(args: argparse.Namespace, *names: str) -> None:
-    """UsageError unless every named flag that was given is greater than 0."""
-    bad = [n for n in names if getattr(args, n, None) is not None and not getattr(args, n) > 0]
-    if bad:
-        flags = " and ".join("--" + n.replace("_", "-") for n in names)
-        raise UsageError(f"{flags} must be greater than 0")
-
-
 # ==================================================================================================
 # shared flags
 # ==================================================================================================
@@ -178,7 +185,7 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
     p.add_argument("--method", type=method_name,
                    help="the speculation method, when the server does not expose it "
                         f"(ngram, suffix, eagle, eagle3, mtp, medusa, draft_model, ...){over}")
-    p.add_argument("--draft-ratio", type=float, metavar="R",
+    p.add_argument("--draft-ratio", type=non_negative_number, metavar="R",
                    help=f"draft cost per draft token relative to a target step, when known (r){over}")
     p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
     p.add_argument("--gpu", metavar="NAME", help="the GPU model, overriding what NVML or DCGM report "
@@ -200,9 +207,9 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", action="append", dest="urls", metavar="URL", type=vllm_url,
                    help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="per-request timeout (default %(default)s)")
-    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
+    p.add_argument("--max-bytes", type=whole_number(1), default=DEFAULT_MAX_BYTES, metavar="N",
                    help="largest /metrics payload accepted (default %(default)s)")
     p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
     p.add_argument("--engine", choices=("auto", "vllm", "sglang"), default="auto",

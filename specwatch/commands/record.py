@@ -18,7 +18,7 @@ from specwatch.commands.options import (
     advisor_settings,
     live_session,
     print_error,
-    require_positive,
+    positive_number,
 )
 
 
@@ -29,9 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help=f"the recording to write (conventionally *{FILE_SUFFIX}); created with mode 0600; "
                         "a file, not stdout ('-' is refused)")
-    p.add_argument("--duration", type=float, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_number, metavar="SECONDS",
                    help="stop after this many seconds (default: until Ctrl-C)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls (default %(default)s)")
     p.add_argument("--notes", default="", help="free text stored in the recording's header")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     flush); UNREADABLE when the file cannot be created."""
     from specwatch.recording import RecordingError, RecordingHeader, RecordingWriter, format_time
 
-    require_positive(args, "interval", "duration")
     if args.output == "-":
         # a recording is a file that is flushed, fsynced and closed valid; stdout cannot promise that
         raise UsageError("-o - is not supported: record writes a file (give a path; `specwatch check "

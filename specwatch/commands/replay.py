@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -20,6 +21,7 @@ from specwatch.commands.options import (
     UsageError,
     add_advisor_arguments,
     advisor_config,
+    positive_number,
     print_error,
     require_terminal,
 )
@@ -39,12 +41,12 @@ def _add_timeline_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--headless", action="store_true", help="print the verdict timeline instead of the TUI")
     p.add_argument("--json", action="store_true", help="with --headless: one JSON object per verdict change")
-    p.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+    p.add_argument("--window", type=positive_number, default=DEFAULT_WINDOW_S, metavar="SECONDS",
                    help="the rate window (default %(default)s)")
-    p.add_argument("--evaluate-every", type=float, default=DEFAULT_EVALUATE_EVERY_S, metavar="SECONDS",
+    p.add_argument("--evaluate-every", type=positive_number, default=DEFAULT_EVALUATE_EVERY_S, metavar="SECONDS",
                    help="seconds of data time between verdicts; keep the live run's value to reproduce "
                         "its verdicts (default %(default)s)")
-    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="TUI playback speed, 0.5 to 100")
+    p.add_argument("--speed", type=positive_number, default=1.0, metavar="X", help="TUI playback speed, 0.5 to 100")
     add_advisor_arguments(p, overriding="the recording's")
 
 
@@ -83,7 +85,7 @@ def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = No
 
     window = getattr(args, "window", None) or DEFAULT_WINDOW_S
     every = getattr(args, "evaluate_every", None) or DEFAULT_EVALUATE_EVERY_S
-    if window <= 0 or every <= 0:
+    if not (0 < window < math.inf and 0 < every < math.inf):  # flags parse as such; this is for callers
         raise UsageError("--window and --evaluate-every must be greater than 0")
     return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor), evaluate_every_s=every)
 

@@ -24,6 +24,7 @@ from specwatch.commands.options import (
     advisor_config,
     connection_settings,
     method_name,
+    non_negative_number,
     positive_number,
     print_error,
     server_url,
@@ -118,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     model.add_argument("--dtype", default="bf16", help="weight format (default bf16)")
     model.add_argument("--method", type=method_name, help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
                                         "when neither --speculative-config nor the server says")
-    model.add_argument("--draft-ratio", type=float, metavar="R", help="draft cost per draft token, when measured")
+    model.add_argument("--draft-ratio", type=non_negative_number, metavar="R", help="draft cost per draft token, when measured")
     model.add_argument("--draft-params", metavar="N", help="the draft model's parameter count (e.g. 1B)")
     model.add_argument("--k", type=_positive_int, metavar="K", help="draft tokens per step, when /metrics lacks it")
 

@@ -13,10 +13,12 @@ from typing import Any
 from specwatch.commands.options import (
     CommandError,
     ExitCode,
-    UsageError,
     add_source_arguments,
     advisor_config,
     live_session,
+    non_negative_number,
+    whole_number,
+    positive_number,
     print_error,
 )
 
@@ -31,15 +33,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="a recording, instead of a live server (the advisor flags override its header's)")
-    p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_number, default=30.0, metavar="SECONDS",
                    help="how long to watch a live server before answering (default %(default)s)")
-    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_number, default=2.0, metavar="SECONDS",
                    help="seconds between scrapes of a live server (default %(default)s)")
-    p.add_argument("--k-max", type=int, metavar="K", help="largest k to consider (default: the k in use; "
+    p.add_argument("--k-max", type=whole_number(1), metavar="K", help="largest k to consider (default: the k in use; "
                                                           "larger values are extrapolated)")
-    p.add_argument("--max-batch", type=int, default=256, metavar="N",
+    p.add_argument("--max-batch", type=whole_number(1), default=256, metavar="N",
                    help="largest batch size to schedule, vLLM's max_num_seqs (default %(default)s)")
-    p.add_argument("--margin", type=float, default=perf.SCHEDULE_MARGIN, metavar="FRACTION",
+    p.add_argument("--margin", type=non_negative_number, default=perf.SCHEDULE_MARGIN, metavar="FRACTION",
                    help="gain a range needs over plain decoding to keep speculation (default %(default)s)")
     p.add_argument("--vllm-python", metavar="PATH", help="an interpreter with vLLM installed, to validate "
                                                          "the schedule with vLLM's own validator")
@@ -51,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
     source cannot be read."""
     from specwatch.tune import format_tune, tune_report, validate_with_vllm
 
-    if args.k_max is not None and args.k_max < 1 or args.max_batch < 1:
-        raise UsageError("--k-max and --max-batch must be at least 1")
     if args.from_file:
         monitor, url = _feed_recording(args)
     else:

@@ -11,18 +11,18 @@ from specwatch.commands.options import (
     add_source_arguments,
     advisor_settings,
     live_session,
-    require_positive,
+    positive_number,
     require_terminal,
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls; + and - change it in the app (default %(default)s)")
-    p.add_argument("--window", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--window", type=positive_number, default=30.0, metavar="SECONDS",
                    help="the sliding window rates and the verdict are computed over (default %(default)s)")
-    p.add_argument("--history", type=float, default=10.0, metavar="MINUTES",
+    p.add_argument("--history", type=positive_number, default=10.0, metavar="MINUTES",
                    help="how far back the trend charts reach (default %(default)s)")
     p.add_argument("--sweep", metavar="FILE",
                    help="a `specwatch sweep` results JSON: its measured crossover is shown against the live load, "
@@ -36,8 +36,6 @@ def run(args: argparse.Namespace) -> int:
     from specwatch.sweep import SweepFileError, load_sweep
     from specwatch.sweep_evidence import SweepIdentity
 
-    for name in ("interval", "window", "history"):
-        require_positive(args, name)
     session = live_session(args, interval_s=args.interval, window_s=args.window)
     try:
         sweep = load_sweep(args.sweep) if args.sweep else None
