@@ -71,8 +71,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                             description="Is speculative decoding paying on this vLLM node right now, and why?")
     parser.add_argument("--version", action="version", version=f"specwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.command_parsers = {}
     for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        p = parser.command_parsers[command.name] = sub.add_parser(command.name, help=command.help,
+                                                                   description=command.description)
         if only is None or command.name == only:
             command.add_arguments(p)
     return parser

@@ -13,7 +13,7 @@ import math
 import sys
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Mapping, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, TextIO
 
 if TYPE_CHECKING:
     from specwatch.advisor import AdvisorConfig
@@ -63,6 +63,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's, but arguments a command does not take are that command's error (`specwatch
+        predict: unrecognized arguments: …, see specwatch predict --help`), not the top parser's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            # the parser of each command, by name, when cli.build_parser made this one
+            commands = getattr(self, "command_parsers", {})
+            commands.get(getattr(parsed, "command", None) or "", self).error(
+                f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def stdout_is_terminal() -> bool:
