@@ -934,6 +934,31 @@ async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without
     assert clock(now[0]) not in short
 
 
+async def test_below_a_long_interval_the_clock_timer_does_not_fire_at_all():
+    """At 1 s polling the polls move the header's clock: the once-a-second timer is paused (an idle
+    wake-up a second for nothing), and it runs again from LONG_INTERVAL_S."""
+    source = ScriptedSource(snapshots(LOW[:2])[:1], end=False, interval_s=1.0)
+    app = make_app(source)
+    ticks = [0]
+    tick_clock = app.tick_clock
+
+    def counted() -> None:  # the timer is set on mount with the app's tick_clock: this one
+        ticks[0] += 1
+        tick_clock()
+
+    app.tick_clock = counted  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 1, "the first reading shown")
+        await pilot.pause(1.5)
+        assert ticks[0] == 0
+        app.set_interval_s(30.0)
+        await until(pilot, lambda: ticks[0] >= 2, "the clock ticking at 30 s polling", rounds=500)
+        app.set_interval_s(1.0)
+        stopped = ticks[0]
+        await pilot.pause(1.5)
+        assert ticks[0] == stopped
+
+
 async def test_a_replay_header_shows_the_readings_time_not_the_wall_clock():
     from specwatch.widgets.format import clock, date_clock
 
