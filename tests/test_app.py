@@ -1011,6 +1011,36 @@ async def test_a_power_capped_gpu_moves_the_roofline_ridge_with_the_advisors_spe
     assert ("at 50% clock" in panel) == (clock_share < 1)
 
 
+async def test_the_overview_roofline_is_not_redrawn_for_signal_numbers_it_does_not_show():
+    """Every evaluation moves the numbers behind the bound signals. The overview's roofline shows
+    the bound in words only: it is repainted when those words change, not for the numbers; the
+    Roofline tab, which has the room to show the numbers, is."""
+    app = make_app(ScriptedSource(snapshots(LOW[:12], H100_NODE)))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await _played_out(pilot)
+        overview = app.query_one("#ov-roofline")
+        view = app.view()
+        assert overview.view is view
+        bound = view.state.verdict.bound
+        assert any(s.detail for s in bound.signals)
+
+        def with_bound(signals) -> object:
+            verdict = dataclasses.replace(view.state.verdict, bound=dataclasses.replace(bound, signals=signals))
+            return dataclasses.replace(view, state=dataclasses.replace(view.state, verdict=verdict))
+
+        moved = with_bound(tuple(dataclasses.replace(s, detail=s.detail + " (moved)") for s in bound.signals))
+        assert not overview.show(moved)
+        first = bound.signals[0]
+        other = "compute" if first.state != "compute" else "memory"
+        turned = with_bound((dataclasses.replace(first, state=other),) + tuple(bound.signals[1:]))
+        assert overview.show(turned)
+        await pilot.press("4")
+        tab = app.query_one("#roofline-panel")
+        await until(pilot, lambda: tab.view is app.view(), "the Roofline tab shown")
+        assert tab.content_size.height >= 18
+        assert tab.show(moved)
+
+
 async def test_only_a_cap_that_costs_work_is_called_throttling():
     idle, capped = clocked(snapshots(LOW[:4]), ("idle",)), clocked(snapshots(LOW[:4]), ("power cap",))
     source = ScriptedSource(idle[:2], end=False)
