@@ -246,6 +246,7 @@ class SpecwatchApp(App[int]):
         self.freeze_heap = freeze_heap
         self._next_poll_at: float | None = None  # on wall_clock; None while none is scheduled
         self._header: HeaderBar | None = None
+        self._clock_timer: Timer | None = None  # live only: the header's once-a-second clock
         # the last health block made (_health_report), with the evaluation's window it is over
         self._health_made: tuple[object, Callable[[bool], dict]] | None = None
         if title:
@@ -340,8 +341,10 @@ class SpecwatchApp(App[int]):
         self._start_verdict_index()  # before the first reading: the index starts from the Monitor's start
         self._start_poll()
         if not self.replay:
-            # the header's clock and countdown only: no panel is given a view on this tick
-            self.set_interval(1.0, self.tick_clock, name="clock")
+            # the header's clock and countdown only: no panel is given a view on this tick. Below
+            # LONG_INTERVAL_S the polls move the clock, and the timer does not fire at all.
+            self._clock_timer = self.set_interval(1.0, self.tick_clock, name="clock",
+                                                  pause=self.interval_s < LONG_INTERVAL_S)
 
     def tick_clock(self) -> None:
         """Move the header's wall clock and next-poll countdown on (once a second, live only). Under
@@ -357,6 +360,18 @@ class SpecwatchApp(App[int]):
                 header.tick(None, None)
             return
         header.tick(self.wall_clock(), self._next_poll_at)
+
+    def _clock_follows_interval(self) -> None:
+        """The clock ticks on its own only at intervals from LONG_INTERVAL_S: a shorter interval
+        pauses it (and puts the reading's time back on the header), a longer one resumes it."""
+        timer = self._clock_timer
+        if timer is None:
+            return
+        if self.interval_s < LONG_INTERVAL_S:
+            timer.pause()
+            self.tick_clock()
+        else:
+            timer.resume()
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -741,6 +756,7 @@ class SpecwatchApp(App[int]):
             self.source.interval_s = self.interval_s  # LiveSource takes it; others may not
         except (AttributeError, TypeError):
             pass
+        self._clock_follows_interval()
         if self._poll_timer is not None:
             self._arm_poll()
         self.notify(f"polling every {self.interval_s:g} s", timeout=2)
@@ -1055,6 +1071,7 @@ class SpecwatchApp(App[int]):
             self.source.interval_s = seconds
         except (AttributeError, TypeError):
             pass
+        self._clock_follows_interval()
         if self._poll_timer is not None:
             self._arm_poll()
         self._changed()

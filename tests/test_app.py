@@ -934,6 +934,31 @@ async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without
     assert clock(now[0]) not in short
 
 
+async def test_below_a_long_interval_the_clock_timer_does_not_fire_at_all():
+    """At 1 s polling the polls move the header's clock: the once-a-second timer is paused (an idle
+    wake-up a second for nothing), and it runs again from LONG_INTERVAL_S."""
+    source = ScriptedSource(snapshots(LOW[:2])[:1], end=False, interval_s=1.0)
+    app = make_app(source)
+    ticks = [0]
+    tick_clock = app.tick_clock
+
+    def counted() -> None:  # the timer is set on mount with the app's tick_clock: this one
+        ticks[0] += 1
+        tick_clock()
+
+    app.tick_clock = counted  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: app.polls == 1, "the first reading shown")
+        await pilot.pause(1.5)
+        assert ticks[0] == 0
+        app.set_interval_s(30.0)
+        await until(pilot, lambda: ticks[0] >= 2, "the clock ticking at 30 s polling", rounds=500)
+        app.set_interval_s(1.0)
+        stopped = ticks[0]
+        await pilot.pause(1.5)
+        assert ticks[0] == stopped
+
+
 async def test_a_replay_header_shows_the_readings_time_not_the_wall_clock():
     from specwatch.widgets.format import clock, date_clock
 
@@ -984,6 +1009,36 @@ async def test_a_power_capped_gpu_moves_the_roofline_ridge_with_the_advisors_spe
     assert shown == round(expected)
     assert state.verdict.gpu_spec.ridge == pytest.approx(expected, rel=1e-3)  # what the bound was judged with
     assert ("at 50% clock" in panel) == (clock_share < 1)
+
+
+async def test_the_overview_roofline_is_not_redrawn_for_signal_numbers_it_does_not_show():
+    """Every evaluation moves the numbers behind the bound signals. The overview's roofline shows
+    the bound in words only: it is repainted when those words change, not for the numbers; the
+    Roofline tab, which has the room to show the numbers, is."""
+    app = make_app(ScriptedSource(snapshots(LOW[:12], H100_NODE)))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await _played_out(pilot)
+        overview = app.query_one("#ov-roofline")
+        view = app.view()
+        assert overview.view is view
+        bound = view.state.verdict.bound
+        assert any(s.detail for s in bound.signals)
+
+        def with_bound(signals) -> object:
+            verdict = dataclasses.replace(view.state.verdict, bound=dataclasses.replace(bound, signals=signals))
+            return dataclasses.replace(view, state=dataclasses.replace(view.state, verdict=verdict))
+
+        moved = with_bound(tuple(dataclasses.replace(s, detail=s.detail + " (moved)") for s in bound.signals))
+        assert not overview.show(moved)
+        first = bound.signals[0]
+        other = "compute" if first.state != "compute" else "memory"
+        turned = with_bound((dataclasses.replace(first, state=other),) + tuple(bound.signals[1:]))
+        assert overview.show(turned)
+        await pilot.press("4")
+        tab = app.query_one("#roofline-panel")
+        await until(pilot, lambda: tab.view is app.view(), "the Roofline tab shown")
+        assert tab.content_size.height >= 18
+        assert tab.show(moved)
 
 
 async def test_only_a_cap_that_costs_work_is_called_throttling():

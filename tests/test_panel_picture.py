@@ -3,12 +3,16 @@ each new view once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import App
 
+from specwatch.snapshot import GpuSample
+from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.panel import Panel, Same, picture_key
 from specwatch.widgets.view import DashboardView, SourceInfo
 
@@ -126,3 +130,79 @@ async def test_a_panel_whose_inputs_did_not_change_is_not_drawn_at_all():
         await pilot.pause()
         assert panel.drawn == 3
         assert "t=2.0" in str(panel.render_line(0).text)
+
+
+def _gpus(power: list[float]) -> tuple[GpuSample, ...]:
+    return tuple(GpuSample(index=i, name="NVIDIA L4", uuid=f"GPU-{i}",
+                           values={"sm_active": 0.5, "tensor_active": 0.25, "dram_bw_util": 0.4,
+                                   "power_w": watts, "power_limit_w": 72.0,
+                                   "memory_used_bytes": 20e9, "memory_total_bytes": 24e9})
+                 for i, watts in enumerate(power))
+
+
+class _OneGpuPanel(App[None]):
+    def compose(self):
+        yield GpuPanel(id="gpus")
+
+
+def _painted_lines(panel: Panel) -> list[int]:
+    """Record the content lines Textual asks the panel for."""
+    asked: list[int] = []
+    draw = panel.render_line
+
+    def render_line(y: int):
+        asked.append(y)
+        return draw(y)
+
+    panel.render_line = render_line  # type: ignore[method-assign]
+    return asked
+
+
+@pytest.mark.anyio
+async def test_a_gpu_panel_repaints_only_the_rows_whose_readings_changed():
+    app = _OneGpuPanel()
+    async with app.run_test(size=(160, 14)) as pilot:
+        panel = app.query_one(GpuPanel)
+        source = SourceInfo("LIVE", "test")
+        power = [40.0] * 8
+        panel.show(DashboardView(source=source, time=1.0, gpus=_gpus(power)))
+        await pilot.pause()
+        first = [str(panel.render_line(y).text) for y in range(9)]
+        asked = _painted_lines(panel)
+        # the same readings a second later, in new objects: nothing is repainted
+        assert not panel.show(DashboardView(source=source, time=2.0, gpus=_gpus(power)))
+        await pilot.pause()
+        assert asked == []
+        # GPU 3 draws more power: its row (under the column heads) is the one line repainted
+        power[3] = 55.0
+        assert panel.show(DashboardView(source=source, time=3.0, gpus=_gpus(power)))
+        await pilot.pause()
+        assert asked == [4]
+        now = [str(panel.render_line(y).text) for y in range(9)]
+        assert [y for y in range(9) if now[y] != first[y]] == [4]
+        assert "55/72 W" in now[4] and "40/72 W" in first[4]
+
+
+@pytest.mark.anyio
+async def test_a_gpu_panel_drawn_line_by_line_shows_what_textual_draws_of_the_whole_picture():
+    """The line-by-line drawing against Textual's own drawing of the same picture, at a width that
+    cuts the rows (their ellipsis) and one that does not."""
+    app = _OneGpuPanel()
+    for width in (160, 60):
+        async with app.run_test(size=(width, 14)) as pilot:
+            panel = app.query_one(GpuPanel)
+            # a capped GPU: its clocks in bold, a footnote line under the rows
+            gpus = _gpus([40.0, 71.5, 12.0])
+            gpus = (gpus[0], replace(gpus[1], throttle_reasons=("power cap",)), gpus[2])
+            panel.show(DashboardView(source=SourceInfo("LIVE", "test"), time=1.0, gpus=gpus))
+            await pilot.pause()
+            height = panel.size.height
+            by_line = [panel.render_line(y) for y in range(height)]
+            GpuPanel.LINE_BY_LINE = False
+            try:
+                panel.refresh()
+                whole = [Panel.render_line(panel, y) for y in range(height)]
+            finally:
+                GpuPanel.LINE_BY_LINE = True
+            assert [list(s) for s in by_line] == [list(s) for s in whole]
+        app = _OneGpuPanel()

@@ -176,6 +176,7 @@ class GpuPanel(Panel):
     row per GPU of an 8-GPU node would push the trends off the screen)."""
 
     BORDER_TITLE = "GPUs"
+    LINE_BY_LINE = True  # a row per device: a poll that moves one device repaints its row alone
 
     def __init__(self, *, id: str | None = None, classes: str | None = None, summary_from: int | None = None,
                  summary_below_rows: int = 40) -> None:

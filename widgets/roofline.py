@@ -122,11 +122,24 @@ def bound_words(bound, width: int | None = None) -> str:
     return words + "".join(f" · {name}: {s.state}" for name, s in zip(names, signals))
 
 
+# From this content height the panel (the Roofline tab) shows each signal's own numbers.
+DETAILS_FROM_HEIGHT = 18
+
+
+def signal_details(bound) -> tuple[str, ...]:
+    """Each bound signal's numbers in words, "DRAM vs tensor: DRAM 62 % vs tensor 18 %"."""
+    signals = tuple(bound.signals) if bound is not None else ()
+    return tuple(f"{signal_words(s.name)}: {s.detail}" for s in signals if s.detail)
+
+
 class RooflinePanel(Panel):
     BORDER_TITLE = "Roofline"
 
     def content_key(self, view: DashboardView) -> object:
-        """The point moves on a log axis: a change under 1 % of tokens per step draws the same cell."""
+        """The point moves on a log axis: a change under 1 % of tokens per step draws the same cell.
+        The bound is keyed by what is drawn of it: its words, and each signal's numbers only where
+        the panel has the room to show them (every evaluation moves those numbers, and the
+        overview's roofline, which does not show them, would be drawn anew for nothing)."""
         figures = view.figures
         state = view.state
         window = state.window if state is not None else None
@@ -135,20 +148,26 @@ class RooflinePanel(Panel):
             return float(f"{value:.2g}") if finite(value) and value > 0 else None
 
         bound = state.verdict.bound if state is not None else None
+        width, height = self._picture_size()
         return (
             rounded(figures.computed_tokens_per_step_mean) if figures else None,
             rounded(figures.mfu_intensity) if figures else None,
             rounded(figures.running) if figures else None,
             window.speculation_configured if window else None,
             ridge_of(view),
-            bound,
+            bound_words(bound, width),
+            signal_details(bound) if height >= DETAILS_FROM_HEIGHT else (),
+            width,
+            height,
         )
+
+    def _picture_size(self) -> tuple[int, int]:
+        return max(20, self.content_size.width or 60), self.content_size.height or 12
 
     def render(self) -> RenderableType:
         if self.view is None:
             return Text("waiting for the first reading…", style="dim")
-        width = max(20, self.content_size.width or 60)
-        height = self.content_size.height or 12
+        width, height = self._picture_size()
         return self.render_picture(self.view, width, height)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
@@ -187,11 +206,9 @@ class RooflinePanel(Panel):
         verdict_line.append(head, style="bold")
         if tail:
             verdict_line.append(" · " + tail, style="dim")
-        signals = tuple(bound.signals) if bound is not None else ()
         # with the room (the Roofline tab), each signal's own numbers on a line of its own
-        details = [Text(f"  {signal_words(s.name)}: {s.detail}", style="dim",
-                        no_wrap=True, overflow="ellipsis")
-                   for s in signals if s.detail] if height >= 18 else []
+        details = [Text(f"  {detail}", style="dim", no_wrap=True, overflow="ellipsis")
+                   for detail in signal_details(bound)] if height >= DETAILS_FROM_HEIGHT else []
         text_rows = 2 + len(details)
         picture_rows = max(3, height - text_rows - 1)
         rows = roofline_rows(ridge, points, width, picture_rows)
