@@ -252,7 +252,10 @@ def test_a_hinge_written_out_decides_to_the_bit_what_the_generic_model_decides(s
                                                               for n in (4.0, 40.0, 400.0)], inputs.step_model),
                        waiting=5.0, prompt_tokens=900.0, output_tokens=120.0, k_max=inputs.k + 2)
                for inputs in hinges[:60]]
-    assert len(hinges) > 150
+    # a lookup drafter on steps fitted with speculation on (the advisor's n-gram case: its grid is kept)
+    hinges += [replace(inputs, draft=perf.draft_pricing("ngram"), fitted_on_speculative_steps=True)
+               for inputs in hinges[:80]]
+    assert len(hinges) > 200
     written_out = [decide(inputs) for inputs in hinges]
     assert {type(decision._model(inputs)) for inputs in hinges} == {decision._HingeModel}
     for inputs in hinges:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -205,6 +206,10 @@ class _Model:
 
     def _capacity(self, k: int) -> Capacity:
         i = self.i
+        if i.kv_budget_bytes is None or i.target_kv_bytes_per_token <= 0:
+            # no KV budget: capacity() answers the same whatever k (the positions do not enter)
+            for known in self._capacities.values():
+                return known
         return capacity(
             kv_budget_bytes=i.kv_budget_bytes,
             target_kv_per_token=i.target_kv_bytes_per_token,
@@ -265,8 +270,8 @@ class _Model:
         cap = self.capacity(k)
         b_plain, b_spec = _held_to(grid, cap.plain), _held_to(grid, cap.speculative)
         try:
-            spec = np.asarray(self._speculative_on_grid(b_spec, k), dtype=float)
-            plain_at_spec = self._plain_at_spec
+            plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
+            spec = np.asarray(verify + attention + draft, dtype=float)
             # no cap binds: both modes run the grid itself, and the plain step is priced once
             plain = np.asarray(plain_at_spec if b_plain is b_spec else self.plain(b_plain), dtype=float)
         except (TypeError, ValueError):
@@ -276,13 +281,6 @@ class _Model:
                 or not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
             return None
         return (b_spec * length / spec) / (b_plain / plain)
-
-    def _speculative_on_grid(self, b_spec: np.ndarray, k: int) -> np.ndarray:
-        """The speculative step at each batch of a grid; the plain step there is left in
-        `_plain_at_spec`."""
-        plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
-        self._plain_at_spec = plain_at_spec
-        return verify + attention + draft
 
     def break_even(self, demand: float, waiting: float, k: int) -> float:
         """The L at which S = 1 (S is linear in L)."""
@@ -348,19 +346,43 @@ class _HingeModel(_Model):
             draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
         return plain, verify, attention, draft
 
-    def _speculative_on_grid(self, b_spec: np.ndarray, k: int) -> np.ndarray:
+    def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
         i = self.i
-        if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps:
-            return super()._speculative_on_grid(b_spec, k)
-        # HingeParameters.step_time's array arithmetic, with the part the plain and the verify
-        # steps share (the same context) computed once
-        base, knee, slope, kv, per_token = self._hinge
-        shared = base + kv * (b_spec * i.context_per_sequence)
-        self._plain_at_spec = shared + per_token * b_spec + slope * np.maximum(0.0, b_spec - knee)
-        tokens = b_spec * self.positions(k)
-        # no attention and no draft to add: adding their zeros changes no value that the caller's
-        # check (every step positive and finite) lets through
-        return shared + per_token * tokens + slope * np.maximum(0.0, tokens - knee)
+        if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps or grid.dtype != np.float64 \
+                or grid.ndim != 1:
+            return super().speedup_on_grid(grid, k, length)
+        cap = self.capacity(k)
+        if cap.plain is not None or cap.speculative is not None:
+            return super().speedup_on_grid(grid, k, length)
+        # no cap: both modes run the grid itself (b_plain and b_spec are the grid)
+        steps = _lookup_steps_on_grid(grid.tobytes(), self._hinge, i.context_per_sequence, self.positions(k))
+        if steps is None:
+            return None
+        spec, plain_rate = steps
+        return (grid * length / spec) / plain_rate
+
+
+@lru_cache(maxsize=8)
+def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, float, float],
+                          context_per_sequence: float, positions: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a lookup drafter on a fitted hinge with no cap: the speculative step at each batch of a
+    grid, and the batch over the plain step there (`_Model.speedup_on_grid`'s arrays, the same
+    arithmetic, with the part the plain and the verify steps share computed once), or None where a
+    step is not positive and finite. They do not depend on L: kept while the fit and the context
+    stand (a refit comes once a minute, evaluations every few seconds)."""
+    grid = np.frombuffer(grid_bytes)
+    base, knee, slope, kv, per_token = hinge
+    shared = base + kv * (grid * context_per_sequence)
+    plain = shared + per_token * grid + slope * np.maximum(0.0, grid - knee)
+    tokens = grid * positions
+    # no attention and no draft to add: adding their zeros changes no value the check below lets through
+    spec = shared + per_token * tokens + slope * np.maximum(0.0, tokens - knee)
+    # min > 0 and max < inf: positive and finite everywhere (a NaN fails both)
+    if not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
+        return None
+    plain_rate = grid / plain
+    spec.flags.writeable = plain_rate.flags.writeable = False  # shared by the decisions that hit the cache
+    return spec, plain_rate
 
     def excess_without_caps(self, k: int, length: float):
         i = self.i
