@@ -293,8 +293,12 @@ def _hinge_terms(step_model: StepTimeModel) -> tuple[float, float, float, float,
     hinge = step_model.parameters if type(step_model) is StepTimeFit else step_model
     if type(hinge) is not HingeParameters:
         return None
-    terms = (hinge.base_s, hinge.knee, hinge.slope_s_per_token, hinge.kv_s_per_token, hinge.per_token_s)
-    return terms if all(type(value) is float for value in terms) else None
+    terms = base, knee, slope, kv, per_token = (hinge.base_s, hinge.knee, hinge.slope_s_per_token,
+                                                 hinge.kv_s_per_token, hinge.per_token_s)
+    if type(base) is float and type(knee) is float and type(slope) is float and type(kv) is float \
+            and type(per_token) is float:
+        return terms
+    return None
 
 
 class _HingeModel(_Model):

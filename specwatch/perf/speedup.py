@@ -159,10 +159,10 @@ def first_fall_through_one(excess, max_batch: float, grid_points: int, bisection
     points, grid = _log_grid(float(max_batch), grid_points)
     values = excess_on_grid(grid) if excess_on_grid is not None else None
     if values is not None:
-        falls = np.flatnonzero(values < 0)
-        if falls.size == 0:
+        falls = (values < 0).ravel()
+        j = int(falls.argmax())  # the first fall, or 0 where none falls
+        if not falls[j]:
             return Crossover(None, "pays_throughout", max_batch)
-        j = int(falls[0])
         low, low_value = (points[j - 1], float(values[j - 1])) if j else (
             1.0, excess(1.0) if excess_at_one is None else excess_at_one)
         return Crossover(_fall_in_cell(excess, low, points[j], low_value, float(values[j]), bisections),
