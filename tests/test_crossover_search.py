@@ -264,5 +264,7 @@ def test_a_hinge_written_out_decides_to_the_bit_what_the_generic_model_decides(s
             for k in {1, inputs.k}:
                 assert repr(fast._parts(b, k)) == repr(generic._parts(b, k))
                 assert repr(fast.plain(b)) == repr(generic.plain(b))
+                if fast.capacity(k).plain is None and fast.capacity(k).speculative is None:
+                    assert repr(fast.excess_without_caps(k, 1.7)(b)) == repr(generic.excess_without_caps(k, 1.7)(b))
     monkeypatch.setattr(decision, "_model", decision._Model)
     assert [repr(d) for d in written_out] == [repr(decide(inputs)) for inputs in hinges]

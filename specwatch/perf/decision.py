@@ -366,28 +366,6 @@ class _HingeModel(_Model):
         return (grid * length / spec) / plain_rate
 
 
-@lru_cache(maxsize=8)
-def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, float, float],
-                          context_per_sequence: float, positions: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """For a lookup drafter on a fitted hinge with no cap: the speculative step at each batch of a
-    grid, and the batch over the plain step there (`_Model.speedup_on_grid`'s arrays, the same
-    arithmetic, with the part the plain and the verify steps share computed once), or None where a
-    step is not positive and finite. They do not depend on L: kept while the fit and the context
-    stand (a refit comes once a minute, evaluations every few seconds)."""
-    grid = np.frombuffer(grid_bytes)
-    base, knee, slope, kv, per_token = hinge
-    shared = base + kv * (grid * context_per_sequence)
-    plain = shared + per_token * grid + slope * np.maximum(0.0, grid - knee)
-    tokens = grid * positions
-    # no attention and no draft to add: adding their zeros changes no value the check below lets through
-    spec = shared + per_token * tokens + slope * np.maximum(0.0, tokens - knee)
-    # min > 0 and max < inf: positive and finite everywhere (a NaN fails both)
-    if not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
-        return None
-    plain_rate = grid / plain
-    spec.flags.writeable = plain_rate.flags.writeable = False  # shared by the decisions that hit the cache
-    return spec, plain_rate
-
     def excess_without_caps(self, k: int, length: float):
         i = self.i
         if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps:
@@ -423,6 +401,29 @@ def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, f
             return (b * length / spec) / (b / plain) - 1.0
 
         return lookup_excess
+
+
+@lru_cache(maxsize=8)
+def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, float, float],
+                          context_per_sequence: float, positions: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a lookup drafter on a fitted hinge with no cap: the speculative step at each batch of a
+    grid, and the batch over the plain step there (`_Model.speedup_on_grid`'s arrays, the same
+    arithmetic, with the part the plain and the verify steps share computed once), or None where a
+    step is not positive and finite. They do not depend on L: kept while the fit and the context
+    stand (a refit comes once a minute, evaluations every few seconds)."""
+    grid = np.frombuffer(grid_bytes)
+    base, knee, slope, kv, per_token = hinge
+    shared = base + kv * (grid * context_per_sequence)
+    plain = shared + per_token * grid + slope * np.maximum(0.0, grid - knee)
+    tokens = grid * positions
+    # no attention and no draft to add: adding their zeros changes no value the check below lets through
+    spec = shared + per_token * tokens + slope * np.maximum(0.0, tokens - knee)
+    # min > 0 and max < inf: positive and finite everywhere (a NaN fails both)
+    if not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
+        return None
+    plain_rate = grid / plain
+    spec.flags.writeable = plain_rate.flags.writeable = False  # shared by the decisions that hit the cache
+    return spec, plain_rate
 
 
 def _model(inputs: DecisionInputs) -> _Model:
