@@ -244,6 +244,10 @@ class _Model:
     def steps(self, demand: float, waiting: float, k: int) -> tuple[float, float, float, float]:
         """What S at this demand is made of, whatever L: (plain batch, speculative batch, plain step
         at the plain batch, speculative step at its own), each step time checked usable."""
+        if not waiting > 0:
+            cap = self.capacity(k)
+            if cap.plain is None and cap.speculative is None:  # batches(): both modes run the demand
+                return self.steps_at(demand, demand, k, demand)
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
         return self.steps_at(b_plain, b_spec, k, demand)
 
@@ -458,9 +462,12 @@ class _LengthsAtK:
     def at(self, k_new: int) -> tuple[float, bool] | None:
         i = self.i
         if i.rates:
-            if self._rates is None:
-                self._rates = clipped_rates(i.rates)
-            estimate = length_at_k_clipped(self._rates, k_new)
+            rates = self._rates
+            if rates is None:
+                rates = self._rates = clipped_rates(i.rates)
+            if 0 < k_new <= rates.size:  # length_at_k_clipped's measured branch, without its LengthAtK
+                return 1.0 + float(rates[:k_new].sum()), False
+            estimate = length_at_k_clipped(rates, k_new)
         elif i.length is not None:
             if self._alpha is None and k_new != i.k:
                 self._alpha = iid_alpha(i.length, i.k)
