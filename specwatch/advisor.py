@@ -170,6 +170,12 @@ class Advisor:
         self._pending: str | None = None
         self._pending_count = 0
         self._samples: deque[tuple[float, perf.StepSample]] = deque(maxlen=self.config.max_samples)
+        # The same samples as the fit's (N, T, C, weight) rows, written once each as they come into
+        # a ring (a sample's slot: its count modulo max_samples), with their times: a refit then
+        # only weighs them, since their weights fade with the refit's time.
+        self._sample_rows = np.empty((self.config.max_samples, 4))
+        self._sample_times: deque[float] = deque(maxlen=self.config.max_samples)
+        self._samples_recorded = 0
         self._last_sample_time: float | None = None
         self._fit: perf.StepTimeFit | None = None
         self._fit_time: float | None = None
@@ -320,8 +326,13 @@ class Advisor:
         if k and r > 0 and figures.running:
             # a speculative step also ran the drafter k times at about r of a plain step each
             step_time /= 1.0 + k * r
-        self._samples.append((time, perf.StepSample(tokens_per_step, step_time,
-                                                    figures.context_tokens or 0.0)))
+        context_tokens = figures.context_tokens or 0.0
+        self._samples.append((time, perf.StepSample(tokens_per_step, step_time, context_tokens)))
+        ring = self._sample_rows
+        if len(ring):
+            ring[self._samples_recorded % len(ring), :3] = (tokens_per_step, step_time, context_tokens)
+            self._sample_times.append(time)
+            self._samples_recorded += 1
         self._last_sample_time = time
         low, high = self.observed_batch or (figures.running, figures.running)
         self.observed_batch = (min(low, figures.running), max(high, figures.running))
@@ -339,10 +350,14 @@ class Advisor:
         )
         if stale and self._samples:
             half_life = self.config.sample_half_life_s
-            # the samples as the fit's (N, T, C, weight) rows, with no StepSample made per refit
-            rows = [(s.tokens_per_step, s.step_time_s, s.context_tokens, 0.5 ** ((time - t) / half_life))
-                    for t, s in self._samples]
-            self._fit = perf.fit_step_time_rows(np.array(rows, dtype=float), prior(), shape_known=shape_known)
+            ring, recorded = self._sample_rows, self._samples_recorded
+            if recorded <= len(ring):
+                rows = ring[:recorded]
+            else:  # the oldest sample's slot first
+                oldest = recorded % len(ring)
+                rows = np.concatenate((ring[oldest:], ring[:oldest]))
+            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t in self._sample_times]
+            self._fit = perf.fit_step_time_rows(rows, prior(), shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
         return self._fit if self._fit is not None else prior()

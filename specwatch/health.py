@@ -114,12 +114,15 @@ def _integer_atoms(h: Histogram) -> tuple[list[tuple[float, float]], list[tuple[
     first bucket starts at 0 and the +Inf bucket has no top."""
     low_atoms, high_atoms = [], []
     prev_le, prev_count = None, 0.0
+    floor, isinf = math.floor, math.isinf
     for le, count in h.buckets:
-        mass = count - prev_count
-        if mass > 0:
-            low_atoms.append((0.0 if prev_le is None else math.floor(prev_le) + 1.0, mass))
-            high_atoms.append((math.inf if math.isinf(le) else float(math.floor(le)), mass))
-        prev_le, prev_count = le, max(prev_count, count)
+        # count − prev_count > 0 exactly when count > prev_count (and the running count is their max)
+        if count > prev_count:
+            mass = count - prev_count
+            low_atoms.append((0.0 if prev_le is None else floor(prev_le) + 1.0, mass))
+            high_atoms.append((math.inf if isinf(le) else float(floor(le)), mass))
+            prev_count = count
+        prev_le = le
     return low_atoms, high_atoms
 
 
@@ -129,17 +132,22 @@ def _forced_share(xs: list[tuple[float, float]], ys: list[tuple[float, float]], 
     two discrete distributions (value, mass): the Makarov bound max(0, P(X ∈ A) + P(Y ∈ B) − 1), over
     every upper set A of x and lower set B of y (for `strict`; the reverse otherwise) in which each x
     and y are so related. It is sharp: some coupling puts no more mass on the relation."""
-    x_total, y_total = sum(m for _, m in xs), sum(m for _, m in ys)
+    x_total, y_total = sum([m for _, m in xs]), sum([m for _, m in ys])
     # strict: X ≥ x and Y ≤ y with x > ratio·y; otherwise X ≤ x and Y ≥ y with x ≤ ratio·y
-    # (each y's share does not depend on x: worked out once, not once per x)
-    y_shares = [(y, sum(m for v, m in ys if (v <= y if strict else v >= y)) / y_total) for y, _ in ys]
+    # (each y's share does not depend on x: worked out once, not once per x; and each x's only
+    # once some y is so related to it)
+    if strict:
+        y_shares = [(ratio * y, sum([m for v, m in ys if v <= y]) / y_total) for y, _ in ys]
+    else:
+        y_shares = [(ratio * y, sum([m for v, m in ys if v >= y]) / y_total) for y, _ in ys]
     best = 0.0
     for x, _ in xs:
-        x_share = sum(m for v, m in xs if (v >= x if strict else v <= x)) / x_total
-        for y, y_share in y_shares:
-            related = x > ratio * y if strict else x <= ratio * y
-            if not related:
+        x_share = None
+        for scaled_y, y_share in y_shares:
+            if not (x > scaled_y) if strict else not (x <= scaled_y):
                 continue
+            if x_share is None:
+                x_share = sum([m for v, m in xs if (v >= x if strict else v <= x)]) / x_total
             best = max(best, x_share + y_share - 1.0)
     return min(1.0, best)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -237,3 +238,33 @@ def test_a_model_that_takes_no_arrays_is_scanned_point_by_point():
     scalar = decide(DecisionInputs(step_model=ScalarOnly(hinge), k=3, draft=ngram, running=1.0, length=1.0)).crossover
     assert plain.concurrency == pytest.approx(16.0, rel=AGREEMENT)
     assert scalar.concurrency == pytest.approx(plain.concurrency, rel=AGREEMENT)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_hinge_written_out_decides_to_the_bit_what_the_generic_model_decides(seed, monkeypatch):
+    """decide prices a hinge of plain floats with its step times written out (`_HingeModel`): every
+    figure of every decision, and each step it prices, is the generic model's to the last bit."""
+    from specwatch.perf import decision
+
+    hinges = [inputs for inputs in _generated(400, 100 + seed) if decision._hinge_terms(inputs.step_model)]
+    # a fit of a hinge, requests waiting, a tree, prompts and a k searched past the measured one
+    hinges += [replace(inputs, step_model=perf.fit_step_time([perf.StepSample(n, 0.01 + 2e-5 * n, 300.0 * n)
+                                                              for n in (4.0, 40.0, 400.0)], inputs.step_model),
+                       waiting=5.0, prompt_tokens=900.0, output_tokens=120.0, k_max=inputs.k + 2)
+               for inputs in hinges[:60]]
+    # a lookup drafter on steps fitted with speculation on (the advisor's n-gram case: its grid is kept)
+    hinges += [replace(inputs, draft=perf.draft_pricing("ngram"), fitted_on_speculative_steps=True)
+               for inputs in hinges[:80]]
+    assert len(hinges) > 200
+    written_out = [decide(inputs) for inputs in hinges]
+    assert {type(decision._model(inputs)) for inputs in hinges} == {decision._HingeModel}
+    for inputs in hinges:
+        fast, generic = decision._model(inputs), decision._Model(inputs)
+        for b in (1.0, 2, 7.5, 63.0, 333.3, 1024.0):
+            for k in {1, inputs.k}:
+                assert repr(fast._parts(b, k)) == repr(generic._parts(b, k))
+                assert repr(fast.plain(b)) == repr(generic.plain(b))
+                if fast.capacity(k).plain is None and fast.capacity(k).speculative is None:
+                    assert repr(fast.excess_without_caps(k, 1.7)(b)) == repr(generic.excess_without_caps(k, 1.7)(b))
+    monkeypatch.setattr(decision, "_model", decision._Model)
+    assert [repr(d) for d in written_out] == [repr(decide(inputs)) for inputs in hinges]

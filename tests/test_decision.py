@@ -334,3 +334,18 @@ def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
         assert said_due[-1] == (len(evaluated) > before)
     start = snapshots[0].time
     assert [t - start for t in evaluated] == [0.0, 5.0, 10.0, 3.0, 8.0, 13.0, 18.0]
+
+
+@pytest.mark.parametrize("rates", [(0.6, 0.4, 0.25, 0.15), (0.9,), (1.0, 0.0, 0.5), (0.3, -0.0, 1.2, math.nan),
+                                   (0.71, 0.52, 0.330000000000001, 0.1, 0.05, 0.01)])
+def test_the_best_k_search_reads_each_chain_length_as_length_at_k_does(rates):
+    """The search's lengths for k′ up to the measured k, and past it, are length_at_k's to the bit."""
+    from specwatch.perf.acceptance import length_at_k
+    from specwatch.perf.decision import _LengthsAtK
+
+    inputs = DecisionInputs(step_model=HingeParameters(0.01, 256.0, 2e-5, 1e-8, 2e-5), k=len(rates),
+                            draft=perf.draft_pricing("ngram"), running=8.0, rates=rates)
+    lengths = _LengthsAtK(inputs)
+    for k_new in range(1, len(rates) + 3):
+        expected = length_at_k(rates, k_new)
+        assert repr(lengths.at(k_new)) == repr((expected.length, expected.extrapolated))

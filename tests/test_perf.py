@@ -547,3 +547,17 @@ def test_combined_bound_score_is_numpys_weighted_mean_for_every_mix_of_signals()
         weights = np.array([m.SIGNAL_WEIGHTS[s.name] for s in known])
         scores = np.array([{"memory": -1.0, "balanced": 0.0, "compute": 1.0}[s.state] for s in known])
         assert estimate.score == float(np.dot(weights, scores) / np.sum(weights))
+
+
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, math.nan, math.inf, -math.inf, 5e-324, -5e-324,
+                                           1.0000000000000002]),
+                          st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_clipped_rates_are_numpys_clip_to_the_bit(rates):
+    from specwatch.perf.acceptance import clipped_rates
+
+    given_array = np.asarray(rates, dtype=float)
+    clipped = clipped_rates(given_array)
+    assert clipped.tobytes() == np.clip(given_array, 0.0, 1.0).tobytes()  # -0.0 comes out +0.0, NaN stays
+    assert clipped is not given_array  # a copy, as np.clip gives: the caller's array is never shared
+    assert clipped_rates(tuple(rates)).tobytes() == clipped.tobytes()

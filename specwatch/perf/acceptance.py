@@ -156,6 +156,9 @@ def clipped_rates(rates: Sequence[float]) -> np.ndarray:
     p = np.asarray(rates, dtype=float)
     if p.ndim != 1 or p.size == 0:
         raise ValueError("per-position rates must be a non-empty sequence")
+    if all(0.0 < rate <= 1.0 for rate in p.tolist()):
+        # inside (0, 1] the clip selects each rate itself (it computes nothing): a copy is its answer
+        return p.copy() if p is rates else p
     return np.clip(p, 0.0, 1.0)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from specwatch.perf.costs import (
     verify_attention_s,
 )
 from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
-from specwatch.perf.steptime import StepTimeFit, StepTimeModel
+from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 
 __all__ = [
@@ -187,6 +188,16 @@ class _Model:
         draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
         return plain, verify, attention, draft
 
+    def excess_without_caps(self, k: int, length: float):
+        """S(b) − 1 with no one waiting and no cap on either mode (both run b itself): what the
+        crossover search calls at each point of its root search."""
+        steps_at = self.steps_at
+
+        def excess(b: float) -> float:
+            return _speedup(steps_at(b, b, k, b), length) - 1.0
+
+        return excess
+
     def capacity(self, k: int) -> Capacity:
         known = self._capacities.get(k)
         if known is None:
@@ -195,6 +206,10 @@ class _Model:
 
     def _capacity(self, k: int) -> Capacity:
         i = self.i
+        if i.kv_budget_bytes is None or i.target_kv_bytes_per_token <= 0:
+            # no KV budget: capacity() answers the same whatever k (the positions do not enter)
+            for known in self._capacities.values():
+                return known
         return capacity(
             kv_budget_bytes=i.kv_budget_bytes,
             target_kv_per_token=i.target_kv_bytes_per_token,
@@ -229,15 +244,24 @@ class _Model:
     def steps(self, demand: float, waiting: float, k: int) -> tuple[float, float, float, float]:
         """What S at this demand is made of, whatever L: (plain batch, speculative batch, plain step
         at the plain batch, speculative step at its own), each step time checked usable."""
+        if not waiting > 0:
+            cap = self.capacity(k)
+            if cap.plain is None and cap.speculative is None:  # batches(): both modes run the demand
+                return self.steps_at(demand, demand, k, demand)
         b_plain, b_spec, _ = self.batches(demand, waiting, k)
         return self.steps_at(b_plain, b_spec, k, demand)
 
     def steps_at(self, b_plain: float, b_spec: float, k: int, demand: float) -> tuple[float, float, float, float]:
         """`steps` at the batches each mode holds (`demand` only names the load in the error)."""
         plain_at_spec, verify, attention, draft = self._parts(b_spec, k)
-        spec = verify + attention + draft
         # the same batch in both modes (no cap binds) is the same plain step, priced once
-        plain = plain_at_spec if b_plain == b_spec else self.plain(b_plain)
+        return self.checked_steps(b_plain, b_spec, plain_at_spec if b_plain == b_spec else self.plain(b_plain),
+                                  verify + attention + draft, demand)
+
+    @staticmethod
+    def checked_steps(b_plain: float, b_spec: float, plain: float, spec: float,
+                      demand: float) -> tuple[float, float, float, float]:
+        """`steps_at`'s answer from its two step times, once each is checked usable."""
         if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
             raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
                              f"(plain {plain!r} s, speculative {spec!r} s)")
@@ -267,6 +291,153 @@ class _Model:
         return _break_even(self.steps(demand, waiting, k))
 
 
+def _hinge_terms(step_model: StepTimeModel) -> tuple[float, float, float, float, float] | None:
+    """(base, knee, slope, kv, per-token) of a hinge step-time model (or a fit of one) whose terms
+    are plain floats, else None: its scalar step time can then be written out where it is used."""
+    hinge = step_model.parameters if type(step_model) is StepTimeFit else step_model
+    if type(hinge) is not HingeParameters:
+        return None
+    terms = base, knee, slope, kv, per_token = (hinge.base_s, hinge.knee, hinge.slope_s_per_token,
+                                                 hinge.kv_s_per_token, hinge.per_token_s)
+    if type(base) is float and type(knee) is float and type(slope) is float and type(kv) is float \
+            and type(per_token) is float:
+        return terms
+    return None
+
+
+class _HingeModel(_Model):
+    """`_Model` for a hinge of plain floats and a plain-float context: the scalar step times written
+    out, operation for operation as `HingeParameters.step_time` and `DraftPricing.drafting_s` do them
+    (the values are the same to the bit), without the calls between them. A decision prices a few
+    dozen step times, most of them in the crossover's root search. Arrays, and batches that are not
+    plain numbers, take `_Model`'s way."""
+
+    def __init__(self, inputs: DecisionInputs, hinge: tuple[float, float, float, float, float]) -> None:
+        super().__init__(inputs)
+        self._hinge = hinge
+        draft = inputs.draft
+        # the drafts written out here: none, or r plain steps per draft token (DraftPricing.drafting_s)
+        self._draft_kind = draft.kind if type(draft) is DraftPricing and draft.kind in ("lookup", "ratio") else None
+
+    def plain(self, b: float) -> float:
+        if type(b) is not float and type(b) is not int:
+            return super().plain(b)
+        base, knee, slope, kv, per_token = self._hinge
+        above = b - knee
+        return base + kv * (b * self.i.context_per_sequence) + per_token * b + slope * (above if above > 0.0 else 0.0)
+
+    def _parts(self, b: float, k: int) -> tuple[float, float, float, float]:
+        if type(b) is not float and type(b) is not int:
+            return super()._parts(b, k)
+        i = self.i
+        base, knee, slope, kv, per_token = self._hinge
+        context = b * i.context_per_sequence
+        positions = self.positions(k)
+        above = b - knee
+        plain = base + kv * context + per_token * b + slope * (above if above > 0.0 else 0.0)
+        tokens = b * positions
+        above = tokens - knee
+        verify = base + kv * context + per_token * tokens + slope * (above if above > 0.0 else 0.0)
+        attention = 0.0
+        if not i.fitted_on_speculative_steps:
+            above = b - knee
+            kv_read = plain - (base + kv * 0.0 + per_token * b + slope * (above if above > 0.0 else 0.0))
+            attention = verify_attention_s(kv_read, positions)
+        kind = self._draft_kind
+        if kind == "lookup":
+            draft = 0.0
+        elif kind == "ratio":
+            pricing = i.draft
+            draft = pricing.scale * k * pricing.ratio * plain
+        else:
+            draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
+            draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
+        return plain, verify, attention, draft
+
+    def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
+        i = self.i
+        if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps or grid.dtype != np.float64 \
+                or grid.ndim != 1:
+            return super().speedup_on_grid(grid, k, length)
+        cap = self.capacity(k)
+        if cap.plain is not None or cap.speculative is not None:
+            return super().speedup_on_grid(grid, k, length)
+        # no cap: both modes run the grid itself (b_plain and b_spec are the grid)
+        steps = _lookup_steps_on_grid(grid.tobytes(), self._hinge, i.context_per_sequence, self.positions(k))
+        if steps is None:
+            return None
+        spec, plain_rate = steps
+        return (grid * length / spec) / plain_rate
+
+
+    def excess_without_caps(self, k: int, length: float):
+        i = self.i
+        if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps:
+            parts = self._parts
+
+            def excess(b: float) -> float:
+                # steps_at(b, b, k, b) and _speedup, written out
+                plain, verify, attention, draft = parts(b, k)
+                spec = verify + attention + draft
+                if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
+                    raise ValueError(f"the step-time model gives no usable step time at batch {b:g} "
+                                     f"(plain {plain!r} s, speculative {spec!r} s)")
+                return (b * length / spec) / (b / plain) - 1.0
+
+            return excess
+        # a lookup drafter on a fit of speculative steps: no attention and no draft time
+        base, knee, slope, kv, per_token = self._hinge
+        context_per_sequence = i.context_per_sequence
+        positions = self.positions(k)
+
+        def lookup_excess(b: float) -> float:
+            if type(b) is not float and type(b) is not int:
+                return _speedup(self.steps_at(b, b, k, b), length) - 1.0
+            context = b * context_per_sequence
+            above = b - knee
+            plain = base + kv * context + per_token * b + slope * (above if above > 0.0 else 0.0)
+            tokens = b * positions
+            above = tokens - knee
+            spec = base + kv * context + per_token * tokens + slope * (above if above > 0.0 else 0.0) + 0.0 + 0.0
+            if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
+                raise ValueError(f"the step-time model gives no usable step time at batch {b:g} "
+                                 f"(plain {plain!r} s, speculative {spec!r} s)")
+            return (b * length / spec) / (b / plain) - 1.0
+
+        return lookup_excess
+
+
+@lru_cache(maxsize=8)
+def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, float, float],
+                          context_per_sequence: float, positions: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a lookup drafter on a fitted hinge with no cap: the speculative step at each batch of a
+    grid, and the batch over the plain step there (`_Model.speedup_on_grid`'s arrays, the same
+    arithmetic, with the part the plain and the verify steps share computed once), or None where a
+    step is not positive and finite. They do not depend on L: kept while the fit and the context
+    stand (a refit comes once a minute, evaluations every few seconds)."""
+    grid = np.frombuffer(grid_bytes)
+    base, knee, slope, kv, per_token = hinge
+    shared = base + kv * (grid * context_per_sequence)
+    plain = shared + per_token * grid + slope * np.maximum(0.0, grid - knee)
+    tokens = grid * positions
+    # no attention and no draft to add: adding their zeros changes no value the check below lets through
+    spec = shared + per_token * tokens + slope * np.maximum(0.0, tokens - knee)
+    # min > 0 and max < inf: positive and finite everywhere (a NaN fails both)
+    if not (spec.min() > 0 and plain.min() > 0 and spec.max() < math.inf and plain.max() < math.inf):
+        return None
+    plain_rate = grid / plain
+    spec.flags.writeable = plain_rate.flags.writeable = False  # shared by the decisions that hit the cache
+    return spec, plain_rate
+
+
+def _model(inputs: DecisionInputs) -> _Model:
+    """The step times of this configuration: written out for a hinge of plain floats."""
+    hinge = _hinge_terms(inputs.step_model)
+    if hinge is not None and type(inputs.context_per_sequence) is float:
+        return _HingeModel(inputs, hinge)
+    return _Model(inputs)
+
+
 def _speedup(steps: tuple[float, float, float, float], length: float) -> float:
     """S from `_Model.steps` at acceptance length L."""
     b_plain, b_spec, plain, spec = steps
@@ -291,9 +462,12 @@ class _LengthsAtK:
     def at(self, k_new: int) -> tuple[float, bool] | None:
         i = self.i
         if i.rates:
-            if self._rates is None:
-                self._rates = clipped_rates(i.rates)
-            estimate = length_at_k_clipped(self._rates, k_new)
+            rates = self._rates
+            if rates is None:
+                rates = self._rates = clipped_rates(i.rates)
+            if 0 < k_new <= rates.size:  # length_at_k_clipped's measured branch, without its LengthAtK
+                return 1.0 + float(rates[:k_new].sum()), False
+            estimate = length_at_k_clipped(rates, k_new)
         elif i.length is not None:
             if self._alpha is None and k_new != i.k:
                 self._alpha = iid_alpha(i.length, i.k)
@@ -312,15 +486,16 @@ def _held_to(demand: float | np.ndarray, cap: float | None) -> float | np.ndarra
     return max(1.0, min(demand, cap))
 
 
-def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crossover:
+def _crossover(model: _Model, k: int, length: float, max_batch: float,
+               steps_at_one: tuple[float, float, float, float]) -> Crossover:
+    """Where S falls through 1 with no one waiting; `steps_at_one` is model.steps(1.0, 0.0, k)."""
     cap = model.capacity(k)
     plain_cap, spec_cap = cap.plain, cap.speculative
     steps_at = model.steps_at
 
     if plain_cap is None and spec_cap is None:
-        def excess(b: float) -> float:
-            # model.speedup(b, 0.0, k, length) − 1: no cap, so both modes run b itself
-            return _speedup(steps_at(b, b, k, b), length) - 1.0
+        # model.speedup(b, 0.0, k, length) − 1: no cap, so both modes run b itself
+        excess = model.excess_without_caps(k, length)
     else:
         def excess(b: float) -> float:
             # model.speedup(b, 0.0, k, length) − 1: with no one waiting each mode holds b under its cap
@@ -330,10 +505,12 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float) -> Crosso
         values = model.speedup_on_grid(grid, k, length)
         return None if values is None else values - 1.0
 
-    if excess(1.0) < 0:
+    at_one = _speedup(steps_at_one, length) - 1.0  # excess(1.0)
+    if at_one < 0:
         return Crossover(None, "never_pays", max_batch)
     # a factor of 1.16 between grid points up to 1024, then the root to bisection's 1e-10
-    return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34, excess_on_grid=excess_on_grid)
+    return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34, excess_on_grid=excess_on_grid,
+                                  excess_at_one=at_one)
 
 
 def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:
@@ -365,15 +542,18 @@ def decide(inputs: DecisionInputs) -> Decision:
     if inputs.length is not None and not (math.isfinite(inputs.length) and 1.0 <= inputs.length):
         raise ValueError(f"acceptance length must be ≥ 1, got {inputs.length!r}")
     k = int(inputs.k)
-    model = _Model(inputs)
+    model = _model(inputs)
     waiting = max(0.0, inputs.waiting or 0.0)
     demand = inputs.running + waiting
     b_plain, b_spec, cap = model.batches(demand, waiting, k)
     parts = model.parts(b_spec, k)
     plain_here = model.plain(b_plain)
-    steps_here = model.steps(demand, waiting, k)
+    # model.steps(demand, waiting, k) from the parts just priced (the same batches, the same steps)
+    steps_here = model.checked_steps(b_plain, b_spec, parts["plain_s"] if b_plain == b_spec else plain_here,
+                                     parts["speculative_s"], demand)
     break_even = _break_even(steps_here)
-    low_load = model.break_even(1.0, 0.0, k)
+    steps_low = model.steps(1.0, 0.0, k)
+    low_load = _break_even(steps_low)
     assumptions: list[str] = []
     reasons: list[str] = []
     if inputs.draft.assumed:
@@ -391,7 +571,7 @@ def decide(inputs: DecisionInputs) -> Decision:
     else:
         length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens else min(inputs.length, k + 1.0)
         expected = length / break_even
-        crossover = _crossover(model, k, length, inputs.max_batch)
+        crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
         # the terms in ln S: acceptance gains, each cost loses its share of ln(T_spec / T_plain)
@@ -453,14 +633,14 @@ def decide_many(inputs: DecisionInputs, batches: Sequence[float]) -> list[float]
     """The expected speedup at each batch (no one waiting): sweep's predicted curve."""
     if inputs.length is None:
         raise ValueError("a speedup curve needs an acceptance length")
-    model = _Model(inputs)
+    model = _model(inputs)
     length = min(inputs.length, _positions(inputs, inputs.k))
     return [model.speedup(float(b), 0.0, int(inputs.k), length) for b in batches]
 
 
 def speedup_function(inputs: DecisionInputs):
     """S(b, k′, L) for this configuration with no one waiting: what a schedule by batch size reads."""
-    model = _Model(inputs)
+    model = _model(inputs)
 
     def at(batch: float, k: int, length: float) -> float:
         return model.speedup(float(batch), 0.0, int(k), float(length))

@@ -146,29 +146,33 @@ def _log_grid(max_batch: float, grid_points: int) -> tuple[tuple[float, ...], np
 
 
 def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int,
-                           excess_on_grid: Callable[[np.ndarray], np.ndarray | None] | None = None) -> Crossover:
+                           excess_on_grid: Callable[[np.ndarray], np.ndarray | None] | None = None,
+                           excess_at_one: float | None = None) -> Crossover:
     """The first b in (1, max_batch] where `excess(b)` = S(b) − 1 falls below 0 (S(1) ≥ 1 is the
     caller's to check): a log grid of `grid_points`, then a root search inside the first cell that
     falls, to the precision `bisections` halvings of that cell give. S is not monotone in general
     (KV reads, caps), so the grid finds the first fall.
 
     `excess_on_grid`, when given, prices the whole grid at once (an array of the same values, or
-    None to scan it point by point)."""
+    None to scan it point by point); `excess_at_one`, when given, is excess(1.0), which the caller
+    has already priced."""
     points, grid = _log_grid(float(max_batch), grid_points)
     values = excess_on_grid(grid) if excess_on_grid is not None else None
     if values is not None:
-        falls = np.flatnonzero(values < 0)
-        if falls.size == 0:
+        falls = (values < 0).ravel()
+        j = int(falls.argmax())  # the first fall, or 0 where none falls
+        if not falls[j]:
             return Crossover(None, "pays_throughout", max_batch)
-        j = int(falls[0])
-        low, low_value = (points[j - 1], float(values[j - 1])) if j else (1.0, excess(1.0))
+        low, low_value = (points[j - 1], float(values[j - 1])) if j else (
+            1.0, excess(1.0) if excess_at_one is None else excess_at_one)
         return Crossover(_fall_in_cell(excess, low, points[j], low_value, float(values[j]), bisections),
                          "crosses", max_batch)
     previous, excess_previous = 1.0, None
     for b in points:
         value = excess(b)
         if value < 0:
-            low_value = excess_previous if excess_previous is not None else excess(previous)
+            low_value = excess_previous if excess_previous is not None else (
+                excess(previous) if excess_at_one is None else excess_at_one)  # previous is 1.0 here
             return Crossover(_fall_in_cell(excess, previous, b, low_value, value, bisections),
                              "crosses", max_batch)
         previous, excess_previous = b, value
