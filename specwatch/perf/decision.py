@@ -369,42 +369,20 @@ class _HingeModel(_Model):
         spec, plain_rate = steps
         return (grid * length / spec) / plain_rate
 
-
     def excess_without_caps(self, k: int, length: float):
-        i = self.i
-        if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps:
-            parts = self._parts
+        parts = self._parts
 
-            def excess(b: float) -> float:
-                # steps_at(b, b, k, b) and _speedup, written out
-                plain, verify, attention, draft = parts(b, k)
-                spec = verify + attention + draft
-                if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
-                    raise ValueError(f"the step-time model gives no usable step time at batch {b:g} "
-                                     f"(plain {plain!r} s, speculative {spec!r} s)")
-                return (b * length / spec) / (b / plain) - 1.0
-
-            return excess
-        # a lookup drafter on a fit of speculative steps: no attention and no draft time
-        base, knee, slope, kv, per_token = self._hinge
-        context_per_sequence = i.context_per_sequence
-        positions = self.positions(k)
-
-        def lookup_excess(b: float) -> float:
-            if type(b) is not float and type(b) is not int:
-                return _speedup(self.steps_at(b, b, k, b), length) - 1.0
-            context = b * context_per_sequence
-            above = b - knee
-            plain = base + kv * context + per_token * b + slope * (above if above > 0.0 else 0.0)
-            tokens = b * positions
-            above = tokens - knee
-            spec = base + kv * context + per_token * tokens + slope * (above if above > 0.0 else 0.0) + 0.0 + 0.0
+        def excess(b: float) -> float:
+            # steps_at(b, b, k, b) and _speedup, written out (a lookup drafter's attention and draft
+            # are the 0.0 that _parts gives)
+            plain, verify, attention, draft = parts(b, k)
+            spec = verify + attention + draft
             if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
                 raise ValueError(f"the step-time model gives no usable step time at batch {b:g} "
                                  f"(plain {plain!r} s, speculative {spec!r} s)")
             return (b * length / spec) / (b / plain) - 1.0
 
-        return lookup_excess
+        return excess
 
 
 @lru_cache(maxsize=8)
