@@ -171,10 +171,9 @@ class Advisor:
         self._pending_count = 0
         self._samples: deque[tuple[float, perf.StepSample]] = deque(maxlen=self.config.max_samples)
         # The same samples as the fit's (N, T, C, weight) rows, written once each as they come into
-        # a ring (a sample's slot: its count modulo max_samples), with their times: a refit then
-        # only weighs them, since their weights fade with the refit's time.
+        # a ring (a sample's slot: its count modulo max_samples): a refit then only weighs them, by
+        # the samples' times, since their weights fade with the refit's time.
         self._sample_rows = np.empty((self.config.max_samples, 4))
-        self._sample_times: deque[float] = deque(maxlen=self.config.max_samples)
         self._samples_recorded = 0
         self._last_sample_time: float | None = None
         self._fit: perf.StepTimeFit | None = None
@@ -331,7 +330,6 @@ class Advisor:
         ring = self._sample_rows
         if len(ring):
             ring[self._samples_recorded % len(ring), :3] = (tokens_per_step, step_time, context_tokens)
-            self._sample_times.append(time)
             self._samples_recorded += 1
         self._last_sample_time = time
         low, high = self.observed_batch or (figures.running, figures.running)
@@ -356,7 +354,7 @@ class Advisor:
             else:  # the oldest sample's slot first
                 oldest = recorded % len(ring)
                 rows = np.concatenate((ring[oldest:], ring[:oldest]))
-            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t in self._sample_times]
+            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t, _ in self._samples]
             self._fit = perf.fit_step_time_rows(rows, prior(), shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key
