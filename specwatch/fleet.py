@@ -432,22 +432,20 @@ def short_target(target: str) -> str:
     return target.removeprefix("http://")
 
 
-def _ago(when: float | None, now: float) -> str:
-    if not _finite(when):
-        return "never"
-    seconds = max(0.0, now - when)  # type: ignore[operator]
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return time.strftime("%H:%M", time.localtime(when))
-
-
 def last_good_words(when: float | None, now: float) -> str:
     """When a target that cannot be read now last answered, in the words the table and the detail
     share: a target never read says so in two words, which keeps the table's reason within 80
     columns."""
-    return f"last good reading {_ago(when, now)}" if _finite(when) else "never read"
+    if not _finite(when):
+        return "never read"
+    seconds = max(0.0, now - when)  # type: ignore[operator]
+    if seconds < 120:
+        ago = f"{seconds:.0f} s ago"
+    elif seconds < 7200:
+        ago = f"{seconds / 60:.0f} min ago"
+    else:
+        ago = time.strftime("%H:%M", time.localtime(when))
+    return f"last good reading {ago}"
 
 
 def _cell_width(cell: Any) -> int:
