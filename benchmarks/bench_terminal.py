@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -202,6 +203,14 @@ class TmuxPane:
         return subprocess.run(["tmux", "-L", self.socket, "capture-pane", "-p", "-t", "bench"],
                               capture_output=True, text=True).stdout
 
+    def capture_output(self, path: Path | None) -> None:
+        """Append what the program writes to its terminal from now on to `path` (tmux pipe-pane);
+        None stops it."""
+        command = ["tmux", "-L", self.socket, "pipe-pane", "-t", "bench"]
+        if path is not None:
+            command += ["-o", f"cat >> {_quote(str(path))}"]
+        subprocess.run(command, check=True)
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "send-keys", "-t", "bench", "q"], capture_output=True)
         time.sleep(1.0)
@@ -227,25 +236,38 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
         base = url[: -len("/metrics")]
         panes["vllmstat"] = TmuxPane([vllmstat, "-u", base, "-i", "1", "--no-gpu", *args.vllmstat_args.split()],
                                      width, height, env)
+    written = Path(tempfile.mkdtemp(prefix="specwatch-bench-"))
     try:
         time.sleep(args.settle)
+        for name, p in panes.items():
+            p.capture_output(written / name)
         before = {name: tree_ticks(p.pid) for name, p in panes.items()}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         after = {name: tree_ticks(p.pid) for name, p in panes.items()}
         wall = time.monotonic() - t0
+        for p in panes.values():
+            p.capture_output(None)
         screens = {name: p.screen() for name, p in panes.items()}
+        # what each wrote to its terminal: what an SSH session carries and a terminal emulator parses
+        sizes = {name: (written / name).stat().st_size if (written / name).exists() else 0 for name in panes}
     finally:
         for p in panes.values():
             p.close()
+        shutil.rmtree(written, ignore_errors=True)
     result: dict[str, object] = {"engines": engines, "size": f"{width}x{height}", "seconds": round(wall, 1)}
     for name in panes:
         result[f"{name}_core_pct"] = round(100 * (after[name] - before[name]) / TICKS_PER_S / wall, 2)
+        result[f"{name}_terminal_bytes_per_s"] = round(sizes[name] / wall)
         # a pane that shows a traceback or an error measured nothing: show its top lines to tell
         result[f"{name}_screen_top"] = [line.rstrip() for line in screens[name].splitlines() if line.strip()][:2]
     if vllmstat and result["vllmstat_core_pct"]:
         result["ratio_specwatch_to_vllmstat"] = round(
             float(result["specwatch_core_pct"]) / float(result["vllmstat_core_pct"]), 3)  # type: ignore[arg-type]
+    if vllmstat and result["vllmstat_terminal_bytes_per_s"]:
+        result["ratio_terminal_bytes_specwatch_to_vllmstat"] = round(
+            float(result["specwatch_terminal_bytes_per_s"])  # type: ignore[arg-type]
+            / float(result["vllmstat_terminal_bytes_per_s"]), 3)  # type: ignore[arg-type]
     return result
 
 
