@@ -296,9 +296,6 @@ class SpecwatchApp(App[int]):
         self.verdict_index_error: str | None = None
         self.verdict_index_done = 0.0  # fraction of the recording indexed so far
         self._panels: tuple[Panel, ...] = ()  # the default screen's panels, found once (see panels())
-        # the panels are to be shown the view after the header's frame (the value: forced, as while
-        # paused); None: not scheduled
-        self._panels_pending: bool | None = None
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -653,24 +650,12 @@ class SpecwatchApp(App[int]):
                 header.show(self.view())
             self._hand_view(self._frozen or self.view(), but=header)
             return
-        # The header line changes on every poll, and so do panels far below it (the GPU rows).
-        # Textual repaints every widget that overlaps the box around one frame's changed regions:
-        # in one frame, the two would repaint everything between them. So the header is drawn in a
-        # frame of its own, and the panels are handed the view once that frame is out.
-        header, view = self._header, self.view()
-        if header is not None and header.view is not view and header.show(view):
-            if self._panels_pending is None:
-                self.call_after_refresh(self._show_panels)
-            self._panels_pending = force or bool(self._panels_pending)
-            return
-        self._show_panels(force)
-
-    def _show_panels(self, force: bool | None = None) -> None:
-        if force is None:  # scheduled after the header's frame
-            force, self._panels_pending = bool(self._panels_pending), None
-        if not self.screen_stack or self.screen is not self.screen_stack[0] or (self.paused and not force):
-            return
-        view = self.view()  # the latest: polls may have come in since this was scheduled
+        # The header line changes on every poll, and so do panels far below it (the GPU rows): one
+        # frame draws them all. Textual renders only the changed lines of a frame (not the rows
+        # between them), so a frame of the header's own only added a frame's fixed cost to every
+        # poll: 5-10 % of the dashboard's CPU with one engine and with eight (benchmarks/
+        # bench_terminal.py, side by side), and more bytes to the terminal.
+        view = self.view()
         if self.paused:  # a step, seek or jump shown while paused: the pause now stands there
             self._frozen = view
         self._hand_view(view)
