@@ -21,6 +21,12 @@ writes DIR/specwatch-ENGINESe-WxH.prof (its CPU figures then include the profile
 vllmstat is installed in a virtual environment of its own, outside the repository:
     python3 -m venv VENV && VENV/bin/pip install vllmstat
     python benchmarks/bench_terminal.py --vllmstat VENV/bin/vllmstat
+
+To measure a change, run the specwatch it changes beside it in the same minute (--baseline-python:
+an interpreter whose environment has the other specwatch installed, which runs from a directory of
+its own so that it imports that one):
+    git worktree add ../base BASE && python3 -m venv BASEVENV && BASEVENV/bin/pip install ../base
+    python benchmarks/bench_terminal.py --baseline-python BASEVENV/bin/python
 """
 
 from __future__ import annotations
@@ -189,12 +195,14 @@ def tree_ticks(root: int) -> int:
 class TmuxPane:
     """A command in a detached tmux session of its own, on a server of its own."""
 
-    def __init__(self, command: list[str], width: int, height: int, env: dict[str, str]) -> None:
+    def __init__(self, command: list[str], width: int, height: int, env: dict[str, str],
+                 cwd: Path | None = None) -> None:
         self.socket = f"specwatch-bench-{uuid.uuid4().hex[:8]}"
         exports = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
         line = f"exec env {exports} " + " ".join(_quote(c) for c in command)
+        where = ["-c", str(cwd)] if cwd is not None else []
         subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", "new-session", "-d", "-s", "bench",
-                        "-x", str(width), "-y", str(height), line], check=True)
+                        "-x", str(width), "-y", str(height), *where, line], check=True)
         out = subprocess.run(["tmux", "-L", self.socket, "list-panes", "-t", "bench", "-F", "#{pane_pid}"],
                              check=True, capture_output=True, text=True).stdout
         self.pid = int(out.split()[0])
@@ -221,6 +229,14 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
+def imported_specwatch(python: str, cwd: Path | None) -> str | None:
+    """Where `python -m specwatch` started in `cwd` imports specwatch from (`python -m` puts the
+    directory it starts in first on the path: from a checkout's root, that checkout), or None."""
+    result = subprocess.run([python, "-c", "import specwatch; print(specwatch.__file__)"], cwd=cwd,
+                            capture_output=True, text=True)
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
 def run_case(server: LoopbackServer, engines: int, width: int, height: int, args: argparse.Namespace,
              vllmstat: str | None) -> dict[str, object]:
     url = server.url("/metrics" if engines == 1 else "/8/metrics")
@@ -229,14 +245,16 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         python += ["-m", "cProfile", "-o", str(args.profile / f"specwatch-{engines}e-{width}x{height}.prof")]
-    specwatch = python + ["-m", "specwatch", "watch", "--url", url, "--interval", "1", "--no-nvml", *gpu_flags]
+    watch = ["-m", "specwatch", "watch", "--url", url, "--interval", "1", "--no-nvml", *gpu_flags]
     env = {"TERM": "xterm-256color", "COLORTERM": "truecolor", "LANG": "C.UTF-8"}
-    panes = {"specwatch": TmuxPane(specwatch, width, height, env)}
+    written = Path(tempfile.mkdtemp(prefix="specwatch-bench-"))
+    panes = {"specwatch": TmuxPane(python + watch, width, height, env)}
+    if args.baseline_python:
+        panes["baseline"] = TmuxPane([args.baseline_python, *watch], width, height, env, cwd=written)
     if vllmstat:
         base = url[: -len("/metrics")]
         panes["vllmstat"] = TmuxPane([vllmstat, "-u", base, "-i", "1", "--no-gpu", *args.vllmstat_args.split()],
                                      width, height, env)
-    written = Path(tempfile.mkdtemp(prefix="specwatch-bench-"))
     try:
         time.sleep(args.settle)
         for name, p in panes.items():
@@ -264,6 +282,9 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
     if vllmstat and result["vllmstat_core_pct"]:
         result["ratio_specwatch_to_vllmstat"] = round(
             float(result["specwatch_core_pct"]) / float(result["vllmstat_core_pct"]), 3)  # type: ignore[arg-type]
+    if args.baseline_python and result["baseline_core_pct"]:
+        result["ratio_specwatch_to_baseline"] = round(
+            float(result["specwatch_core_pct"]) / float(result["baseline_core_pct"]), 3)  # type: ignore[arg-type]
     if vllmstat and result["vllmstat_terminal_bytes_per_s"]:
         result["ratio_terminal_bytes_specwatch_to_vllmstat"] = round(
             float(result["specwatch_terminal_bytes_per_s"])  # type: ignore[arg-type]
@@ -281,10 +302,18 @@ def main() -> int:
     parser.add_argument("--vllmstat-args", default="",
                         help="more arguments for vllmstat (it is run with -u URL -i 1 --no-gpu)")
     parser.add_argument("--profile", type=Path, help="run specwatch under cProfile, writing .prof files here")
+    parser.add_argument("--baseline-python",
+                        help="an interpreter with another specwatch installed, run beside this one (a base commit)")
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print(json.dumps({"error": "tmux is not installed"}))
         return 1
+    if args.baseline_python:
+        ours, theirs = imported_specwatch(sys.executable, None), imported_specwatch(args.baseline_python, Path("/"))
+        if theirs is None or theirs == ours:
+            print(json.dumps({"error": f"the baseline interpreter imports {theirs or 'no specwatch'}, and this "
+                                       f"run imports {ours}: the baseline must be another specwatch"}))
+            return 1
     vllmstat = args.vllmstat or shutil.which("vllmstat")
     server = LoopbackServer()
     results = []
