@@ -169,12 +169,12 @@ class Advisor:
         self.committed: str | None = None  # the last on/off decision that passed hysteresis
         self._pending: str | None = None
         self._pending_count = 0
-        self._samples: deque[tuple[float, perf.StepSample]] = deque(maxlen=self.config.max_samples)
-        # The same samples as the fit's (N, T, C, weight) rows, written once each as they come into
-        # a ring (a sample's slot: its count modulo max_samples): a refit then only weighs them, by
-        # the samples' times, since their weights fade with the refit's time.
+        # The step-time samples as the fit's (N, T, C, weight) rows, written once each as they come
+        # into a ring (a sample's slot: its count modulo max_samples), and their times, oldest first:
+        # a refit then only weighs the rows by the times, since their weights fade with the refit's.
         self._sample_rows = np.empty((self.config.max_samples, 4))
         self._samples_recorded = 0
+        self._sample_times: deque[float] = deque(maxlen=self.config.max_samples)
         self._last_sample_time: float | None = None
         self._fit: perf.StepTimeFit | None = None
         self._fit_time: float | None = None
@@ -305,7 +305,9 @@ class Advisor:
         # Below the knee a step costs about the weight read, whatever N; the node's own mean step
         # time sets that level. Above the knee, time grows in proportion to N (compute-bound).
         # Each sample implies a level through the same shape: T / max(1, N / knee).
-        observed = sorted(s.step_time_s / max(1.0, s.tokens_per_step / knee) for _, s in self._samples)
+        kept = min(self._samples_recorded, len(self._sample_rows))
+        observed = sorted(step_time / max(1.0, tokens / knee)
+                          for tokens, step_time in self._sample_rows[:kept, :2].tolist())
         base = observed[len(observed) // 2] if observed else 0.02
         return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
                                     kv_s_per_token=0.0, per_token_s=0.0)
@@ -325,12 +327,11 @@ class Advisor:
         if k and r > 0 and figures.running:
             # a speculative step also ran the drafter k times at about r of a plain step each
             step_time /= 1.0 + k * r
-        context_tokens = figures.context_tokens or 0.0
-        self._samples.append((time, perf.StepSample(tokens_per_step, step_time, context_tokens)))
         ring = self._sample_rows
         if len(ring):
-            ring[self._samples_recorded % len(ring), :3] = (tokens_per_step, step_time, context_tokens)
+            ring[self._samples_recorded % len(ring), :3] = (tokens_per_step, step_time, figures.context_tokens or 0.0)
             self._samples_recorded += 1
+            self._sample_times.append(time)
         self._last_sample_time = time
         low, high = self.observed_batch or (figures.running, figures.running)
         self.observed_batch = (min(low, figures.running), max(high, figures.running))
@@ -346,7 +347,7 @@ class Advisor:
             or self._fit_time is None
             or time - self._fit_time >= self.config.refit_interval_s
         )
-        if stale and self._samples:
+        if stale and self._samples_recorded:
             half_life = self.config.sample_half_life_s
             ring, recorded = self._sample_rows, self._samples_recorded
             if recorded <= len(ring):
@@ -354,7 +355,7 @@ class Advisor:
             else:  # the oldest sample's slot first
                 oldest = recorded % len(ring)
                 rows = np.concatenate((ring[oldest:], ring[:oldest]))
-            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t, _ in self._samples]
+            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t in self._sample_times]
             self._fit = perf.fit_step_time_rows(rows, prior(), shape_known=shape_known)
             self._fit_time = time
             self._fit_prior_key = key

@@ -250,8 +250,9 @@ def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then
     real_fit = perf.fit_step_time_rows
 
     def fit(rows, prior, shape_known=True):
-        levels = sorted(s.step_time_s / max(1.0, s.tokens_per_step / prior.knee) for _, s in advisor._samples)
-        fitted.append((prior, levels[len(levels) // 2], len(advisor._samples)))
+        # the samples the fit is given, as its (N, T, C, weight) rows
+        levels = sorted(float(t) / max(1.0, float(n) / prior.knee) for n, t, _, _ in rows)
+        fitted.append((prior, levels[len(levels) // 2], len(rows)))
         return real_fit(rows, prior, shape_known=shape_known)
 
     monkeypatch.setattr(advisor, "_roofline_prior", counted)
