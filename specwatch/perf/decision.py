@@ -263,8 +263,7 @@ class _Model:
                       demand: float) -> tuple[float, float, float, float]:
         """`steps_at`'s answer from its two step times, once each is checked usable."""
         if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
-            raise ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
-                             f"(plain {plain!r} s, speculative {spec!r} s)")
+            raise _unusable_steps(demand, plain, spec)
         return b_plain, b_spec, plain, spec
 
     def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
@@ -289,6 +288,13 @@ class _Model:
     def break_even(self, demand: float, waiting: float, k: int) -> float:
         """The L at which S = 1 (S is linear in L)."""
         return _break_even(self.steps(demand, waiting, k))
+
+
+def _unusable_steps(demand: float, plain: float, spec: float) -> ValueError:
+    """What `checked_steps` (and the crossover's written-out copy of its check) raise for a step time
+    that is not positive and finite."""
+    return ValueError(f"the step-time model gives no usable step time at batch {demand:g} "
+                      f"(plain {plain!r} s, speculative {spec!r} s)")
 
 
 def _hinge_terms(step_model: StepTimeModel) -> tuple[float, float, float, float, float] | None:
@@ -378,8 +384,7 @@ class _HingeModel(_Model):
             plain, verify, attention, draft = parts(b, k)
             spec = verify + attention + draft
             if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
-                raise ValueError(f"the step-time model gives no usable step time at batch {b:g} "
-                                 f"(plain {plain!r} s, speculative {spec!r} s)")
+                raise _unusable_steps(b, plain, spec)
             return (b * length / spec) / (b / plain) - 1.0
 
         return excess
