@@ -279,17 +279,18 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
         result[f"{name}_terminal_bytes_per_s"] = round(sizes[name] / wall)
         # a pane that shows a traceback or an error measured nothing: show its top lines to tell
         result[f"{name}_screen_top"] = [line.rstrip() for line in screens[name].splitlines() if line.strip()][:2]
-    if vllmstat and result["vllmstat_core_pct"]:
-        result["ratio_specwatch_to_vllmstat"] = round(
-            float(result["specwatch_core_pct"]) / float(result["vllmstat_core_pct"]), 3)  # type: ignore[arg-type]
-    if args.baseline_python and result["baseline_core_pct"]:
-        result["ratio_specwatch_to_baseline"] = round(
-            float(result["specwatch_core_pct"]) / float(result["baseline_core_pct"]), 3)  # type: ignore[arg-type]
-    if vllmstat and result["vllmstat_terminal_bytes_per_s"]:
-        result["ratio_terminal_bytes_specwatch_to_vllmstat"] = round(
-            float(result["specwatch_terminal_bytes_per_s"])  # type: ignore[arg-type]
-            / float(result["vllmstat_terminal_bytes_per_s"]), 3)  # type: ignore[arg-type]
+    for ratio, (ours, theirs) in RATIOS.items():
+        if result.get(theirs):  # the other program ran, and measured something
+            result[ratio] = round(float(result[ours]) / float(result[theirs]), 3)  # type: ignore[arg-type]
     return result
+
+
+# The ratios each case reports, where the other program ran: (specwatch's figure, the other's).
+RATIOS = {
+    "ratio_specwatch_to_vllmstat": ("specwatch_core_pct", "vllmstat_core_pct"),
+    "ratio_specwatch_to_baseline": ("specwatch_core_pct", "baseline_core_pct"),
+    "ratio_terminal_bytes_specwatch_to_vllmstat": ("specwatch_terminal_bytes_per_s", "vllmstat_terminal_bytes_per_s"),
+}
 
 
 def main() -> int:
