@@ -37,9 +37,9 @@ from typing import Any
 
 from specwatch import perf
 from specwatch.hardware import lookup, lookup_model
-from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
+from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
-from specwatch.commands.options import advisor_config
+from specwatch.commands.replay import replay_monitor
 from specwatch.synthetic import SyntheticNode, generate, ramp
 from specwatch.verdict_index import build_verdict_index, monitor_template
 
@@ -62,15 +62,16 @@ class StepClock:
 
 def replay_split(path: Path, evaluate_every: float) -> dict[str, float]:
     """Where the headless replay's CPU goes, from one more replay with a CPU clock read around the
-    Window's figures (Window.target) and the advisor's evaluation (Advisor.update), the rest of the
-    Monitor (adding to the window, the shown verdict) and the reading being what is left. The
+    Window's figures (Window.target) and the advisor's evaluation (Advisor._judge, which `update`
+    and `assess` share), the rest of the Monitor (adding to the window, the shown verdict and the
+    explanation of each change) and the reading being what is left. The
     clocks cost some time of their own: the parts' shares matter here, the replay_s above is the
     budget's figure."""
     from specwatch.advisor import Advisor
     from specwatch.window import Window
 
     spent = {"window_figures": 0.0, "advisor": 0.0}
-    originals = {Window: Window.target, Advisor: Advisor.update}
+    originals = {Window: Window.target, Advisor: Advisor._judge}
 
     def clocked(function: Any, part: str) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -82,11 +83,10 @@ def replay_split(path: Path, evaluate_every: float) -> dict[str, float]:
         return run
 
     Window.target = clocked(Window.target, "window_figures")  # type: ignore[method-assign]
-    Advisor.update = clocked(Advisor.update, "advisor")  # type: ignore[method-assign]
+    Advisor._judge = clocked(Advisor._judge, "advisor")  # type: ignore[method-assign]
     try:
         header, snapshots = open_snapshots(path)
-        monitor = Monitor(window_s=30.0, advisor_config=advisor_config(None, header.advisor),
-                          evaluate_every_s=evaluate_every)
+        monitor = replay_monitor(header, argparse.Namespace(evaluate_every=evaluate_every), changes_only=True)
         cpu = time.process_time()
         reading = 0.0
         iterator = iter(snapshots)
@@ -99,7 +99,7 @@ def replay_split(path: Path, evaluate_every: float) -> dict[str, float]:
             monitor.ingest(snapshot)
         total = time.process_time() - cpu
     finally:
-        Window.target, Advisor.update = originals[Window], originals[Advisor]  # type: ignore[method-assign]
+        Window.target, Advisor._judge = originals[Window], originals[Advisor]  # type: ignore[method-assign]
     rest = total - reading - spent["window_figures"] - spent["advisor"]
     return {"read": round(reading, 2), **{k: round(v, 2) for k, v in spent.items()},
             "monitor_rest": round(rest, 2), "total": round(total, 2)}
@@ -136,8 +136,9 @@ def main() -> int:
 
     t, cpu = time.perf_counter(), time.process_time()
     read_header, snapshots = open_snapshots(path)
-    monitor = Monitor(window_s=30.0, advisor_config=advisor_config(None, read_header.advisor),
-                      evaluate_every_s=args.evaluate_every)
+    # the Monitor `replay --headless` reads through: the verdict changes alone (evaluations that
+    # change nothing are not explained)
+    monitor = replay_monitor(read_header, args, changes_only=True)
     changes = 0
     for snapshot in snapshots:
         changes += len(monitor.ingest(snapshot))
@@ -166,8 +167,7 @@ def main() -> int:
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
     # the verdict index, as the dashboard builds it on open (in a thread there; here alone)
-    template = monitor_template(Monitor(window_s=30.0, advisor_config=advisor_config(None, read_header.advisor),
-                                        evaluate_every_s=args.evaluate_every))
+    template = monitor_template(replay_monitor(read_header, args))
     t = time.perf_counter()
     verdicts = build_verdict_index(path, template)
     verdict_index_s = time.perf_counter() - t

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -27,8 +28,9 @@ from specwatch.gpu_events import throttled_spec
 from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
 from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
 from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
-from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, QuotedFigures, Verdict, unknown_verdict
+from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, UNKNOWN_BOUND, QuotedFigures, Verdict, unknown_verdict
 from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
+from specwatch.figures import Acceptance
 from specwatch.window import EngineFigures, TargetWindow
 
 
@@ -65,6 +67,9 @@ UNCONFIGURED_CONFIDENCE_CAP = 0.6
 UNSIZED_DRAFT_RATIO = 0.1
 # The most an answer whose sign depends on hardware nobody identified can claim: a coin flip.
 SHAPE_ASSUMED_CONFIDENCE = 0.5
+# The one reason of a verdict `Advisor.assess` left unexplained (see there): never shown, since only
+# verdicts that change nothing are left so, and said plainly should one ever be.
+UNEXPLAINED = "not explained: this evaluation changed no verdict, and only the changes were read"
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,38 @@ class AdvisorInputs:
 _UNSEEN = object()
 
 
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """What `Advisor._judge` worked out and read for one evaluation on the decision's path: all that
+    `Advisor._explain` needs to give the verdict its reasons and figures, later or at once."""
+
+    tw: TargetWindow  # its total is the figures judged
+    gpus: tuple[GpuSample, ...]
+    gpu: GpuSpec | None
+    step_model: perf.StepTimeModel
+    method: str | None
+    pricing: perf.DraftPricing
+    mig_unscaled: GpuSample | None  # a MIG slice whose share of its GPU NVML did not give
+    ttft_note: str | None  # the TTFT check's reason (it moves the TTFT history: made once)
+    prior_words: str
+    acceptance: Acceptance  # the window's (or the lifetime's, when stale)
+    stale_acceptance: bool
+    k: int
+    running: float
+    inputs: perf.DecisionInputs
+    decision: perf.Decision | None  # None: made without its figures, so made again whole
+    state: str  # after the hysteresis (which it moved)
+    hysteresis_note: str | None
+
+    @property
+    def figures(self) -> EngineFigures:
+        return self.tw.total  # type: ignore[return-value] - judged only when the window has a total
+
+    @property
+    def length(self) -> float:
+        return self.acceptance.acceptance_length  # type: ignore[return-value] - judged only when known
+
+
 def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
     """Why the engine looks stalled over the window, or None: requests ran from its first reading to
     its last, and no engine step ran, or no token was emitted and no prompt token computed."""
@@ -169,6 +206,8 @@ class Advisor:
         self.committed: str | None = None  # the last on/off decision that passed hysteresis
         self._pending: str | None = None
         self._pending_count = 0
+        # Evaluations judged so far: an explanation (assess) is good until the next one.
+        self._judged_count = 0
         # The step-time samples as the fit's (N, T, C, weight) rows, written once each as they come
         # into a ring (a sample's slot: its count modulo max_samples), and their times, oldest first:
         # a refit then only weighs the rows by the times, since their weights fade with the refit's.
@@ -364,26 +403,46 @@ class Advisor:
     # -- the decision -------------------------------------------------------------------------
 
     def update(self, tw: TargetWindow | None, gpus: Sequence[GpuSample] = ()) -> Verdict:
+        """The verdict on this window, explained: its reasons, figures, bound and flags."""
+        verdict, _ = self._judge(tw, gpus, explained=True)
+        return verdict
+
+    def assess(self, tw: TargetWindow | None,
+               gpus: Sequence[GpuSample] = ()) -> tuple[Verdict, Callable[[], Verdict] | None]:
+        """`update` without what only explains the verdict, for a reader of verdict changes alone (a
+        headless timeline reads one evaluation in a hundred): the verdict's state, change and load
+        are `update`'s, and `explain`, when not None, gives the verdict `update` would have given
+        (its reasons, crossover, best k, bound, flags and confidence). The advisor's own state (the
+        step-time samples and fit, the TTFT history, the hysteresis) moves exactly as in `update`.
+        Call `explain` before the next evaluation: it reads the settings this one left."""
+        return self._judge(tw, gpus, explained=False)
+
+    def _judge(self, tw: TargetWindow | None, gpus: Sequence[GpuSample],
+               explained: bool) -> tuple[Verdict, Callable[[], Verdict] | None]:
+        """What moves the advisor's state, in the order `update` has always moved it, then the
+        explanation (`_explain`), at once or when asked. Verdicts that end the judging early (no
+        reading, no traffic, no drafts, no decision) are explained at once: they are cheap."""
         time = None
+        self._judged_count += 1
         if tw is None:
-            return unknown_verdict("the target has not been read yet")
+            return unknown_verdict("the target has not been read yet"), None
         target = tw.latest
         if not target.ok:
             return unknown_verdict(f"cannot read the target: {target.message or target.state}",
-                                   gpu_spec=self._gpu_spec(gpus))
+                                   gpu_spec=self._gpu_spec(gpus)), None
         figures = tw.total
         if figures is None:
             return unknown_verdict(
                 "one reading so far: rates need two scrapes a window apart", bound=self._bound(None, gpus, None, None),
                 gpu_spec=self._gpu_spec(gpus),
-            )
+            ), None
         time = tw.time
         stalled = engine_stall(tw, figures)
         if stalled is not None:
             # frozen counters while requests run: no reading of acceptance or step time is usable,
             # and the lifetime acceptance must not stand in for it
             return self._verdict(UNKNOWN, 0.0, time, [stalled], self._bound(None, gpus, None, None),
-                                 ["engine_stalled"], tw, running=figures.running)
+                                 ["engine_stalled"], tw, running=figures.running), None
         gpu = self._gpu_spec(gpus)
         k = tw.k
         cost, method = self._draft_cost(target.speculation)
@@ -391,31 +450,28 @@ class Advisor:
         self._record_step_sample(time, figures, k if tw.speculation_configured else None, r)
         prior_knee, prior, prior_words = self._prior(gpu, figures)
         step_model = self._step_model(time, prior_knee, prior, shape_known=gpu is not None)
-        bound = self._bound(figures, gpus, gpu, step_model)
-        reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
-        flags: list[str] = []
-        mig_unscaled = gpu is None and self._mig_unscaled is not None
-        if mig_unscaled:
-            slice_ = self._mig_unscaled
-            flags.append("mig_shape_assumed")
-            reasons.append(f"{slice_.name}: NVML did not give this MIG slice's share of the GPU "
-                           f"({slice_.errors.get('mig_shares', 'no share read')}), so its peaks cannot be scaled "
-                           "from the whole GPU's: the step-time shape is assumed, not known")
-        self._prefill_checks(figures, tw, method, reasons, flags)
+        mig_unscaled = self._mig_unscaled if gpu is None else None
+        ttft_note = self._ttft_check(figures)
+
+        def opening() -> tuple[perf.BoundEstimate, list[str], list[str]]:
+            return self._opening(tw, figures, gpus, gpu, step_model, method, mig_unscaled, ttft_note)
 
         running = figures.running
         if running is None or running < 1:
             if figures.generation_tokens_per_s:
                 running = max(1.0, running or 0.0)
             else:
+                bound, reasons, flags = opening()
                 reasons.insert(0, "no requests running in the window: nothing to judge until traffic arrives")
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
-                                     details=self._sweep_not_this_target(target, method, k, time, reasons, flags))
+                                     details=self._sweep_not_this_target(target, method, k, time, reasons,
+                                                                         flags)), None
         context_per_seq = (figures.context_tokens or 0.0) / running if running else 0.0
 
         if not tw.speculation_configured:
+            bound, reasons, flags = opening()
             return self._unconfigured(tw, figures, step_model, running, context_per_seq, r, cost, reasons,
-                                      bound, flags, time, gpu, prior_words)
+                                      bound, flags, time, gpu, prior_words), None
 
         acc = figures.acceptance
         stale_acceptance = False
@@ -425,17 +481,20 @@ class Advisor:
                 acc = life
                 stale_acceptance = True
             else:
+                bound, reasons, flags = opening()
                 reasons.insert(0, "speculation is configured but no drafts have been verified yet")
                 return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running,
-                                     details=self._sweep_not_this_target(target, method, k, time, reasons, flags))
+                                     details=self._sweep_not_this_target(target, method, k, time, reasons,
+                                                                         flags)), None
         length = acc.acceptance_length
         k = k or len(acc.per_position)
         if not k:
             # an old engine without per-position or draft-token counters: judging with a guessed k
             # could set L against an impossible k+1, so say it cannot be judged
+            bound, reasons, flags = opening()
             reasons.insert(0, "k (draft tokens per step) cannot be read from this server's counters: "
                               "no verdict without it")
-            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running), None
         pricing = self._pricing(cost, method)
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
                                          running, context_per_seq, stale_acceptance, prior_words,
@@ -443,12 +502,63 @@ class Advisor:
                                          kv_capacity_tokens=_kv_limit(figures))
         extra = self._extra_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         prompt, output = _per_request(figures)
+        inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
+                                                  output_tokens=output)
+        # Without its figures the decision fails where the whole one does only when the model prices
+        # every batch and k they search: otherwise it is whole now, so the verdict is the same.
+        with_figures = explained or not perf.figures_priced_everywhere(inputs)
         try:
-            decision = perf.decide(self.last_inputs.decision_inputs(length=length, extra_level_error=extra,
-                                                                    prompt_tokens=prompt, output_tokens=output))
+            decision = perf.decide(inputs, figures=with_figures)
         except ValueError as exc:
+            bound, reasons, flags = opening()
             reasons.insert(0, f"no decision from these readings: {exc}")
-            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running)
+            return self._verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, running=running), None
+        s_now = decision.expected_speedup
+        state, hysteresis_note = self._hysteresis(s_now)
+        judged = _Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
+                         prior_words, acc, stale_acceptance, k, running, inputs,
+                         decision if with_figures else None, state, hysteresis_note)
+        if explained:
+            return self._explain(judged), None
+        return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),
+                       UNKNOWN_BOUND, time=time, configured=True, acceptance_length=length,
+                       low_load_break_even=decision.low_load_break_even, running=running,
+                       gpu_spec=self._gpu_in_use), partial(self._explain_now, judged, self._judged_count)
+
+    def _explain_now(self, j: _Judged, judged_count: int) -> Verdict:
+        """`_explain`, while nothing has been judged since: it reads the advisor's settings as that
+        evaluation left them (the speculation config, the GPU in use, the sweep)."""
+        if judged_count != self._judged_count:
+            raise RuntimeError("a verdict can be explained only until the advisor judges the next window")
+        return self._explain(j)
+
+    def _opening(self, tw: TargetWindow, figures: EngineFigures, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
+                 step_model: perf.StepTimeModel, method: str | None, mig_unscaled: GpuSample | None,
+                 ttft_note: str | None) -> tuple[perf.BoundEstimate, list[str], list[str]]:
+        """The bound, and the reasons and flags every verdict on a read window opens with: the
+        disagreements over the speculation config, an unscaled MIG slice, prefill-heavy traffic and
+        a rising TTFT."""
+        bound = self._bound(figures, gpus, gpu, step_model)
+        reasons: list[str] = list(self.speculation.disagreements) if self.speculation else []
+        flags: list[str] = []
+        if mig_unscaled is not None:
+            flags.append("mig_shape_assumed")
+            reasons.append(f"{mig_unscaled.name}: NVML did not give this MIG slice's share of the GPU "
+                           f"({mig_unscaled.errors.get('mig_shares', 'no share read')}), so its peaks cannot be "
+                           "scaled from the whole GPU's: the step-time shape is assumed, not known")
+        self._prefill_tax(figures, tw, method, reasons, flags)
+        if ttft_note is not None:
+            flags.append("ttft_rising")
+            reasons.append(ttft_note)
+        return bound, reasons, flags
+
+    def _explain(self, j: _Judged) -> Verdict:
+        """The verdict `_judge` reached, with its reasons and figures: pure, over what it judged."""
+        tw, figures, running, length, k, state = j.tw, j.figures, j.running, j.length, j.k, j.state
+        decision = j.decision if j.decision is not None else perf.decide(j.inputs)
+        bound, reasons, flags = self._opening(tw, figures, j.gpus, j.gpu, j.step_model, j.method, j.mig_unscaled,
+                                              j.ttft_note)
+        acc, gpu, step_model, method, pricing, target = j.acceptance, j.gpu, j.step_model, j.method, j.pricing, tw.latest
         if pricing.assumed:
             reasons.append(f"speculation {perf.UNKNOWN_METHOD_WORDS} (pass --method)")
             flags.append("method_assumed")
@@ -477,7 +587,7 @@ class Advisor:
         sweep_disagrees = False
         if self.sweep is not None:
             # one line naming both crossovers, the one used and why, in place of the predicted one's
-            reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, time,
+            reconciled = reconcile_crossover(self.sweep, _model_name(target), method, k, target.version, tw.time,
                                              crossover.concurrency if crossover.state == "crosses" else None)
             reasons.append(reconciled.line)
             if reconciled.flag:
@@ -496,8 +606,8 @@ class Advisor:
             reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
         reasons.extend(decision.reasons)
         if decision.request_speedup is not None and "prefill_tax" in flags:
-            reasons.append(f"end to end, with {prompt:.0f} prompt and {output:.0f} output tokens per request: "
-                           f"{decision.request_speedup:.2f}× (the prefill gains nothing)")
+            reasons.append(f"end to end, with {j.inputs.prompt_tokens:.0f} prompt and {j.inputs.output_tokens:.0f} "
+                           f"output tokens per request: {decision.request_speedup:.2f}× (the prefill gains nothing)")
         best = decision.best_k if acc.per_position else None
         if best is not None and best.k != k and best.speedup > s_now * (1 + self.config.hysteresis):
             if best.k == 0:
@@ -505,12 +615,13 @@ class Advisor:
             else:
                 reasons.append(f"k={best.k} would do better here: {best.speedup:.2f}× "
                                f"(L={best.length:.2f} from the per-position rates)")
-        if stale_acceptance:
+        if j.stale_acceptance:
             reasons.append("no drafts in this window: acceptance is the lifetime figure")
             flags.append("stale_acceptance")
 
         shape_assumed = False
-        if gpu is None and not mig_unscaled and s_now > 1.0 and not _shape_measured(step_model, running, n_verify):
+        if gpu is None and j.mig_unscaled is None and s_now > 1.0 \
+                and not _shape_measured(step_model, running, n_verify):
             # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
             # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
             # position costs a token's compute. When the answer flips between the two, say so and
@@ -528,20 +639,21 @@ class Advisor:
         if slo is not None:
             reasons.append(slo[0])
 
-        state = self._hysteresis(s_now, reasons)
+        if j.hysteresis_note is not None:
+            reasons.append(j.hysteresis_note)
         confidence = self._confidence(decision)
-        if shape_assumed or mig_unscaled or sweep_disagrees:
+        if shape_assumed or j.mig_unscaled is not None or sweep_disagrees:
             confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
         if step_model.confidence(n_verify) < 0.2:
             flags.append("extrapolated")
             reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
-                           f"({prior_words}): confidence is low")
-        change = (state == OFF) if state in (ON, OFF) else False
-        return self._verdict(state, confidence, time, reasons, bound, flags, tw, running=running,
+                           f"({j.prior_words}): confidence is low")
+        change = state == OFF  # speculation is on here: a change is recommended when it should be off
+        return self._verdict(state, confidence, tw.time, reasons, bound, flags, tw, running=running,
                              expected=s_now, be=be_here, low_be=low_be,
                              crossover=crossover_shown, length=length,
                              best=best, change=change,
-                             details={**sweep_details, "quoted": quoted, "prior": prior_words,
+                             details={**sweep_details, "quoted": quoted, "prior": j.prior_words,
                                       "carried_by": decision.carried_by,
                                       "level_error": decision.level_error,
                                       "request_speedup": decision.request_speedup,
@@ -632,8 +744,8 @@ class Advisor:
         return (f"{running:.0f} running × {k + 1} tokens = {n_verify:.0f} tokens per step, {side} {where} "
                 f"of about {knee:.0f}")
 
-    def _prefill_checks(self, figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
-                        flags: list[str]) -> None:
+    def _prefill_tax(self, figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
+                     flags: list[str]) -> None:
         ratio = figures.prompt_to_output_ratio
         heavy_share = prefill_heavy_share(tw.increases) if tw.increases is not None else None
         share_low = heavy_share[0] if heavy_share is not None else None
@@ -649,16 +761,21 @@ class Advisor:
                            + (", and the draft model runs its own prefill" if method == "draft" else "")
                            + (f"; {share} (bounds: the length histograms do not say which prompt went with "
                               "which output)" if share else ""))
+
+    def _ttft_check(self, figures: EngineFigures) -> str | None:
+        """Whether TTFT p95 rises against its recent median (the reason, or None); then the p95 joins
+        the history."""
         p95 = figures.ttft_p95_s
-        if p95 is not None:
-            history = sorted(self._ttft_history)
-            if len(history) >= 5:
-                median = history[len(history) // 2]
-                if median > 0 and p95 > TTFT_RISE * median and p95 > 0.05:
-                    flags.append("ttft_rising")
-                    reasons.append(f"TTFT p95 is rising: {p95 * 1000:.0f} ms against a recent median of "
-                                   f"{median * 1000:.0f} ms")
-            self._ttft_history.append(p95)
+        if p95 is None:
+            return None
+        note = None
+        history = sorted(self._ttft_history)
+        if len(history) >= 5:
+            median = history[len(history) // 2]
+            if median > 0 and p95 > TTFT_RISE * median and p95 > 0.05:
+                note = f"TTFT p95 is rising: {p95 * 1000:.0f} ms against a recent median of {median * 1000:.0f} ms"
+        self._ttft_history.append(p95)
+        return note
 
     def _bound(self, figures: EngineFigures | None, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
                step_model: perf.StepTimeModel | None) -> perf.BoundEstimate:
@@ -676,17 +793,17 @@ class Advisor:
             signals.append(perf.tokens_per_step_signal(computed, step_model.knee_tokens))
         return perf.combine_bound(signals)
 
-    def _hysteresis(self, s_now: float, reasons: list[str]) -> str:
+    def _hysteresis(self, s_now: float) -> tuple[str, str | None]:
+        """The state this speedup moves the hysteresis to, and the reason when it holds."""
         delta = self.config.hysteresis
         raw = ON if s_now >= 1 + delta else OFF if s_now <= 1 - delta else HOLD
         if raw == HOLD:
             self._pending, self._pending_count = None, 0
-            reasons.append(f"within ±{delta:.0%} of break-even: keep the current setting")
-            return HOLD
+            return HOLD, f"within ±{delta:.0%} of break-even: keep the current setting"
         if self.committed is None or raw == self.committed:
             self.committed = raw
             self._pending, self._pending_count = None, 0
-            return raw
+            return raw, None
         if raw == self._pending:
             self._pending_count += 1
         else:
@@ -694,10 +811,9 @@ class Advisor:
         if self._pending_count >= self.config.confirm_windows:
             self.committed = raw
             self._pending, self._pending_count = None, 0
-            return raw
-        reasons.append(f"speedup has pointed {raw} for {self._pending_count} of {self.config.confirm_windows} "
-                       f"updates: holding {self.committed} until it is confirmed")
-        return HOLD
+            return raw, None
+        return HOLD, (f"speedup has pointed {raw} for {self._pending_count} of {self.config.confirm_windows} "
+                      f"updates: holding {self.committed} until it is confirmed")
 
     def _extra_error(self, drafts: float | None, gpu: GpuSpec | None, stale: bool,
                      method_assumed: bool = False) -> float:

@@ -10,6 +10,10 @@ Snapshot: a 1 Hz live poll and a 100× replay then evaluate at the same instants
 makes a replay reproduce the live verdicts exactly. The default cadence is every 5 s of data time:
 responsive enough for an operator (a flip needs `confirm_windows` evaluations, 15 s), and cheap
 enough that a 24 h recording replays headless in seconds (issue 6's budget).
+
+A headless timeline reads only the verdict changes, a few in a thousand evaluations: its Monitor
+(`changes_only`) explains, with reasons, crossover, best k and bound, only the evaluations that
+change a shown verdict, and its changes are the Verdicts the dashboard's Monitor gives.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from specwatch.advisor import Advisor, AdvisorConfig
 from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, replaced, requote, unknown_verdict
@@ -102,7 +106,12 @@ class ShownVerdict:
         self._recent: deque[tuple[float, float | None, tuple[float | None, ...]]] = deque()
         self._figures: dict[str, float | None] = {}
 
-    def show(self, verdict: Verdict, time: float, reading_ok: bool) -> Verdict:
+    def show(self, verdict: Verdict, time: float, reading_ok: bool,
+             explain: Callable[[], Verdict] | None = None) -> Verdict:
+        """The verdict to show for this evaluation. `explain`, when given, makes the advisor's verdict
+        whole (Advisor.assess): it is called only when the shown state changes, and a verdict that
+        changes nothing is shown unexplained, its figures left out of the steadied ones (they are
+        only read after the next change, which starts them over)."""
         if not reading_ok:
             self.failures += 1
             if self.failures < PERSISTENT_FAILURES and self.last is not None and self.last.speculation != UNKNOWN:
@@ -122,19 +131,32 @@ class ShownVerdict:
             self._figures.clear()
             self.last = verdict
             return verdict
+        if explain is not None:
+            if not self._moves_to(verdict.speculation, time):
+                held = self.state
+                shown = verdict if verdict.speculation == held else replaced(verdict, speculation=held)
+                self.last = shown
+                return shown
+            verdict = explain()
         shown = self._steady_state(verdict, time)
         shown = self._steady_figures(shown, time)
         self.last = shown
         return shown
 
+    def _moves_to(self, wanted: str, time: float) -> bool:
+        """Whether the banner changes to `wanted` now: it shows another state, and the dwell has
+        passed (or it showed nothing, or unknown)."""
+        return wanted != self.state and (self.state in (None, UNKNOWN) or self.since is None
+                                         or time - self.since >= self.dwell_s)
+
     def _steady_state(self, verdict: Verdict, time: float) -> Verdict:
         wanted = verdict.speculation
-        if self.state in (None, UNKNOWN) or wanted == self.state or self.since is None \
-                or time - self.since >= self.dwell_s:
-            if wanted != self.state:
-                self.state, self.since = wanted, time
-                self._recent.clear()
-                self._figures.clear()
+        if wanted == self.state:
+            return verdict
+        if self._moves_to(wanted, time):
+            self.state, self.since = wanted, time
+            self._recent.clear()
+            self._figures.clear()
             return verdict
         # within the dwell: keep the banner; the reasons say what the advisor now points to
         held = self.state
@@ -189,8 +211,14 @@ class Monitor:
         evaluate_every_s: float = DEFAULT_EVALUATE_EVERY_S,
         target_configs: Mapping[str, AdvisorConfig] | None = None,
         dwell_s: float = DEFAULT_DWELL_S,
+        changes_only: bool = False,
     ) -> None:
+        """`changes_only`: the reader takes the VerdictChanges alone (a headless timeline), so an
+        evaluation that changes no shown verdict is not explained (Advisor.assess): its TargetState
+        holds the verdict's state and load but not its reasons, figures or bound. The changes are the
+        Verdicts they would be otherwise; the explanations are most of an evaluation's cost."""
         self.dwell_s = dwell_s
+        self.changes_only = changes_only
         self._shown: dict[str, ShownVerdict] = {}
         self.window = Window(window_s)
         self.advisor_config = advisor_config or AdvisorConfig()
@@ -252,12 +280,17 @@ class Monitor:
         changes: list[VerdictChange] = []
         for target in snapshot.targets:
             tw = self.window.target(target.url)
-            verdict = self._advisor(target.url).update(tw, snapshot.gpus) if tw is not None \
-                else unknown_verdict("no reading yet", snapshot.time)
+            explain = None
+            if tw is None:
+                verdict = unknown_verdict("no reading yet", snapshot.time)
+            elif self.changes_only:
+                verdict, explain = self._advisor(target.url).assess(tw, snapshot.gpus)
+            else:
+                verdict = self._advisor(target.url).update(tw, snapshot.gpus)
             shown = self._shown.get(target.url)
             if shown is None:
                 shown = self._shown[target.url] = ShownVerdict(self.dwell_s)
-            verdict = shown.show(verdict, snapshot.time, target.ok)
+            verdict = shown.show(verdict, snapshot.time, target.ok, explain)
             # one failed reading is not news (the last verdict stands, marked); failures that persist are
             reachable = target.ok or "reading_failed" in verdict.flags
             before = self._states.get(target.url)

@@ -78,16 +78,19 @@ def run(args: argparse.Namespace) -> int:
     return run_app(source, monitor, title="specwatch replay")
 
 
-def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = None) -> Monitor:
+def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = None, *,
+                   changes_only: bool = False) -> Monitor:
     """The Monitor a replay (headless or TUI) feeds: the header's advisor settings under the flags,
-    and the flags' window."""
+    and the flags' window. `changes_only` for a headless timeline, which reads the changes alone (see
+    Monitor): the dashboard shows every verdict."""
     from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 
     window = getattr(args, "window", None) or DEFAULT_WINDOW_S
     every = getattr(args, "evaluate_every", None) or DEFAULT_EVALUATE_EVERY_S
     if not (0 < window < math.inf and 0 < every < math.inf):  # flags parse as such; this is for callers
         raise UsageError("--window and --evaluate-every must be greater than 0")
-    return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor), evaluate_every_s=every)
+    return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor), evaluate_every_s=every,
+                   changes_only=changes_only)
 
 
 def verdict_timeline(snapshots: Iterable[Snapshot], monitor: Monitor) -> Iterable[VerdictChange]:
@@ -119,7 +122,7 @@ def play_headless(path: Path | str, args: argparse.Namespace, command: str, out:
         header, snapshots = open_snapshots(path, warnings)
     except RecordingError as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
-    monitor = replay_monitor(header, args)
+    monitor = replay_monitor(header, args, changes_only=True)
     if not args.json:
         kind = "SYNTHETIC data" if header.synthetic else "real data"
         out.write(f"# {Path(path).name}: {kind} from {header.host or 'an unnamed host'}"
@@ -270,8 +273,8 @@ def play_demo_headless(scenarios: Sequence[Scenario], args: argparse.Namespace, 
                       f"{header.host or 'an unnamed host'}, {scenario.clock} clock "
                       f"{format_time(index.start)} – {format_time(index.end)}"
                       + (f" — {header.notes}" if header.notes else "") + "\n")
-        _print_timeline(scenario.path, snapshots, replay_monitor(header, args), args.json, out, "demo", warnings,
-                        scenario=scenario.name)
+        _print_timeline(scenario.path, snapshots, replay_monitor(header, args, changes_only=True), args.json, out,
+                        "demo", warnings, scenario=scenario.name)
     return ExitCode.OK
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "Decision",
     "decide",
     "decide_many",
+    "figures_priced_everywhere",
     "speedup_function",
     "direction_confidence",
     "level_error",
@@ -261,8 +262,11 @@ class _Model:
     @staticmethod
     def checked_steps(b_plain: float, b_spec: float, plain: float, spec: float,
                       demand: float) -> tuple[float, float, float, float]:
-        """`steps_at`'s answer from its two step times, once each is checked usable."""
-        if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)):
+        """`steps_at`'s answer from its two step times, once each is checked usable: positive and
+        finite, and not so small that a batch over it overflows, which would make S at L = 1 zero or
+        NaN (a break-even of 1/0)."""
+        if not (spec > 0 and plain > 0 and math.isfinite(spec) and math.isfinite(plain)
+                and (b_spec / spec) / (b_plain / plain) > 0):
             raise _unusable_steps(demand, plain, spec)
         return b_plain, b_spec, plain, spec
 
@@ -517,8 +521,13 @@ def direction_confidence(expected: float, sigma: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
-def decide(inputs: DecisionInputs) -> Decision:
-    """The decision for one configuration at one load (see the module docstring)."""
+def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
+    """The decision for one configuration at one load (see the module docstring).
+
+    `figures=False` leaves out what only explains the decision (the crossover, the best k and the
+    end-to-end speedup: None) and works out the rest the same way: a headless timeline explains
+    only the evaluations that change the verdict. Where `figures_priced_everywhere(inputs)`, it
+    raises exactly where the whole decision does."""
     check_k(inputs.k)
     if not (math.isfinite(inputs.running) and inputs.running > 0):
         raise ValueError(f"running must be a positive number, got {inputs.running!r}")
@@ -554,7 +563,6 @@ def decide(inputs: DecisionInputs) -> Decision:
     else:
         length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens else min(inputs.length, k + 1.0)
         expected = length / break_even
-        crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
         # the terms in ln S: acceptance gains, each cost loses its share of ln(T_spec / T_plain)
@@ -573,27 +581,10 @@ def decide(inputs: DecisionInputs) -> Decision:
         else:
             carried = max(contributions, key=lambda name: abs(contributions[name]))
         terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
-        top = inputs.k_max or k
-        choice = KChoice(0, 1.0, 1.0, False)
-        lengths = _LengthsAtK(inputs)
-        for candidate in range(1, top + 1):
-            estimate = lengths.at(candidate) if candidate != k else (length, False)
-            if estimate is None:
-                continue
-            value = _speedup(steps_here if candidate == k else model.steps(demand, waiting, candidate), estimate[0])
-            if value > choice.speedup:
-                choice = KChoice(candidate, estimate[0], value, estimate[1])
-        best = choice
-        if inputs.prompt_tokens and inputs.output_tokens:
-            prefill = prefill_time_s(inputs.step_model, inputs.prompt_tokens)
-            if inputs.draft.kind == "model" and inputs.draft.model is not None:
-                draft_prefill = prefill_time_s(inputs.draft.model, inputs.prompt_tokens)
-            elif inputs.draft.kind == "lookup":
-                draft_prefill = 0.0
-            else:
-                draft_prefill = inputs.draft.ratio * prefill
-            request = request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens,
-                                      prefill, draft_prefill)
+        if figures:
+            crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
+            best = _best_k(inputs, model, k, length, steps_here, demand, waiting)
+            request = _request_speedup(inputs, expected, plain_here)
     return Decision(
         state=state,
         expected_speedup=expected,
@@ -610,6 +601,59 @@ def decide(inputs: DecisionInputs) -> Decision:
         assumptions=tuple(assumptions),
         reasons=tuple(reasons),
     )
+
+
+def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
+            steps_here: tuple[float, float, float, float], demand: float, waiting: float) -> KChoice:
+    """The k′ in 1..k_max (or k) with the highest speedup at this load (k′ = 0, S = 1, when none
+    beats it); `steps_here` are k's own steps at this load."""
+    choice = KChoice(0, 1.0, 1.0, False)
+    lengths = _LengthsAtK(inputs)
+    for candidate in range(1, (inputs.k_max or k) + 1):
+        estimate = lengths.at(candidate) if candidate != k else (length, False)
+        if estimate is None:
+            continue
+        value = _speedup(steps_here if candidate == k else model.steps(demand, waiting, candidate), estimate[0])
+        if value > choice.speedup:
+            choice = KChoice(candidate, estimate[0], value, estimate[1])
+    return choice
+
+
+def _request_speedup(inputs: DecisionInputs, expected: float, plain_here: float) -> float | None:
+    """The end-to-end speedup of a request, its prefill included (None without its mean shape)."""
+    if not (inputs.prompt_tokens and inputs.output_tokens):
+        return None
+    prefill = prefill_time_s(inputs.step_model, inputs.prompt_tokens)
+    if inputs.draft.kind == "model" and inputs.draft.model is not None:
+        draft_prefill = prefill_time_s(inputs.draft.model, inputs.prompt_tokens)
+    elif inputs.draft.kind == "lookup":
+        draft_prefill = 0.0
+    else:
+        draft_prefill = inputs.draft.ratio * prefill
+    return request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens, prefill, draft_prefill)
+
+
+def figures_priced_everywhere(inputs: DecisionInputs) -> bool:
+    """Whether every step time that only the figures (`decide(..., figures=True)`) price is positive
+    and finite, so that working them out cannot fail: a hinge of finite terms with a positive base
+    and no negative cost, a finite context, and a lookup drafter or a finite, non-negative draft
+    ratio. The crossover prices batches 1 to max_batch and the best k every k′ up to k_max, where the
+    decision itself prices only the load: a step-time model that fails out there fails the whole
+    decision (said as such), which the decision without its figures would not see."""
+    hinge = _hinge_terms(inputs.step_model)
+    if hinge is None:
+        return False
+    base, knee, slope, kv, per_token = hinge
+    if not (0.0 < base < math.inf and math.isfinite(knee) and 0.0 <= slope < math.inf and 0.0 <= kv < math.inf
+            and 0.0 <= per_token < math.inf):
+        return False
+    context = inputs.context_per_sequence
+    if type(context) is not float or not 0.0 <= context < math.inf:
+        return False
+    draft = inputs.draft
+    if type(draft) is not DraftPricing:
+        return False
+    return draft.kind == "lookup" or (draft.kind == "ratio" and 0.0 <= draft.ratio < math.inf)
 
 
 def decide_many(inputs: DecisionInputs, batches: Sequence[float]) -> list[float]:
