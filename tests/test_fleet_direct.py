@@ -101,6 +101,9 @@ def test_json_rows_for_an_agent_an_engine_and_a_refused_port(agent, capsys) -> N
     down = document["rows"][0]
     assert down["node"] == dead and down["down"] and down["read_state"] == "connection_refused"
     assert down["attention"] == "unreachable (connection refused)" and down["verdict"] == "unknown"
+    # read directly, no Prometheus scraped an agent: no row claims one was (a URL that never answered
+    # was said to have an exporter up)
+    assert all(row["exporter_up"] is None for row in document["rows"])
     # the agent: its own verdict, as it serves it (and as Prometheus would hold it)
     served = exporter.frame.states["http://synthetic-node:8000"].verdict
     mine = rows["agent-node"]

@@ -123,16 +123,21 @@ async def _print_json(client: Any, args: argparse.Namespace) -> int:
             reading = await read_fleet(client, args.job)
     finally:
         await client.aclose()
-    document = fleet_document(reading, client.describe())
+    document = fleet_document(reading, client.describe(), direct=bool(args.urls))
     print(json.dumps(finite_json(document), indent=2, allow_nan=False))
     return fleet_status(reading)
 
 
-def fleet_document(reading: Any, source: str) -> dict[str, Any]:
+def fleet_document(reading: Any, source: str, direct: bool = False) -> dict[str, Any]:
+    """The `specwatch.fleet/1` object. `direct`: the rows were read from the URLs themselves, where
+    no Prometheus scrapes an agent, so `exporter_up` (Prometheus's `up` for the node's agent) is null
+    rather than a true nobody measured; `down` and `read_state` say whether each URL answered."""
     rows = []
     for row in reading.rows:
         fields = dataclasses.asdict(row)
         fields.pop("selector")
+        if direct:
+            fields["exporter_up"] = None
         fields["down"] = not row.exporter_up or not row.reachable
         fields["attention"] = row.attention[1]
         rows.append(fields)
