@@ -1,5 +1,6 @@
-"""The three import names resolve from a wheel install and from an editable install, and nothing
-generic (`collectors`, `widgets`) lands at the top level of site-packages."""
+"""The three import names resolve from a wheel install and from an editable install, nothing
+generic (`collectors`, `widgets`) lands at the top level of site-packages, and the wheel carries
+the stylesheet and the bundled recordings (`demo` plays them from it)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ def test_install_imports_all_three(tmp_path, mode):
         purelib = next(site.glob("lib/python*/site-packages"))
         assert not (purelib / "collectors").exists() and not (purelib / "widgets").exists()
         assert (purelib / "specwatch" / "collectors" / "vllm.py").exists()
+        # the data the wheel must carry: the stylesheet, and the bundled recordings `demo` plays
+        assert (purelib / "specwatch" / "app.tcss").exists()
+        bundled = sorted(p.name for p in (purelib / "specwatch" / "data").glob("*.swrec"))
+        assert bundled == sorted(p.name for p in (ROOT / "specwatch" / "data").glob("*.swrec")), bundled
+        r = subprocess.run([str(python), "-m", "specwatch", "demo", "--headless"], cwd=tmp_path, capture_output=True,
+                           text=True, env=_outer_env(), timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert [line.split()[2] for line in r.stdout.splitlines() if line.startswith("# scenario")] == \
+            [f"{i}/{len(bundled)}" for i in range(1, len(bundled) + 1)], r.stdout
     else:
         assert Path(files[0]) == ROOT / "specwatch" / "__init__.py"
         assert Path(files[1]) == ROOT / "collectors" / "__init__.py"
