@@ -2,6 +2,7 @@
 
     python benchmarks/bench_terminal.py [--seconds 60] [--settle 10] [--sizes 80x24,160x45]
                                         [--engines 1,8] [--vllmstat PATH] [--profile DIR]
+                                        [--baseline-python PYTHON] [--py-spy PATH]
 
 A loopback HTTP server serves the real vLLM 0.32 payload in tests/data/ with its counters moving on
 every scrape (each counter and histogram sample grows by 1 % of its captured value per scrape, so
@@ -16,7 +17,13 @@ core each took, and the ratio specwatch / vllmstat. Prints one JSON object.
 
 The machine's other load slows both the same way within one run: quote the ratio. It is a
 benchmark, not a test: it asserts nothing. With --profile DIR, specwatch runs under cProfile and
-writes DIR/specwatch-ENGINESe-WxH.prof (its CPU figures then include the profiler's overhead).
+writes DIR/specwatch-ENGINESe-WxH.prof (its CPU figures then include the profiler's overhead, and
+the profile its start-up). With --py-spy PATH (py-spy, installed apart: `pip install py-spy`), each
+specwatch (this one and the baseline) is sampled over the measured span alone, without stopping it,
+and the case gets `*_profile_split`: the share of the samples whose innermost Python frame lies in
+each part (the scrape, the parse, the window, the advisor, specwatch's views, Textual and Rich, the
+event loop), and that share of the measured CPU in ms per second: where the CPU goes once it has
+started (py-spy leaves out threads that wait, so the samples follow the CPU ticks).
 
 vllmstat is installed in a virtual environment of its own, outside the repository:
     python3 -m venv VENV && VENV/bin/pip install vllmstat
@@ -172,24 +179,34 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[11]) + int(fields[12])
 
 
-def tree_ticks(root: int) -> int:
-    """CPU ticks of `root` and every live descendant."""
+def _live_processes() -> dict[int, tuple[int, int]]:
+    """Every live process: pid → (parent pid, CPU ticks)."""
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             s = _stat(int(entry))
             if s is not None:
                 stats[int(entry)] = s
+    return stats
+
+
+def process_tree(root: int, stats: dict[int, tuple[int, int]] | None = None) -> list[int]:
+    """`root` and its live descendants, nearest first."""
+    stats = _live_processes() if stats is None else stats
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total
+    tree, i = [root], 0
+    while i < len(tree):
+        tree.extend(children.get(tree[i], ()))
+        i += 1
+    return tree
+
+
+def tree_ticks(root: int) -> int:
+    """CPU ticks of `root` and every live descendant."""
+    stats = _live_processes()
+    return sum(stats[pid][1] for pid in process_tree(root, stats) if pid in stats)
 
 
 class TmuxPane:
@@ -237,6 +254,53 @@ def imported_specwatch(python: str, cwd: Path | None) -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
+# The parts of a sampled profile, by the file of a sample's innermost Python frame (first match).
+PROFILE_PARTS = (
+    ("scrape (httpx, httpcore, h11, sockets)", ("/httpx/", "/httpcore/", "/h11/", "/anyio/", "/socket.py", "/ssl.py")),
+    # An editable install runs collectors/ and widgets/ from the checkout, and py-spy names them
+    # without the specwatch/ above them. prometheus_client's text parser is what a payload with odd
+    # lines falls back to, and what older trees parsed with.
+    ("parse (exposition, collectors)", ("/specwatch/exposition", "/specwatch/collectors/", "/collectors/",
+                                        "/specwatch/sources", "/prometheus_client/parser")),
+    ("window and figures", ("/specwatch/window", "/specwatch/figures", "/specwatch/health")),
+    ("advisor and model", ("/specwatch/advisor", "/specwatch/perf/", "/specwatch/monitor", "/specwatch/verdict",
+                           "/specwatch/gpu_events", "/specwatch/sweep_evidence", "/specwatch/hardware")),
+    ("views (specwatch's app and widgets)", ("/specwatch/", "/widgets/")),
+    ("Textual and Rich (layout, paint, compositor)", ("/textual/", "/rich/")),
+    ("event loop (asyncio, selectors, threads)", ("/asyncio/", "/selectors.py", "/threading.py", "/concurrent/")),
+)
+
+
+def python_pid(pid: int) -> int:
+    """The Python process of a pane: the pane's own process, or the nearest of its descendants that
+    is one (a shell may stand between)."""
+    for current in process_tree(pid):
+        try:
+            if b"python" in Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")[0]:
+                return current
+        except OSError:
+            continue
+    return pid
+
+
+def profile_split(raw: Path) -> dict[str, object]:
+    """py-spy's raw stacks ("frame;frame;... count", innermost last) as each part's share."""
+    counts = dict.fromkeys([name for name, _ in PROFILE_PARTS] + ["other"], 0)
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        # "function (path:line)", the path relative to its package root or a full one
+        where = "/" + (leaf[leaf.rfind("(") + 1:] if "(" in leaf else leaf)
+        part = next((name for name, marks in PROFILE_PARTS if any(m in where for m in marks)), "other")
+        counts[part] += int(count)
+        total += int(count)
+    return {"samples": total,
+            "share_pct": {name: round(100 * n / total, 1) for name, n in counts.items() if n} if total else {}}
+
+
 def run_case(server: LoopbackServer, engines: int, width: int, height: int, args: argparse.Namespace,
              vllmstat: str | None) -> dict[str, object]:
     url = server.url("/metrics" if engines == 1 else "/8/metrics")
@@ -259,11 +323,24 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
         time.sleep(args.settle)
         for name, p in panes.items():
             p.capture_output(written / name)
+        samplers = {}
+        if args.py_spy:
+            for name in ("specwatch", "baseline"):
+                if name in panes:
+                    raw = written / f"{name}.spy"
+                    samplers[name] = (raw, subprocess.Popen(
+                        [args.py_spy, "record", "--pid", str(python_pid(panes[name].pid)), "--duration",
+                         str(max(1, round(args.seconds))), "--rate", "500", "--nonblocking", "--format", "raw",
+                         "--output", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         before = {name: tree_ticks(p.pid) for name, p in panes.items()}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         after = {name: tree_ticks(p.pid) for name, p in panes.items()}
         wall = time.monotonic() - t0
+        splits = {}
+        for name, (raw, sampler) in samplers.items():
+            sampler.wait(timeout=60)
+            splits[name] = profile_split(raw) if raw.exists() else {"error": f"py-spy exited {sampler.returncode}"}
         for p in panes.values():
             p.capture_output(None)
         screens = {name: p.screen() for name, p in panes.items()}
@@ -279,6 +356,13 @@ def run_case(server: LoopbackServer, engines: int, width: int, height: int, args
         result[f"{name}_terminal_bytes_per_s"] = round(sizes[name] / wall)
         # a pane that shows a traceback or an error measured nothing: show its top lines to tell
         result[f"{name}_screen_top"] = [line.rstrip() for line in screens[name].splitlines() if line.strip()][:2]
+        if name in splits:
+            split = splits[name]
+            core_pct = float(result[f"{name}_core_pct"])  # type: ignore[arg-type]
+            # each part's CPU in ms per second of the span: its share of the samples of the CPU measured
+            split["ms_per_s"] = {part: round(share * core_pct / 10, 2)
+                                 for part, share in split.get("share_pct", {}).items()}
+            result[f"{name}_profile_split"] = split
     for ratio, (ours, theirs) in RATIOS.items():
         if result.get(theirs):  # the other program ran, and measured something
             result[ratio] = round(float(result[ours]) / float(result[theirs]), 3)  # type: ignore[arg-type]
@@ -303,6 +387,8 @@ def main() -> int:
     parser.add_argument("--vllmstat-args", default="",
                         help="more arguments for vllmstat (it is run with -u URL -i 1 --no-gpu)")
     parser.add_argument("--profile", type=Path, help="run specwatch under cProfile, writing .prof files here")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="py-spy, to sample each specwatch over the measured span (its profile split)")
     parser.add_argument("--baseline-python",
                         help="an interpreter with another specwatch installed, run beside this one (a base commit)")
     args = parser.parse_args()
