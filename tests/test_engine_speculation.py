@@ -12,14 +12,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from conftest import NGRAM_K4
 from test_export import SERVING, samples, wait_for
-from vllm_server import Traffic, VllmServer
+from vllm_server import Traffic, VllmServer, record_under_traffic
 
 from specwatch import cli
 from specwatch.recording import read_recording
@@ -95,21 +94,27 @@ def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
     assert any(NGRAM_WORDS in r for r in verdict.reasons), verdict.reasons
 
 
+# The readings the tests below need: several, so the replay has rates to judge with.
+ENOUGH_READINGS = 5
+
+
 @pytest.fixture(scope="module")
 def dev_recording(dev_server, tmp_path_factory):
+    """A recording of the dev-mode server under load (14 s; 60 s when that holds too few readings or
+    no judged verdict)."""
     out = tmp_path_factory.mktemp("rec") / "dev.swrec"
-    with Traffic(dev_server, concurrency=2):
-        time.sleep(2.0)  # traffic in flight before the first poll
-        code = cli.main(["record", "-o", str(out), "--url", dev_server.url, "--duration", "14",
-                         "--interval", "1", *QUIET])
-    assert code == 0
+
+    def record(duration: str) -> None:
+        assert cli.main(["record", "-o", str(out), "--url", dev_server.url, "--duration", duration,
+                         "--interval", "1", "--force", *QUIET]) == 0
+
+    record_under_traffic(dev_server, out, record, enough=ENOUGH_READINGS, durations=("14", "60"))
     return out
 
 
 def test_record_keeps_the_config_from_server_info_in_every_reading(dev_recording):
     rec = read_recording(dev_recording)
-    # each poll is re-armed after it completes, so a loaded machine fits fewer than 14 into 14 s
-    assert rec.warnings == [] and len(rec.snapshots) >= 5
+    assert rec.warnings == [] and len(rec.snapshots) >= ENOUGH_READINGS
     configs = {s.targets[0].speculation for s in rec.snapshots}
     assert len(configs) == 1, configs
     (config,) = configs

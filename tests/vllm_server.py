@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import httpx
 
@@ -217,3 +217,44 @@ class Traffic:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=150)
+
+
+JUDGED = ("on", "off", "hold")
+
+
+def replayed_timeline(path: Path, closed: bool = False) -> list[dict]:
+    """The verdict changes of `specwatch replay --headless --json` over `path`. A file still being
+    written replays up to its last flush, and one not flushed yet as []; a `closed` one must replay
+    cleanly (exit 0, no traceback)."""
+    r = subprocess.run([sys.executable, "-m", "specwatch", "replay", str(path), "--headless", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    if closed:
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()] if r.returncode == 0 else []
+
+
+def record_under_traffic(server: VllmServer, out: Path, record: Callable[[str], None], enough: int,
+                         durations: Sequence[str]) -> list[dict]:
+    """`record(duration)` writes `out` while two clients load `server`, for each of `durations` in turn
+    until `out` holds `enough` readings and its replay a judged verdict (on, off or hold) after the
+    first reading; returns that replay's timeline. Each poll is re-armed after it completes, and a
+    CPU vLLM under traffic on a loaded machine has taken 12 s to answer one, and its first requests
+    after a restart several seconds. A replay evaluates every 5 s of data time, from the first
+    reading: readings that span less than that are one evaluation, "one reading so far", however
+    many they are. So a short recording is taken again for longer (a bound on what the recording
+    holds, not a timing)."""
+    from specwatch.recording import read_recording
+
+    timeline: list[dict] = []
+    for duration in durations:
+        with Traffic(server, concurrency=2):
+            time.sleep(2.0)  # traffic in flight before the first poll
+            record(duration)
+        readings = len(read_recording(out).snapshots)
+        timeline = replayed_timeline(out, closed=True)
+        if readings >= enough and any(c["speculation"] in JUDGED for c in timeline[1:]):
+            return timeline
+        said = "; ".join(f"{c['speculation']}: {c['reasons'][0] if c['reasons'] else ''}" for c in timeline)
+        print(f"{readings} readings in {duration} s of recording {out.name} on this machine, replayed as "
+              f"[{said}]; recording again", file=sys.stderr)
+    return timeline
