@@ -8,8 +8,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 import os
 
 import pytest
+from hypothesis import settings
 
 from vllm_server import VllmServer, build_tiny_models, vllm_python
+
+# Hypothesis: no deadline per example anywhere (a timed assertion, which a loaded machine fails by
+# chance), and on CI the same examples on every run (derandomize: seeded from each test), so no
+# landing is refused by a case nobody drew before. A local run keeps drawing new cases: that is how
+# the overflow in decide's step check was found, and such a case is then pinned with @example.
+settings.register_profile("specwatch", deadline=None)
+settings.register_profile("ci", parent=settings.get_profile("specwatch"), derandomize=True, database=None)
+settings.load_profile("ci" if os.environ.get("CI") else "specwatch")
 
 NGRAM_K4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
 DRAFT_K3 = {"method": "draft_model", "num_speculative_tokens": 3}
