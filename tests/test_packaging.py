@@ -69,6 +69,11 @@ def test_install_imports_all_three(tmp_path, mode):
         assert (purelib / "specwatch" / "collectors" / "vllm.py").exists()
         # the data the wheel must carry: the stylesheet, and the bundled recordings `demo` plays
         assert (purelib / "specwatch" / "app.tcss").exists()
+        # the licence as an SPDX expression, with the file it names (the table form and the licence
+        # classifier are deprecated; setuptools stops building them in 2027)
+        (info,) = purelib.glob("specwatch-*.dist-info")
+        assert "License-Expression: Apache-2.0" in (info / "METADATA").read_text().splitlines()
+        assert (info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
         bundled = sorted(p.name for p in (purelib / "specwatch" / "data").glob("*.swrec"))
         assert bundled == sorted(p.name for p in (ROOT / "specwatch" / "data").glob("*.swrec")), bundled
         r = subprocess.run([str(python), "-m", "specwatch", "demo", "--headless"], cwd=tmp_path, capture_output=True,
