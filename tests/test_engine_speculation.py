@@ -18,7 +18,7 @@ import pytest
 
 from conftest import NGRAM_K4
 from test_export import SERVING, samples, wait_for
-from vllm_server import Traffic, VllmServer, record_under_traffic
+from vllm_server import JUDGED, Traffic, VllmServer, record_under_traffic
 
 from specwatch import cli
 from specwatch.recording import read_recording
@@ -128,7 +128,7 @@ def test_replay_of_that_recording_judges_with_its_method(dev_recording, capsys):
     capsys.readouterr()
     assert cli.main(["replay", str(dev_recording), "--headless", "--json"]) == 0
     changes = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    judged = [c for c in changes if c["speculation"] in ("on", "off", "hold")]
+    judged = [c for c in changes if c["speculation"] in JUDGED]
     assert judged, changes
     for c in judged:
         assert any(NGRAM_WORDS in r for r in c["reasons"]), c["reasons"]

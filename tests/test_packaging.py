@@ -1,6 +1,6 @@
 """The three import names resolve from a wheel install and from an editable install, nothing
 generic (`collectors`, `widgets`) lands at the top level of site-packages, and the wheel carries
-the stylesheet and the bundled recordings (`demo` plays them from it)."""
+the stylesheet, the bundled recordings (`demo` plays them from it) and the licence."""
 
 from __future__ import annotations
 
@@ -69,11 +69,6 @@ def test_install_imports_all_three(tmp_path, mode):
         assert (purelib / "specwatch" / "collectors" / "vllm.py").exists()
         # the data the wheel must carry: the stylesheet, and the bundled recordings `demo` plays
         assert (purelib / "specwatch" / "app.tcss").exists()
-        # the licence as an SPDX expression, with the file it names (the table form and the licence
-        # classifier are deprecated; setuptools stops building them in 2027)
-        (info,) = purelib.glob("specwatch-*.dist-info")
-        assert "License-Expression: Apache-2.0" in (info / "METADATA").read_text().splitlines()
-        assert (info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
         bundled = sorted(p.name for p in (purelib / "specwatch" / "data").glob("*.swrec"))
         assert bundled == sorted(p.name for p in (ROOT / "specwatch" / "data").glob("*.swrec")), bundled
         r = subprocess.run([str(python), "-m", "specwatch", "demo", "--headless"], cwd=tmp_path, capture_output=True,
@@ -81,6 +76,11 @@ def test_install_imports_all_three(tmp_path, mode):
         assert r.returncode == 0, r.stderr
         assert [line.split()[2] for line in r.stdout.splitlines() if line.startswith("# scenario")] == \
             [f"{i}/{len(bundled)}" for i in range(1, len(bundled) + 1)], r.stdout
+        # the licence as an SPDX expression, with the file it names (the table form and the licence
+        # classifier are deprecated; setuptools stops building them in 2027)
+        (info,) = purelib.glob("specwatch-*.dist-info")
+        assert "License-Expression: Apache-2.0" in (info / "METADATA").read_text().splitlines()
+        assert (info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     else:
         assert Path(files[0]) == ROOT / "specwatch" / "__init__.py"
         assert Path(files[1]) == ROOT / "collectors" / "__init__.py"

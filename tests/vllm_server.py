@@ -246,7 +246,7 @@ def record_under_traffic(server: VllmServer, out: Path, record: Callable[[str], 
     from specwatch.recording import read_recording
 
     timeline: list[dict] = []
-    for duration in durations:
+    for attempt, duration in enumerate(durations, 1):
         with Traffic(server, concurrency=2):
             time.sleep(2.0)  # traffic in flight before the first poll
             record(duration)
@@ -255,6 +255,7 @@ def record_under_traffic(server: VllmServer, out: Path, record: Callable[[str], 
         if readings >= enough and any(c["speculation"] in JUDGED for c in timeline[1:]):
             return timeline
         said = "; ".join(f"{c['speculation']}: {c['reasons'][0] if c['reasons'] else ''}" for c in timeline)
+        then = "recording again" if attempt < len(durations) else "that was the last try"
         print(f"{readings} readings in {duration} s of recording {out.name} on this machine, replayed as "
-              f"[{said}]; recording again", file=sys.stderr)
+              f"[{said}]; {then}", file=sys.stderr)
     return timeline
