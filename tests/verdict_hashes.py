@@ -1,0 +1,105 @@
+"""Digests of every verdict specwatch shows for a recording: the guard for code that only moves.
+
+Each bundled recording, and a synthetic day of an 8-GPU node (benchmarks/bench_recording.py's node,
+ramping 1 → 256 → 1 every 20 minutes; shortened here to `DAY_HOURS` so the test stays quick), is
+replayed through the dashboard's Monitor (every evaluation explained) and through a headless
+timeline's (changes only). The digest covers every field of every shown Verdict at every evaluation
+(repr: floats at full precision), so a refactor that changes any figure, word or flag changes it.
+
+    python tests/verdict_hashes.py             # print the digests
+    python tests/verdict_hashes.py --write     # store them in tests/data/verdict_hashes.json
+    python tests/verdict_hashes.py --hours 24  # the whole day (bench_recording's), printed only
+
+A change that is meant to move verdicts rewrites the file, and its commit says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from specwatch import perf
+from specwatch.commands.replay import replay_monitor
+from specwatch.hardware import lookup, lookup_model
+from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
+from specwatch.synthetic import SyntheticNode, generate, ramp
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED = sorted((ROOT / "specwatch" / "data").glob("*.swrec"))
+GOLDEN = Path(__file__).resolve().parent / "data" / "verdict_hashes.json"
+DAY_HOURS = 2.0
+
+
+class StepClock:
+    """The writer's clock, one second per Snapshot (every write flushed, as live at 1 Hz)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def write_day(path: Path, hours: float) -> Path:
+    """bench_recording's synthetic node, `hours` long, written as a live recorder writes it."""
+    gpu, model = lookup("H100"), lookup_model("Llama-3.1-70B")
+    node = SyntheticNode(step=perf.prior_for_model(gpu, model, tp=8).hinge(), gpus=8,
+                         per_position=(0.6, 0.4, 0.25, 0.15))
+    cycle = ramp(1, 256, 35)
+    load = [cycle[i % len(cycle)] for i in range(int(hours * 3600))]
+    header = RecordingHeader(data="synthetic", notes="verdict digests", interval_s=1.0,
+                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 8})
+    with RecordingWriter(path, header, overwrite=True, clock=StepClock()) as writer:
+        for snapshot in generate(node, load, seed=1):
+            writer.write(snapshot)
+    return path
+
+
+def digests(path: Path) -> dict[str, str]:
+    """{'shown': every evaluation's shown verdicts, 'changes': the headless timeline's changes}."""
+    out = {}
+    for name, changes_only in (("shown", False), ("changes", True)):
+        header, snapshots = open_snapshots(path)
+        monitor = replay_monitor(header, changes_only=changes_only)
+        h = hashlib.sha256()
+        for snapshot in snapshots:
+            due = monitor.evaluates(snapshot)
+            changes = monitor.ingest(snapshot)
+            if changes_only:
+                for change in changes:
+                    h.update(repr((change.time, change.url, change.previous, change.verdict)).encode())
+            elif due:
+                for url, state in sorted(monitor.states.items()):
+                    h.update(repr((snapshot.time, url, state.reachable, state.verdict)).encode())
+        out[name] = h.hexdigest()
+    return out
+
+
+def all_digests(hours: float = DAY_HOURS) -> dict[str, dict[str, str]]:
+    result = {p.name: digests(p) for p in BUNDLED}
+    with tempfile.TemporaryDirectory(prefix="specwatch-digests-") as tmp:
+        result[f"synthetic-day-{hours:g}h"] = digests(write_day(Path(tmp) / "day.swrec", hours))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=DAY_HOURS)
+    parser.add_argument("--write", action="store_true", help=f"store them in {GOLDEN.name}")
+    args = parser.parse_args()
+    result = all_digests(args.hours)
+    print(json.dumps(result, indent=2))
+    if args.write:
+        if args.hours != DAY_HOURS:
+            parser.error(f"--write stores the {DAY_HOURS:g} h day the test replays")
+        GOLDEN.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
