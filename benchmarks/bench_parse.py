@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from payloads import NGRAM_K4, multi_engine_payload, read  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from specwatch import exposition  # noqa: E402
-from specwatch.exposition import parse_payload  # noqa: E402
+from specwatch.telemetry import exposition  # noqa: E402
+from specwatch.telemetry.exposition import parse_payload  # noqa: E402
 
 
 def full_parse(text: str) -> int:

@@ -4,7 +4,7 @@ peak memory under 200 MB, and a seek to any hour in the dashboard must take at m
 
     python benchmarks/bench_recording.py [--hours 24] [--evaluate-every 5] [--keep FILE]
 
-Generates the telemetry with specwatch.synthetic (an 8× H100 node, Llama-3.1-70B at TP=8 as the
+Generates the telemetry with specwatch.collectors.synthetic (an 8× H100 node, Llama-3.1-70B at TP=8 as the
 datasheet prior, n-gram k=4, the load ramping 1 → 256 → 1 every 20 minutes, with noise), writes it
 with the recorder as a live recorder would (one flush per Snapshot: the worst case for size), then
 times (a) reading the file back and (b) the headless replay: reading plus the Monitor, evaluating
@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import perf
-from specwatch.hardware import lookup, lookup_model
-from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S
+from specwatch.perf.hardware import lookup, lookup_model
+from specwatch.advice.monitor import DEFAULT_EVALUATE_EVERY_S
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
 from specwatch.commands.replay import replay_monitor
-from specwatch.synthetic import SyntheticNode, generate, ramp
-from specwatch.verdict_index import build_verdict_index, monitor_template
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
+from specwatch.dashboard.verdict_index import build_verdict_index, monitor_template
 
 BUDGET_BYTES = 50_000_000
 BUDGET_REPLAY_S = 5.0
@@ -67,8 +67,8 @@ def replay_split(path: Path, evaluate_every: float) -> dict[str, float]:
     explanation of each change) and the reading being what is left. The
     clocks cost some time of their own: the parts' shares matter here, the replay_s above is the
     budget's figure."""
-    from specwatch.advisor import Advisor
-    from specwatch.window import Window
+    from specwatch.advice.advisor import Advisor
+    from specwatch.readings.window import Window
 
     spent = {"window_figures": 0.0, "advisor": 0.0}
     originals = {Window: Window.target, Advisor: Advisor._judge}

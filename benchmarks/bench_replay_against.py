@@ -43,12 +43,12 @@ import json, sys, time
 import specwatch
 print(json.dumps({"specwatch": specwatch.__file__}), flush=True)
 from specwatch.commands.options import advisor_config
-from specwatch.monitor import Monitor
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
 if sys.argv[1] == "write":
     from specwatch import perf
-    from specwatch.hardware import lookup, lookup_model
-    from specwatch.synthetic import SyntheticNode, generate, ramp
+    from specwatch.perf.hardware import lookup, lookup_model
+    from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
     path, seconds = sys.argv[2], int(float(sys.argv[3]) * 3600)
     node = SyntheticNode(step=perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-70B"), tp=8).hinge(),
                          gpus=8, per_position=(0.6, 0.4, 0.25, 0.15))

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tui.py [--seconds 60] [--size 200x50] [--tab overview]
 
-The app runs headless (App.run_test) over scripted Snapshots from specwatch.synthetic: one vLLM
+The app runs headless (App.run_test) over scripted Snapshots from specwatch.collectors.synthetic: one vLLM
 target with 8 data-parallel engines and 8 GPUs, read once a second exactly as a live source would be.
 Everything the TUI does is counted: the Monitor's window and advisor (in a thread), the history, the
 views and the rendering of every visible panel. CPU is this process's CPU time (all threads) over
@@ -21,12 +21,12 @@ import time
 from typing import Iterator
 
 IMPORT_STARTED = time.perf_counter()
-from specwatch.advisor import AdvisorConfig  # noqa: E402
-from specwatch.app import SnapshotIngested, SpecwatchApp  # noqa: E402
+from specwatch.advice.advisor import AdvisorConfig  # noqa: E402
+from specwatch.dashboard.app import SnapshotIngested, SpecwatchApp  # noqa: E402
 from specwatch.perf import HingeParameters  # noqa: E402
-from specwatch.monitor import Monitor  # noqa: E402
-from specwatch.snapshot import Snapshot  # noqa: E402
-from specwatch.synthetic import SyntheticNode, generate  # noqa: E402
+from specwatch.advice.monitor import Monitor  # noqa: E402
+from specwatch.telemetry.snapshot import Snapshot  # noqa: E402
+from specwatch.collectors.synthetic import SyntheticNode, generate  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - IMPORT_STARTED
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     cols, rows = (int(v) for v in args.size.lower().split("x"))
     r = asyncio.run(measure(args.seconds, (cols, rows), args.tab))
     print(f"specwatch TUI, {ENGINES} engines × {NODE.gpus} GPUs, 1 Hz, {cols}×{rows}, tab {args.tab}")
-    print(f"  imports (specwatch.app and the pipeline): {IMPORT_SECONDS:.2f} s")
+    print(f"  imports (specwatch.dashboard.app and the pipeline): {IMPORT_SECONDS:.2f} s")
     print(f"  time to first frame with data: {r['first_frame_s']:.2f} s   (goal ≤ 1 s)")
     print(f"  CPU: {100 * r['cpu_fraction']:.2f} % of one core over {r['wall_s']:.0f} s, {r['polls']:.0f} polls, "
           f"{r['cpu_ms_per_poll']:.1f} ms CPU per poll   (goal ≤ 2 %)")

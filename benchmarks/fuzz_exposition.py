@@ -34,9 +34,9 @@ except ImportError:  # pragma: no cover - the fallback
 
 if atheris is not None:
     with atheris.instrument_imports(include=["specwatch"]):
-        from specwatch.exposition import ExpositionError, parse_payload, select_samples
+        from specwatch.telemetry.exposition import ExpositionError, parse_payload, select_samples
 else:
-    from specwatch.exposition import ExpositionError, parse_payload, select_samples
+    from specwatch.telemetry.exposition import ExpositionError, parse_payload, select_samples
 
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's prometheus_client oracle
 from exposition_oracle import full_parse_samples, same_values, samples_by_series  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Any
 
 from specwatch.collectors.gpus import GpuPoller
 from specwatch.collectors.nvml import NvmlCollector
-from specwatch.snapshot import GPU_FIELDS, GpuSample, Snapshot
+from specwatch.telemetry.snapshot import GPU_FIELDS, GpuSample, Snapshot
 
 # What each phase should show where the field exists (GPM on Hopper+, or DCGM). Loose bounds on
 # purpose: this checks that the fields mean what specwatch thinks, not the GPU's speed.

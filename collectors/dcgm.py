@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE, split_at_values, value_line_heads
-from specwatch.gpu_events import decode_clock_event_reasons
-from specwatch.snapshot import GPU_FIELDS, GpuSample, SourceStatus
-from specwatch.urls import redact
+from specwatch.telemetry.exposition import LABEL_PAIR, METRIC_NAME, PLAIN_PAIR, PLAIN_VALUE, split_at_values, value_line_heads
+from specwatch.telemetry.gpu_events import decode_clock_event_reasons
+from specwatch.telemetry.snapshot import GPU_FIELDS, GpuSample, SourceStatus
+from specwatch.telemetry.urls import redact
 
 DEFAULT_DCGM_URL = "http://localhost:9400/metrics"
 SOURCE = "dcgm"

@@ -1,7 +1,7 @@
 """Engine adapters: what one serving engine's /metrics and info endpoints give, mapped onto the Snapshot.
 
 The window, the advisor and every front end read an EngineSample by vLLM's family names (see
-specwatch.window): `vllm:num_requests_running`, `vllm:generation_tokens`, the spec-decode counters,
+specwatch.readings.window): `vllm:num_requests_running`, `vllm:generation_tokens`, the spec-decode counters,
 ... An adapter is what turns another engine's payload into those fields, so nothing downstream needs
 to know which engine it reads; TargetSample.engine says which one it was, for the reports.
 
@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specwatch.snapshot import EngineSample
+from specwatch.telemetry.snapshot import EngineSample
 
 AUTO = "auto"
 VLLM = "vllm"

@@ -8,7 +8,7 @@ import httpx
 
 from specwatch.collectors.dcgm import fetch_dcgm, merge_gpu_samples
 from specwatch.collectors.nvml import NvmlCollector
-from specwatch.snapshot import GpuSample, SourceStatus
+from specwatch.telemetry.snapshot import GpuSample, SourceStatus
 
 GpuPoll = tuple[tuple[GpuSample, ...], tuple[SourceStatus, ...]]
 

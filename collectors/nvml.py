@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from specwatch.gpu_events import decode_clock_event_reasons
-from specwatch.snapshot import GPU_FIELDS, GpuProcess, GpuSample, MigInstance, SourceStatus
+from specwatch.telemetry.gpu_events import decode_clock_event_reasons
+from specwatch.telemetry.snapshot import GPU_FIELDS, GpuProcess, GpuSample, MigInstance, SourceStatus
 
 log = logging.getLogger(__name__)
 

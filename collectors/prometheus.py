@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from specwatch.collectors.vllm import describe_http_error, describe_status
-from specwatch.urls import split_url
+from specwatch.telemetry.urls import split_url
 
 QUERY_PATH = "/api/v1/query"
 

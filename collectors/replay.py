@@ -34,7 +34,7 @@ from specwatch.recording import (
     index_recording,
     open_snapshots,
 )
-from specwatch.snapshot import Snapshot
+from specwatch.telemetry.snapshot import Snapshot
 
 MIN_SPEED = 0.5
 MAX_SPEED = 100.0

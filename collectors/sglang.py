@@ -51,8 +51,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.collectors.engines import SGLANG, AdapterState, MetricsReading, claims
-from specwatch.snapshot import FROM_SERVER_INFO, EngineSample, Histogram, SpeculationConfig, TargetSample
-from specwatch.window import (
+from specwatch.telemetry.snapshot import FROM_SERVER_INFO, EngineSample, Histogram, SpeculationConfig, TargetSample
+from specwatch.readings.window import (
     ACCEPTED,
     DRAFT_TOKENS,
     DRAFTS,
@@ -271,7 +271,7 @@ async def scrape_sglang(client: Any, target: Any, text: str, payload_bytes: int,
     start). The collector's transport handling (collectors.vllm) is shared by every engine."""
     import time
 
-    from specwatch.snapshot import TARGET_OK, resolve_speculation
+    from specwatch.telemetry.snapshot import TARGET_OK, resolve_speculation
 
     adapter = SglangAdapter()
     info = target.info

@@ -41,9 +41,9 @@ from specwatch.collectors.engines import (
     choose_engine,
     claims,
 )
-from specwatch.exposition import ExpositionError, parse_payload
-from specwatch.urls import split_url
-from specwatch.snapshot import (
+from specwatch.telemetry.exposition import ExpositionError, parse_payload
+from specwatch.telemetry.urls import split_url
+from specwatch.telemetry.snapshot import (
     FROM_METRICS,
     FROM_SERVER_INFO,
     TARGET_OK,
@@ -77,7 +77,7 @@ def read_token(env_name: str | None = None, file: str | os.PathLike[str] | None 
 
 def normalise_url(url: str) -> tuple[str, str]:
     """A user's URL → (base URL, metrics URL). Accepts host:port, a base URL, or a /metrics URL; a
-    URL that cannot be used is a ValueError with one line saying why (see specwatch.urls)."""
+    URL that cannot be used is a ValueError with one line saying why (see specwatch.telemetry.urls)."""
     base, metrics, _ = split_url(url, "vLLM URL")
     return base, metrics
 

@@ -1,4 +1,4 @@
-"""Generate the bundled SYNTHETIC demo scenarios from the roofline model (specwatch.synthetic).
+"""Generate the bundled SYNTHETIC demo scenarios from the roofline model (specwatch.collectors.synthetic).
 
     python demo/generate.py [--out specwatch/data] [--dwell 20] [--seed 7]
 
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from specwatch import perf
-from specwatch.hardware import lookup, lookup_model
+from specwatch.perf.hardware import lookup, lookup_model
 from specwatch.recording import FILE_SUFFIX, RecordingHeader, write_recording
-from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "specwatch" / "data"

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exposition import SAMPLE_NAMES, Sample, make_sample
+from specwatch.telemetry.exposition import SAMPLE_NAMES, Sample, make_sample
 
 
 def samples_by_series(samples: Iterable[Sample]) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:

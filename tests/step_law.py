@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, SourceStatus, TargetSample
+from specwatch.telemetry.snapshot import EngineSample, GpuSample, Histogram, Snapshot, SourceStatus, TargetSample
 
 BF16 = 2.0
 

@@ -1,15 +1,15 @@
-"""The advisor on scripted telemetry from the roofline model (specwatch.synthetic)."""
+"""The advisor on scripted telemetry from the roofline model (specwatch.collectors.synthetic)."""
 
 import dataclasses
 
 import pytest
 
-from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.hardware import lookup
+from specwatch.advice.advisor import Advisor, AdvisorConfig
+from specwatch.perf.hardware import lookup
 from specwatch.perf import HingeParameters
-from specwatch.snapshot import Snapshot, TargetSample
-from specwatch.synthetic import SyntheticNode, generate, ramp
-from specwatch.window import Window
+from specwatch.telemetry.snapshot import Snapshot, TargetSample
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
+from specwatch.readings.window import Window
 
 # An A100-80GB-like node: flat 20 ms steps up to a knee of 134 tokens per step, then compute-bound.
 # n-gram, k=4, L=2.0. Each request has a 1000-token prompt, 950 of them from the prefix cache, and
@@ -147,9 +147,9 @@ def test_unknown_method_lowers_confidence_and_says_so():
 
 
 def test_power_capped_clock_lowers_the_knee():
-    from specwatch.gpu_events import throttled_spec
-    from specwatch.hardware import lookup
-    from specwatch.snapshot import GpuSample
+    from specwatch.advice.gpu_identity import throttled_spec
+    from specwatch.perf.hardware import lookup
+    from specwatch.telemetry.snapshot import GpuSample
 
     spec = lookup("NVIDIA H100 80GB HBM3")
     capped = GpuSample(0, spec.name, values={"sm_clock_mhz": 990.0, "sm_clock_max_mhz": 1980.0},

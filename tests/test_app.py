@@ -1,4 +1,4 @@
-"""The dashboard driven by scripted Snapshots (specwatch.synthetic) through in-memory sources.
+"""The dashboard driven by scripted Snapshots (specwatch.collectors.synthetic) through in-memory sources.
 
 Pilot tests assert on the messages the app posts and on the text its panels render; SVG snapshot
 tests (pytest-textual-snapshot) pin four layouts. Determinism: the data are seeded and carry their
@@ -21,18 +21,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from specwatch.advisor import AdvisorConfig
-from specwatch.app import (
+from specwatch.advice.advisor import AdvisorConfig
+from specwatch.dashboard.app import (
     INTERVALS,
     SnapshotIngested,
     SpecwatchApp,
     VerdictChanged,
 )
 from specwatch.perf import HingeParameters
-from specwatch.window import Window
-from specwatch.monitor import Monitor
-from specwatch.snapshot import Snapshot, SourceStatus, TargetSample
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.readings.window import Window
+from specwatch.advice.monitor import Monitor
+from specwatch.telemetry.snapshot import Snapshot, SourceStatus, TargetSample
+from specwatch.collectors.synthetic import SyntheticNode, generate
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.header import HeaderBar
@@ -344,7 +344,7 @@ def clock_text(t: float) -> str:
 
 async def test_a_real_live_source_on_a_closed_port_still_opens_the_dashboard(unused_port):
     from specwatch.collectors.vllm import VllmSource
-    from specwatch.sources import LiveSource
+    from specwatch.collectors.sources import LiveSource
 
     url = f"http://127.0.0.1:{unused_port}"
     source = LiveSource(VllmSource([url], timeout_s=2.0), None, interval_s=30.0)
@@ -891,7 +891,7 @@ def test_an_ended_and_paused_replay_header_keeps_every_label_whole(width):
 def test_every_flag_the_advisor_raises_has_words_on_the_banner():
     """The banner names each flag in the operator's words, never the identifier the JSON and the
     exporter carry (a sweep of another model read "⚠ sweep_mismatch")."""
-    from specwatch.export_schema import KNOWN_FLAGS
+    from specwatch.outputs.export_schema import KNOWN_FLAGS
     from specwatch.widgets.verdict import flag_words
 
     words = dict(zip(KNOWN_FLAGS, flag_words(KNOWN_FLAGS)))
@@ -1118,7 +1118,7 @@ def small_tmpfs(tmp_path):
 
 
 async def test_a_real_full_tmpfs_stops_the_recording_and_the_panels_keep_updating(small_tmpfs):
-    from specwatch.recorder import SessionRecorder
+    from specwatch.dashboard.recorder import SessionRecorder
     from specwatch.recording import RecordingHeader, read_recording
 
     path = small_tmpfs / "full.swrec"
@@ -1160,7 +1160,7 @@ async def test_a_real_full_tmpfs_stops_the_recording_and_the_panels_keep_updatin
 
 async def test_a_recording_is_finished_however_the_app_ends(tmp_path):
     """No `q`: the app is torn down from outside, and the file still holds every reading recorded."""
-    from specwatch.recorder import SessionRecorder
+    from specwatch.dashboard.recorder import SessionRecorder
     from specwatch.recording import RecordingHeader, read_recording
 
     data = snapshots(LOW[:10])

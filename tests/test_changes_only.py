@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from specwatch import perf
-from specwatch.advisor import UNEXPLAINED, Advisor, AdvisorConfig
+from specwatch.advice.advisor import UNEXPLAINED, Advisor, AdvisorConfig
 from specwatch.commands.replay import play_headless, replay_monitor, verdict_timeline
-from specwatch.hardware import lookup_model
-from specwatch.monitor import Monitor
+from specwatch.perf.hardware import lookup_model
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import open_snapshots
-from specwatch.snapshot import TargetSample
-from specwatch.window import Window
+from specwatch.telemetry.snapshot import TargetSample
+from specwatch.readings.window import Window
 from step_law import LLAMA_1B, LawNode, generate, tiers_load
 
 START = 1_900_000_000.0

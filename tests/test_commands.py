@@ -16,7 +16,7 @@ from specwatch.cli import COMMANDS, build_parser, main
 from specwatch.commands.options import ExitCode
 from specwatch.commands.replay import list_scenarios, replay_monitor
 from specwatch.recording import RecordingHeader, write_recording
-from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = perf.HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
@@ -36,14 +36,14 @@ def run_main(argv: list[str]) -> int:
 @pytest.fixture
 def no_dashboard(monkeypatch):
     """A command that got past its checks would open a dashboard: make that a visible failure."""
-    import specwatch.app
-    import specwatch.fleet
+    import specwatch.dashboard.app
+    import specwatch.outputs.fleet
 
     def refuse(*args, **kwargs):
         raise AssertionError("the command went on to open its dashboard")
 
-    monkeypatch.setattr(specwatch.app, "run_app", refuse)
-    monkeypatch.setattr(specwatch.fleet.FleetApp, "run", refuse)
+    monkeypatch.setattr(specwatch.dashboard.app, "run_app", refuse)
+    monkeypatch.setattr(specwatch.outputs.fleet.FleetApp, "run", refuse)
 
 
 # ==================================================================================================

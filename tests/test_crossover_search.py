@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from specwatch import perf
-from specwatch.hardware import lookup, lookup_model
+from specwatch.perf.hardware import lookup, lookup_model
 from specwatch.perf import DecisionInputs, HingeParameters, decide
 from specwatch.perf.decision import MAX_BATCH, _Model, _positions
 from specwatch.perf.speedup import first_fall_through_one

@@ -24,7 +24,7 @@ from specwatch.collectors.dcgm import (
 )
 from specwatch.collectors.gpus import GpuPoller
 from specwatch.collectors.nvml import REASON_NOT_SUPPORTED, NvmlCollector
-from specwatch.snapshot import GPU_FIELDS, GpuSample
+from specwatch.telemetry.snapshot import GPU_FIELDS, GpuSample
 
 DATA = Path(__file__).parent / "data"
 L4_IDLE = (DATA / "dcgm-exporter-L4-idle.prom").read_text()

@@ -117,7 +117,7 @@ def test_the_prefill_tax_judges_the_whole_request():
     assert perf.request_speedup(2.0, 0.010, 4000, 100, 1.0, 0.0) == pytest.approx(2.0 / 1.5)
     # a draft model prefilling too (0.2 s) eats into it: 2 / 1.7
     assert perf.request_speedup(2.0, 0.010, 4000, 100, 1.0, 0.2) == pytest.approx(2.0 / 1.7)
-    from specwatch.predict import predict
+    from specwatch.advice.predict import predict
 
     long_prompt = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="eagle3",
                           prompt_tokens=8000, output_tokens=200)
@@ -159,7 +159,7 @@ BASE = ["--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "4", "--k", "3", 
 
 
 def test_acceptance_rate_and_alpha_mean_what_they_say():
-    from specwatch.predict import predict
+    from specwatch.advice.predict import predict
 
     # vLLM's rate accepted/draft tokens: L = 1 + k·rate = 1 + 4 × 0.5
     assert predict("H100", model="Llama-3.1-8B", batch=1, k=4, acceptance_rate=0.5,
@@ -209,7 +209,7 @@ def test_a_gpu_given_by_its_peak_figures_and_memory():
 
 
 def test_a_moe_models_crossover_agrees_with_its_verdict():
-    from specwatch.predict import predict
+    from specwatch.advice.predict import predict
 
     speedups = []
     for batch in (1, 4, 16, 64, 256, 1024):
@@ -234,13 +234,13 @@ def test_a_moe_models_crossover_agrees_with_its_verdict():
 
 
 def test_predict_check_watch_sweep_and_tune_give_the_same_expected_speedup():
-    from specwatch.advisor import AdvisorConfig
-    from specwatch.hardware import lookup
-    from specwatch.monitor import Monitor
-    from specwatch.predict import predict
+    from specwatch.advice.advisor import AdvisorConfig
+    from specwatch.perf.hardware import lookup
+    from specwatch.advice.monitor import Monitor
+    from specwatch.advice.predict import predict
     from specwatch.sweep.predicted import PredictionInputs, predicted_curve
-    from specwatch.synthetic import SyntheticNode, generate
-    from specwatch.tune import tune_report
+    from specwatch.collectors.synthetic import SyntheticNode, generate
+    from specwatch.advice.tune import tune_report
 
     # check and watch: the Advisor, driven through the Monitor by synthetic Snapshots
     step = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
@@ -280,9 +280,9 @@ def test_predict_check_watch_sweep_and_tune_give_the_same_expected_speedup():
 def test_the_advisor_weighs_the_prefill_of_long_prompt_short_output_traffic():
     import dataclasses
 
-    from specwatch.advisor import AdvisorConfig
-    from specwatch.monitor import Monitor
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.advice.advisor import AdvisorConfig
+    from specwatch.advice.monitor import Monitor
+    from specwatch.collectors.synthetic import SyntheticNode, generate
 
     step = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
                            per_token_s=2e-5)
@@ -308,9 +308,9 @@ def test_a_step_model_with_no_usable_step_time_is_refused_not_a_traceback():
 def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
     """A 1 Hz poll does not re-judge the node every second: the advisor runs every
     `evaluate_every_s` of data time, and the readings between only join the window."""
-    from specwatch.advisor import Advisor
-    from specwatch.monitor import Monitor
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.advice.advisor import Advisor
+    from specwatch.advice.monitor import Monitor
+    from specwatch.collectors.synthetic import SyntheticNode, generate
 
     evaluated: list[float] = []
     update = Advisor.update

@@ -12,7 +12,7 @@ from specwatch.cli import main
 from specwatch.commands.replay import Scenario, build_demo, list_scenarios
 from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, format_time, read_recording, write_recording
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
 NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", context_per_sequence=0.0)
@@ -140,9 +140,9 @@ def _small_bundle(tmp_path):
 
 @pytest.mark.anyio
 async def test_the_dashboard_plays_the_playlist_the_headless_demo_tells(tmp_path, monkeypatch, capsys):
-    import specwatch.app
+    import specwatch.dashboard.app
     import specwatch.commands.replay as replay_command
-    from specwatch.app import SpecwatchApp, SnapshotIngested
+    from specwatch.dashboard.app import SpecwatchApp, SnapshotIngested
     from specwatch.widgets.header import header_text
 
     bundle = _small_bundle(tmp_path)
@@ -154,7 +154,7 @@ async def test_the_dashboard_plays_the_playlist_the_headless_demo_tells(tmp_path
         built.update(source=source, monitor=monitor)
         return 0
 
-    monkeypatch.setattr(specwatch.app, "run_app", capture)
+    monkeypatch.setattr(specwatch.dashboard.app, "run_app", capture)
     # the one playlist: --list, the headless demo and the dashboard's source all follow it
     playlist = [s.name for s in list_scenarios()]
     assert playlist[0] == "a-real"  # no opening story here: the real recordings first
@@ -170,7 +170,7 @@ async def test_the_dashboard_plays_the_playlist_the_headless_demo_tells(tmp_path
     shown: list[tuple[str, str, float]] = []  # (the URL shown, its header, the time) per reading
 
     class Recorder(SpecwatchApp):
-        CSS_PATH = str(Path(specwatch.app.__file__).with_name("app.tcss"))  # relative to the app's module
+        CSS_PATH = str(Path(specwatch.dashboard.app.__file__).with_name("app.tcss"))  # relative to the app's module
 
         def on_snapshot_ingested(self, message: SnapshotIngested) -> None:
             super().on_snapshot_ingested(message)

@@ -112,8 +112,8 @@ def test_check_draft_model_k3_matches_raw_counters_and_is_turned_off(draft_serve
 def test_restart_mid_window_never_gives_negative_rates(ngram_server):
     """Stop the server between two scrapes, read it while it is down, restart it, read again."""
     from specwatch.collectors.vllm import VllmSource
-    from specwatch.snapshot import Snapshot
-    from specwatch.window import Window
+    from specwatch.telemetry.snapshot import Snapshot
+    from specwatch.readings.window import Window
 
     window = Window(seconds=3600)
     src = VllmSource([ngram_server.url])

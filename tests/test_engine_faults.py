@@ -18,7 +18,7 @@ import pytest
 
 from specwatch.collectors.transport import DEFAULT_TIMEOUT_S
 from specwatch.recording import RecordingError, read_recording
-from specwatch.window import Window
+from specwatch.readings.window import Window
 from test_export import ExportProcess, samples, wait_for
 from vllm_server import JUDGED, Traffic, replayed_timeline
 

@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from specwatch.exposition import parse_payload
-from specwatch.health import goodput
-from specwatch.snapshot import TARGET_OK, Snapshot, TargetSample
-from specwatch.window import Window
+from specwatch.telemetry.exposition import parse_payload
+from specwatch.readings.health import goodput
+from specwatch.telemetry.snapshot import TARGET_OK, Snapshot, TargetSample
+from specwatch.readings.window import Window
 from test_engine_tokens import idle_reading
 from vllm_server import ECHO_PROMPTS
 
@@ -81,7 +81,7 @@ def test_the_prefill_heavy_share_of_real_requests_lies_within_the_bounds(ngram_s
     bounds computed from the server's two length histograms alone."""
     import asyncio
 
-    from specwatch.health import OUTPUT_LENGTH, PROMPT_LENGTH, share_over_ratio_bounds
+    from specwatch.readings.health import OUTPUT_LENGTH, PROMPT_LENGTH, share_over_ratio_bounds
     from specwatch.sweep.loadgen import Prompt, RequestSettings, TierPlan, run_tier
 
     words = " ".join(ECHO_PROMPTS).split()

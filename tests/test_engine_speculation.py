@@ -22,7 +22,7 @@ from vllm_server import JUDGED, Traffic, VllmServer, record_under_traffic
 
 from specwatch import cli
 from specwatch.recording import read_recording
-from specwatch.snapshot import FROM_SERVER_INFO
+from specwatch.telemetry.snapshot import FROM_SERVER_INFO
 
 pytestmark = pytest.mark.engine
 
@@ -53,7 +53,7 @@ def test_the_dev_mode_server_exposes_its_speculative_config(dev_server):
 def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
     """`specwatch watch` headless: its run_app is swapped for a Pilot run of the same app, over the
     LiveSource and Monitor the command built from its flags."""
-    from specwatch import app as app_module
+    from specwatch.dashboard import app as app_module
     from specwatch.commands import options
     from specwatch.widgets.speculation import SpeculationPanel
 

@@ -20,9 +20,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exposition import parse_payload
-from specwatch.snapshot import TARGET_OK, Snapshot, TargetSample
-from specwatch.window import Window
+from specwatch.telemetry.exposition import parse_payload
+from specwatch.telemetry.snapshot import TARGET_OK, Snapshot, TargetSample
+from specwatch.readings.window import Window
 from vllm_server import ECHO_PROMPTS
 
 pytestmark = pytest.mark.engine

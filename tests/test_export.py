@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from http_fixtures import LocalServer, refused_port, reply
-from specwatch.export import (
+from specwatch.outputs.export import (
     DEFAULT_LISTEN,
     ExportAgent,
     ListenError,
@@ -34,8 +34,8 @@ from specwatch.export import (
 from specwatch.cli import main
 from specwatch.commands.export import add_arguments as add_export_arguments
 from specwatch.commands.options import ExitCode
-from specwatch.monitor import Monitor
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
+from specwatch.advice.monitor import Monitor
+from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus
 
 DATA = Path(__file__).parent / "data"
 VLLM_PAYLOAD = (DATA / "vllm-0.32-cpu-ngram-k4.metrics.txt").read_bytes()
@@ -262,7 +262,7 @@ def test_public_url_strips_credentials_and_query() -> None:
 
 
 def test_lost_gpu_failing_dcgm_and_scrape_time_through_real_http() -> None:
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.collectors.synthetic import SyntheticNode, generate
 
     node = SyntheticNode(step=_hinge(), gpus=2)
     snapshots = list(generate(node, [8.0] * 3))
@@ -296,7 +296,7 @@ def test_lost_gpu_failing_dcgm_and_scrape_time_through_real_http() -> None:
 
 
 def _hinge():
-    from specwatch.hardware import lookup, lookup_model
+    from specwatch.perf.hardware import lookup, lookup_model
     from specwatch import perf
 
     return perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-8B"), tp=1).hinge()
@@ -306,11 +306,11 @@ def test_the_exporter_serves_the_health_block_it_computed() -> None:
     """Goodput, latency, finish reasons and energy served as the check report computes them: the
     served values equal the health block of the same window, and the node's energy per token is its
     GPUs' energy over the window divided by its output tokens."""
-    from specwatch.advisor import AdvisorConfig
-    from specwatch.export import ExportAgent, build_registry
-    from specwatch.monitor import Monitor
+    from specwatch.advice.advisor import AdvisorConfig
+    from specwatch.outputs.export import ExportAgent, build_registry
+    from specwatch.advice.monitor import Monitor
     from specwatch.perf import HingeParameters
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.collectors.synthetic import SyntheticNode, generate
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -354,7 +354,7 @@ def test_the_agent_freezes_start_up_objects_after_its_first_poll_when_asked(aske
     import asyncio
 
     import specwatch.heap
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.collectors.synthetic import SyntheticNode, generate
 
     class Listed:
         def __init__(self, snapshots):

@@ -5,7 +5,7 @@ import pytest
 
 from payloads import DOCS_EXAMPLE, NGRAM_K4, multi_engine_payload, read
 from exposition_oracle import full_parse_samples, same_values, samples_by_series
-from specwatch.exposition import (
+from specwatch.telemetry.exposition import (
     ExpositionError,
     parse_payload,
     select_samples,
@@ -180,7 +180,7 @@ CORPUS_METRICS = Path(__file__).parent / "corpus" / "metrics"
 def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(name, monkeypatch):
     """Line heads and where each series is filed are remembered between scrapes: what a payload
     reads as must not depend on what was read before it (the bad-input corpus included)."""
-    import specwatch.exposition as exposition
+    import specwatch.telemetry.exposition as exposition
 
     text = PAYLOADS[name]() if name in PAYLOADS else (CORPUS_METRICS / name).read_text(errors="replace")
 
@@ -199,7 +199,7 @@ def test_a_scrape_read_with_what_earlier_scrapes_taught_reads_as_a_first_one(nam
 
 def wanted(samples: list) -> list:
     """prometheus_client's samples of the families specwatch reads (the others it never files)."""
-    from specwatch.exposition import SAMPLE_NAMES
+    from specwatch.telemetry.exposition import SAMPLE_NAMES
 
     return [s for s in samples if s.name in SAMPLE_NAMES]
 
@@ -229,8 +229,8 @@ def test_a_payload_of_a_shape_seen_before_is_built_as_from_prometheus_clients_sa
     """After the first scrape, a payload with the same text between its values is built from the
     shape kept for it, reading only the values: every later scrape must give the engines, start
     time and families present that prometheus_client's samples of that payload give."""
-    from specwatch import exposition
-    from specwatch.exposition import build_engines
+    from specwatch.telemetry import exposition
+    from specwatch.telemetry.exposition import build_engines
 
     text = PAYLOADS[name]()
     parse_payload(text)  # the shape is learnt
@@ -283,7 +283,7 @@ _NOT_THE_SHAPE = {
 
 @pytest.mark.parametrize("change", _NOT_THE_SHAPE)
 def test_a_later_scrape_that_is_not_the_shape_seen_is_read_the_general_way(change):
-    from specwatch.exposition import build_engines
+    from specwatch.telemetry.exposition import build_engines
 
     text = read(NGRAM_K4)
     parse_payload(text)  # the shape is learnt
@@ -297,7 +297,7 @@ def test_a_later_scrape_that_is_not_the_shape_seen_is_read_the_general_way(chang
 
 def test_a_duplicated_series_counts_once_on_the_plan_path_too():
     """A series listed twice in one payload counts once, its last value, on every scrape."""
-    from specwatch.exposition import build_engines
+    from specwatch.telemetry.exposition import build_engines
 
     text = read(NGRAM_K4)
     line = 'vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0'
@@ -331,7 +331,7 @@ def test_the_dicts_built_at_once_are_those_built_sample_by_sample(name):
     """A payload without NaN or ±Inf has its engine dicts built a dict at a time; they must be the
     dicts the sample-by-sample filing gives, down to key order and the sign of a zero (0.0 + -0.0
     is 0.0 there). Compared as repr: == would take -0.0 for 0.0 and ignore order."""
-    from specwatch import exposition
+    from specwatch.telemetry import exposition
 
     text = PAYLOADS[name]()
     parse_payload(text)

@@ -34,9 +34,9 @@ import pytest
 from http_fixtures import refused_port
 from test_export import ExportProcess, wait_for
 from specwatch.collectors.prometheus import PrometheusClient
-from specwatch.fleet import FleetApp, NodeScreen, fleet_rows, read_fleet
+from specwatch.outputs.fleet import FleetApp, NodeScreen, fleet_rows, read_fleet
 from specwatch.recording import RecordingHeader, write_recording
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus
+from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.anyio]
 
@@ -82,8 +82,8 @@ def test_promtool_unit_tests_of_the_rules_pass() -> None:
 
 def _recordings(directory: Path) -> dict[str, Path]:
     from specwatch import perf
-    from specwatch.hardware import lookup, lookup_model
-    from specwatch.synthetic import SyntheticNode, generate
+    from specwatch.perf.hardware import lookup, lookup_model
+    from specwatch.collectors.synthetic import SyntheticNode, generate
 
     step = perf.prior_for_model(lookup("H100"), lookup_model("Llama-3.1-70B"), tp=4).hinge()
     load = [8.0] * 900  # 15 min of data: no loop (and so no window restart) during the tests
@@ -453,7 +453,7 @@ def test_a_dcgm_only_node_without_nvml_needs_no_attention() -> None:
 
 def test_an_unreachable_target_is_down_with_its_reason_at_80_columns() -> None:
     from specwatch.collectors.prometheus import PromSample
-    from specwatch.fleet import row_cells
+    from specwatch.outputs.fleet import row_cells
 
     target = "http://10.0.0.7:8000"
     series = _verdict_series("gpu-7", "unknown", target) + _verdict_series("gpu-8", "on") + [
@@ -477,7 +477,7 @@ def test_an_unreachable_target_is_down_with_its_reason_in_the_node_detail() -> N
     """The detail screen says what the table says: DOWN, why, and the last good reading; never the
     "configured no" or verdict figures of a target nobody could read."""
     from specwatch.collectors.prometheus import PromSample, QueryResult
-    from specwatch.fleet import detail_text, node_detail
+    from specwatch.outputs.fleet import detail_text, node_detail
 
     down, fine = "http://10.0.0.7:8000", "http://10.0.0.7:8001"
     series = _verdict_series("gpu-7", "unknown", down) + _verdict_series("gpu-7", "on", fine) + [

@@ -22,12 +22,12 @@ from rich.console import Console
 
 from http_fixtures import LocalServer, metrics_and_version, never_answers, refused_port
 from payloads import NGRAM_K4, read
-from specwatch.advisor import AdvisorConfig
+from specwatch.advice.advisor import AdvisorConfig
 from specwatch.cli import main
-from specwatch.export import ExportAgent, build_registry, serve
-from specwatch.monitor import Monitor
+from specwatch.outputs.export import ExportAgent, build_registry, serve
+from specwatch.advice.monitor import Monitor
 from specwatch.perf import HingeParameters
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 pytestmark = pytest.mark.anyio
 
@@ -172,7 +172,7 @@ async def test_the_table_and_the_detail_screen(agent) -> None:
 
     from specwatch.commands.fleet import add_arguments, _direct_fleet
     from specwatch.commands.options import ArgumentParser
-    from specwatch.fleet import FleetApp, NodeScreen, detail_text
+    from specwatch.outputs.fleet import FleetApp, NodeScreen, detail_text
     from specwatch.widgets.verdict import VerdictBanner
 
     _, agent_url, _ = agent
@@ -229,7 +229,7 @@ async def test_an_all_down_table_at_80_columns_says_why_in_full() -> None:
 
     from specwatch.commands.fleet import add_arguments, _direct_fleet
     from specwatch.commands.options import ArgumentParser
-    from specwatch.fleet import FleetApp
+    from specwatch.outputs.fleet import FleetApp
 
     dead = [f"127.0.0.1:{refused_port()}", f"localhost:{refused_port()}/metrics"]
     parser = ArgumentParser(prog="specwatch fleet")

@@ -21,7 +21,7 @@ import pytest
 from http_fixtures import LocalServer
 
 from specwatch.collectors.prometheus import PrometheusClient, PromSample
-from specwatch.fleet import PrometheusNodeSource, fleet_rows, node_identity, read_fleet
+from specwatch.outputs.fleet import PrometheusNodeSource, fleet_rows, node_identity, read_fleet
 
 pytestmark = pytest.mark.anyio
 

@@ -30,13 +30,13 @@ from specwatch.collectors.gpus import GpuPoller
 from specwatch.collectors.nvml import NvmlCollector
 from specwatch.collectors.prometheus import PrometheusClient
 from specwatch.collectors.vllm import VllmSource, VllmTarget, make_client, scrape_target
-from specwatch.exposition import MAX_POSITIONS, parse_payload
-from specwatch.monitor import Monitor
+from specwatch.telemetry.exposition import MAX_POSITIONS, parse_payload
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import RecordingError, read_recording
-from specwatch.snapshot import Snapshot
-from specwatch.sources import LiveSource
+from specwatch.telemetry.snapshot import Snapshot
+from specwatch.collectors.sources import LiveSource
 from specwatch.sweep import SweepFileError, bench_side, load_bench_dir, load_sweep
-from specwatch.window import Window
+from specwatch.readings.window import Window
 
 CORPUS = Path(__file__).parent / "corpus"
 METRICS = CORPUS / "metrics"
@@ -170,7 +170,7 @@ def test_bogus_numbers_in_labels_are_ignored_not_raised():
 
 
 def _window_over(names_or_texts, url="http://x"):
-    from specwatch.snapshot import TargetSample
+    from specwatch.telemetry.snapshot import TargetSample
 
     w = Window(60)
     figures = []
@@ -470,7 +470,7 @@ class Switchable:
 def test_a_server_that_never_answers_times_out_in_check_watch_and_export_then_recovers():
     from prometheus_client import generate_latest
 
-    from specwatch.export import ExportAgent, build_registry
+    from specwatch.outputs.export import ExportAgent, build_registry
 
     sw = Switchable()
     with sw.server as srv:
@@ -641,8 +641,8 @@ def test_the_token_never_reaches_stderr_or_the_recording_and_the_file_is_private
 
 
 def test_the_exporter_defaults_to_loopback():
-    from specwatch.export import is_loopback
-    from specwatch.export import DEFAULT_LISTEN
+    from specwatch.outputs.export import is_loopback
+    from specwatch.outputs.export import DEFAULT_LISTEN
 
     host = DEFAULT_LISTEN.rsplit(":", 1)[0].strip("[]")
     assert is_loopback(host)

@@ -1,10 +1,10 @@
-"""Tests for specwatch.hardware: the GPU table, NVML name lookup, overrides, clocks, model table."""
+"""Tests for specwatch.perf.hardware: the GPU table, NVML name lookup, overrides, clocks, model table."""
 
 from __future__ import annotations
 
 import pytest
 
-from specwatch import hardware as hw
+from specwatch.perf import hardware as hw
 
 NVML_NAMES = {
     "NVIDIA H100 80GB HBM3": "H100-SXM",

@@ -4,12 +4,12 @@ every request stopped at max_tokens) and small known inputs for goodput and ener
 import pytest
 
 from payloads import NGRAM_K4, read
-from specwatch.exposition import parse_payload
-from specwatch.figures import lifetime_increases
-from specwatch.health import (energy_counter_increase, energy_per_token, goodput, health_figures, health_report,
+from specwatch.telemetry.exposition import parse_payload
+from specwatch.readings.figures import lifetime_increases
+from specwatch.readings.health import (energy_counter_increase, energy_per_token, goodput, health_figures, health_report,
                               share_at_or_below)
-from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, TargetSample
-from specwatch.window import Window
+from specwatch.telemetry.snapshot import EngineSample, GpuSample, Histogram, Snapshot, TargetSample
+from specwatch.readings.window import Window
 
 URL = "http://node:8000/metrics"
 
@@ -165,7 +165,7 @@ def test_the_load_carried_from_the_capture_by_hand(capture_increases):
                                 "prefix_cache_queries": 1194.0, "prefix_cache_hits": 0.0,
                                 "prefix_cache_hit_rate": 0.0, "kv_capacity_tokens": 524288.0}
     # the KV size is read from the capture's gauges as the window reads them
-    from specwatch.figures import engine_figures
+    from specwatch.readings.figures import engine_figures
     (engine,) = parse_payload(read(NGRAM_K4)).engines
     assert engine_figures(capture_increases, [engine.gauges]).kv_capacity_tokens == 524288.0
     # nothing read: no rates, and no division by a zero-length window
@@ -230,7 +230,7 @@ def test_the_overview_health_block_is_the_whole_blocks_goodput_and_energy_withou
 def test_the_prefix_cache_counters_by_their_names_before_0_9_2():
     """vLLM 0.8.5 to 0.11 exported the prefix cache's counters as gpu_prefix_cache_*: read as the
     later names are (the capture's lines renamed, with 300 of 1194 looked-up tokens hits)."""
-    from specwatch.figures import Increases
+    from specwatch.readings.figures import Increases
 
     text = read(NGRAM_K4).replace("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries") \
         .replace("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"tiny-llama\"} 0.0",

@@ -11,21 +11,20 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch import export_schema
-from specwatch.advisor import AdvisorConfig
+from specwatch.outputs import export_schema
+from specwatch.advice.advisor import AdvisorConfig
 from specwatch.collectors.prometheus import PromSample, QueryResult
-from specwatch.export import ExportAgent, build_registry
-from specwatch.fleet import fleet_rows, node_detail
-from specwatch.monitor import Monitor
+from specwatch.outputs.export import ExportAgent, build_registry
+from specwatch.outputs.fleet import fleet_rows, node_detail
+from specwatch.advice.monitor import Monitor
 from specwatch.perf import BoundEstimate, HingeParameters
-from specwatch.snapshot import SourceStatus
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.telemetry.snapshot import SourceStatus
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pipeline of the README's diagram: Snapshot → Window → Advisor → Verdict, and what they stand on.
-CORE = ["specwatch/snapshot.py", "specwatch/gpu_events.py", "specwatch/hardware.py", "specwatch/window.py",
-        "specwatch/advisor.py", "specwatch/monitor.py", "specwatch/export_schema.py",
-        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specwatch" / "perf").glob("*.py"))]
+CORE = sorted(str(p.relative_to(ROOT)) for package in ("telemetry", "readings", "perf", "advice")
+              for p in (ROOT / "specwatch" / package).glob("*.py")) + ["specwatch/outputs/export_schema.py"]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -44,7 +43,7 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("module", CORE)
 def test_the_core_imports_no_collector_and_no_ui(module: str) -> None:
     leaks = {name for name in imported_modules(ROOT / module)
-             if name.startswith(("specwatch.collectors", "specwatch.widgets", "specwatch.app", "textual", "httpx",
+             if name.startswith(("specwatch.collectors", "specwatch.widgets", "specwatch.dashboard", "textual", "httpx",
                                  "pynvml"))}
     assert not leaks, f"{module} imports {sorted(leaks)}"
 
@@ -52,9 +51,38 @@ def test_the_core_imports_no_collector_and_no_ui(module: str) -> None:
 @pytest.mark.parametrize("module", sorted(p.name for p in (ROOT / "widgets").glob("*.py")))
 def test_widgets_take_the_advisors_figures_from_the_view(module: str) -> None:
     leaks = {name for name in imported_modules(ROOT / "widgets" / module)
-             if name.startswith(("specwatch.advisor", "specwatch.perf", "specwatch.collectors"))
-             or name == "specwatch.hardware.lookup"}
+             # the datasheet types ride in the view (Verdict.gpu_spec); looking a GPU up is the advisor's
+             if (name.startswith(("specwatch.advice.advisor", "specwatch.perf", "specwatch.collectors"))
+                 and not name.startswith("specwatch.perf.hardware"))
+             or name == "specwatch.perf.hardware.lookup"}
     assert not leaks, f"widgets/{module} imports {sorted(leaks)}"
+
+
+# The packages in the order the data flows (the README's "How it works"): a package imports only
+# packages before it. perf (the pure model and the datasheets) stands under everything, on nothing.
+PIPELINE = [("perf",), ("telemetry",), ("readings", "recording"), ("collectors",), ("advice",), ("sweep",),
+            ("widgets",), ("outputs",), ("dashboard",), ("commands",)]
+PACKAGE_FOLDERS = {"collectors": ROOT / "collectors", "widgets": ROOT / "widgets"}
+
+
+def _package_imports(package: str) -> set[str]:
+    folder = PACKAGE_FOLDERS.get(package, ROOT / "specwatch" / package)
+    return {name.split(".")[1] for path in folder.rglob("*.py") for name in imported_modules(path)
+            if name.startswith("specwatch.") and name.count(".") >= 1}
+
+
+@pytest.mark.parametrize("rank, group", list(enumerate(PIPELINE)), ids=["+".join(g) for g in PIPELINE])
+def test_each_package_imports_only_what_comes_before_it(rank: int, group: tuple[str, ...]) -> None:
+    later = {p for g in PIPELINE[rank:] for p in g}
+    for package in group:
+        wrong = (_package_imports(package) & later) - {package}
+        assert not wrong, f"{package} imports {sorted(wrong)}, which come later in the pipeline"
+
+
+def test_every_package_has_a_place_in_the_pipeline() -> None:
+    placed = {p for g in PIPELINE for p in g}
+    packages = {p.parent.name for p in (ROOT / "specwatch").glob("*/__init__.py")} | set(PACKAGE_FOLDERS)
+    assert packages == placed, f"not placed: {sorted(packages - placed)}; gone: {sorted(placed - packages)}"
 
 
 # -- the exporter's names, as fleet reads them ---------------------------------------------------------
@@ -97,12 +125,12 @@ def schema_names_used_by(path: Path) -> set[str]:
 def test_every_name_fleet_reads_is_one_export_serves() -> None:
     samples, _ = served_samples()
     served = {s.name for s in samples}
-    used = schema_names_used_by(ROOT / "specwatch" / "fleet.py")
+    used = schema_names_used_by(ROOT / "specwatch" / "outputs" / "fleet.py")
     assert len(used) >= 15  # the fleet reads its names from the schema, not from strings of its own
     missing = {name: getattr(export_schema, name).series for name in used
                if getattr(export_schema, name).series not in served}
     assert not missing, f"fleet reads series export does not serve: {missing}"
-    fleet_source = (ROOT / "specwatch" / "fleet.py").read_text()
+    fleet_source = (ROOT / "specwatch" / "outputs" / "fleet.py").read_text()
     assert '"specwatch_' not in fleet_source and "'specwatch_" not in fleet_source
     # and the schema lists what export serves, no more and no less
     assert served == {m.series for m in export_schema.ALL_METRICS}

@@ -10,12 +10,12 @@ import pynvml
 import pytest
 
 from nvml_double import GIB, FakeClock, FakeNvml, h100_mig_3g, hopper_gpu
-from specwatch.advisor import AdvisorConfig
+from specwatch.advice.advisor import AdvisorConfig
 from specwatch.collectors.nvml import NvmlCollector
-from specwatch.hardware import GPUS, scale_to_mig
-from specwatch.monitor import Monitor
+from specwatch.perf.hardware import GPUS, scale_to_mig
+from specwatch.advice.monitor import Monitor
 from specwatch.perf import HingeParameters
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
 NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA H100 80GB HBM3", per_position=(0.5, 0.25, 0.15, 0.1),
@@ -77,7 +77,7 @@ def anyio_backend() -> str:
 
 @pytest.mark.anyio
 async def test_the_dashboard_shows_the_slice_with_its_parent():
-    from specwatch.app import SpecwatchApp
+    from specwatch.dashboard.app import SpecwatchApp
     from specwatch.widgets.gpu import GpuPanel
     from specwatch.widgets.header import HeaderBar
     from test_app import ScriptedSource, text_of, until

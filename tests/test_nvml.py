@@ -23,8 +23,8 @@ from specwatch.collectors.nvml import (
     process_display_name,
     read_process_name,
 )
-from specwatch.gpu_events import CLOCK_EVENT_REASONS, decode_clock_event_reasons, is_performance_limited
-from specwatch.snapshot import GPU_FIELDS, GpuSample, Snapshot
+from specwatch.telemetry.gpu_events import CLOCK_EVENT_REASONS, decode_clock_event_reasons, is_performance_limited
+from specwatch.telemetry.snapshot import GPU_FIELDS, GpuSample, Snapshot
 
 GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw_util")
 

@@ -145,7 +145,7 @@ def test_record_shows_a_status_line_on_a_terminal(v0_server, tmp_path):
 
 
 def test_ctrl_c_quits_the_dashboard():
-    from specwatch.app import SpecwatchApp
+    from specwatch.dashboard.app import SpecwatchApp
     from specwatch.cli import build_parser
     from specwatch.commands.replay import build_demo
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import App
 
-from specwatch.snapshot import GpuSample
+from specwatch.telemetry.snapshot import GpuSample
 from specwatch.widgets.gpu import GpuPanel
 from specwatch.widgets.panel import Panel, Same, picture_key
 from specwatch.widgets.view import DashboardView, SourceInfo

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specwatch import perf as m
 from specwatch.perf import steptime
-from specwatch.hardware import GPUS, MODELS
+from specwatch.perf.hardware import GPUS, MODELS
 
 H100 = GPUS["H100-SXM"]
 LLAMA_70B = MODELS["Llama-3.1-70B"]

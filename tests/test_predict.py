@@ -1,4 +1,4 @@
-"""Tests for specwatch.predict: the verdict, its reasons, the argparse options and exit statuses."""
+"""Tests for specwatch.advice.predict: the verdict, its reasons, the argparse options and exit statuses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from specwatch.commands.predict import add_arguments as add_predict_arguments
 from specwatch.commands.predict import run as run_predict
-from specwatch.predict import PredictInputError, parse_quantity, predict
+from specwatch.advice.predict import PredictInputError, parse_quantity, predict
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:

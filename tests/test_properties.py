@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exposition_oracle import full_parse_samples, same_values, samples_by_series
-from specwatch.exposition import (
+from specwatch.telemetry.exposition import (
     COUNTER,
     GAUGE,
     SAMPLE_NAMES,

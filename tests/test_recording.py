@@ -24,8 +24,8 @@ from specwatch.recording import (
     read_recording,
     write_recording,
 )
-from specwatch.snapshot import SourceStatus, TargetSample, Snapshot
-from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.telemetry.snapshot import SourceStatus, TargetSample, Snapshot
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
 
 DATA = Path(__file__).parent / "data"
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
@@ -145,7 +145,7 @@ def test_kill_9_loses_at_most_the_last_second(tmp_path):
         import os, signal, sys, time
         from specwatch.perf import HingeParameters
         from specwatch.recording import RecordingHeader, RecordingWriter
-        from specwatch.synthetic import SyntheticNode, generate
+        from specwatch.collectors.synthetic import SyntheticNode, generate
         node = SyntheticNode(step=HingeParameters(0.02, 134.0, 0.02 / 134, 0.0, 0.0))
         clock = [0.0]
         w = RecordingWriter({str(path)!r}, RecordingHeader(data="synthetic"), clock=lambda: clock[0])
@@ -301,7 +301,7 @@ def test_compact_engines_and_histograms_round_trip_exactly(tmp_path):
     for type, through layout changes, a second engine, a target going down and member boundaries."""
     import dataclasses
 
-    from specwatch.snapshot import Histogram
+    from specwatch.telemetry.snapshot import Histogram
 
     snaps = snapshots(40)
     base = snaps[0].targets[0].engines[0]

@@ -19,8 +19,8 @@ from specwatch.commands.replay import _print_timeline, play_headless, replay_mon
 from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording
 from specwatch.recording import reader
-from specwatch.snapshot import Histogram, Snapshot
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.telemetry.snapshot import Histogram, Snapshot
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 # n-gram, k=4 on an A100-like hinge: the speedup crosses 1 near 54 running, so a load that moves
 # between 8 and 128 turns the verdict both ways (each stretch outlasts the banner's dwell)

@@ -9,14 +9,14 @@ import threading
 import pytest
 
 from specwatch.recording import RecordingError
-from specwatch.recording_thread import (
+from specwatch.dashboard.recording_thread import (
     ReadingsDropped,
     RecordingNotStarted,
     RecordingStarted,
     RecordingStopped,
     RecordingThread,
 )
-from specwatch.synthetic import generate
+from specwatch.collectors.synthetic import generate
 from test_recording import NODE
 
 SNAPSHOTS = list(generate(NODE, [4.0] * 12))

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.advisor import AdvisorConfig
+from specwatch.advice.advisor import AdvisorConfig
 from specwatch.collectors.replay import ReplaySource
 from specwatch.perf import HingeParameters
-from specwatch.monitor import Monitor
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, write_recording
 from specwatch.cli import main
 from specwatch.commands.options import ExitCode
 from specwatch.commands.replay import list_scenarios
-from specwatch.sources import SnapshotSource
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.collectors.sources import SnapshotSource
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 # n-gram, k=4, L=2.0 on an A100-like hinge: S(b) = 2·T(b)/T(5b) crosses 1 near b = 54.
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from specwatch.recording import RecordingHeader, write_recording
-from specwatch.synthetic import generate
+from specwatch.collectors.synthetic import generate
 
 from test_app import NODE
 

@@ -16,14 +16,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client import Histogram as PromHistogram
 
 from payloads import NGRAM_K4, read
-from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.exposition import parse_payload
-from specwatch.figures import lifetime_increases
-from specwatch.health import (OUTPUT_LENGTH, PROMPT_LENGTH, health_report, request_shape, share_over_ratio_bounds,
+from specwatch.advice.advisor import Advisor, AdvisorConfig
+from specwatch.telemetry.exposition import parse_payload
+from specwatch.readings.figures import lifetime_increases
+from specwatch.readings.health import (OUTPUT_LENGTH, PROMPT_LENGTH, health_report, request_shape, share_over_ratio_bounds,
                               share_range_words)
-from specwatch.snapshot import Histogram
-from specwatch.synthetic import generate
-from specwatch.window import Window
+from specwatch.telemetry.snapshot import Histogram
+from specwatch.collectors.synthetic import generate
+from specwatch.readings.window import Window
 from test_advisor import NODE
 
 # vLLM's request_prompt_tokens / request_generation_tokens buckets for a 2048-token model (1-2-5)

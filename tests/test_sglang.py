@@ -27,8 +27,8 @@ from specwatch.collectors.sglang import (
 )
 from specwatch.collectors.vllm import VllmSource
 from specwatch.recording import RecordingHeader, read_recording, write_recording
-from specwatch.snapshot import Snapshot, TargetSample
-from specwatch.window import Window
+from specwatch.telemetry.snapshot import Snapshot, TargetSample
+from specwatch.readings.window import Window
 from http_fixtures import LocalServer, reply
 
 DATA = Path(__file__).parent / "data"
@@ -322,7 +322,7 @@ def test_the_summary_names_the_engine_and_what_it_lacks():
 
 
 def _verdicts(snapshots):
-    from specwatch.advisor import Advisor
+    from specwatch.advice.advisor import Advisor
 
     window, advisor, out = Window(seconds=30.0), Advisor(), []
     for snap in snapshots:

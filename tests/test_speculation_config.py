@@ -18,15 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from http_fixtures import LocalServer
 from payloads import NGRAM_K4, read
-from specwatch.advisor import Advisor, AdvisorConfig
+from specwatch.advice.advisor import Advisor, AdvisorConfig
 from specwatch.collectors.replay import ReplaySource
 from specwatch.collectors.vllm import VllmSource, speculation_from_server_info
-from specwatch.export import ExportAgent, build_registry
-from specwatch.hardware import lookup_model
-from specwatch.monitor import Monitor
+from specwatch.outputs.export import ExportAgent, build_registry
+from specwatch.perf.hardware import lookup_model
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import RecordingHeader, read_recording, write_recording
-from specwatch.report import check_report, format_summary
-from specwatch.snapshot import (
+from specwatch.outputs.report import check_report, format_summary
+from specwatch.telemetry.snapshot import (
     FROM_FLAGS,
     FROM_METRICS,
     FROM_SERVER_INFO,
@@ -35,10 +35,10 @@ from specwatch.snapshot import (
     TargetSample,
     resolve_speculation,
 )
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.collectors.synthetic import SyntheticNode, generate
 from specwatch.perf import HingeParameters
 from specwatch.widgets.speculation import provenance_line
-from specwatch.window import Window
+from specwatch.readings.window import Window
 
 DATA = Path(__file__).parent / "data"
 # A real /server_info?config_format=json of vLLM 0.32 (CPU) serving n-gram k=4 with dev mode on; the
@@ -290,7 +290,7 @@ def test_check_report_takes_method_and_draft_model_from_the_sample():
 
 def test_check_report_of_a_target_never_read_does_not_say_it_runs_without_speculation():
     """Health is never shown as a verdict: a target that cannot be read is not "not configured"."""
-    from specwatch.snapshot import Snapshot, TargetSample
+    from specwatch.telemetry.snapshot import Snapshot, TargetSample
 
     window = Window(30.0)
     url = "http://127.0.0.1:9"

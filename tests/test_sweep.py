@@ -196,7 +196,7 @@ def test_from_bench_with_gpu_and_model_draws_the_datasheet_curve(tmp_path):
     assert predicted["basis"] == "datasheet" and "Llama-3.1-8B" in predicted["note"]
     assert predicted["draft_ratio"] == pytest.approx(0.05)
     # the prediction at each point is what `predict` says for the same configuration
-    from specwatch.predict import predict
+    from specwatch.advice.predict import predict
 
     point = next(p for p in predicted["points"] if p["concurrency"] == 4.0)
     said = predict("H100", model="Llama-3.1-8B", batch=4, k=4, acceptance_length=2.64, method="eagle",

@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from specwatch.monitor import Monitor
-from specwatch.advisor import AdvisorConfig
+from specwatch.advice.monitor import Monitor
+from specwatch.advice.advisor import AdvisorConfig
 from specwatch.perf import HingeParameters
 from specwatch.sweep import load_sweep
-from specwatch.sweep_evidence import STALE_AFTER_S, SweepIdentity, reconcile_crossover
-from specwatch.synthetic import SyntheticNode, generate
+from specwatch.advice.sweep_evidence import STALE_AFTER_S, SweepIdentity, reconcile_crossover
+from specwatch.collectors.synthetic import SyntheticNode, generate
 
 from http_fixtures import LocalServer, metrics_and_version
 
@@ -152,7 +152,7 @@ def anyio_backend() -> str:
     ({}, "crossover measured 12 · predicted"),
 ])
 async def test_the_dashboard_says_whether_the_sweep_is_used(tmp_path, mismatch, shown):
-    from specwatch.app import SpecwatchApp
+    from specwatch.dashboard.app import SpecwatchApp
     from specwatch.widgets.speculation import SpeculationPanel
     from test_app import ScriptedSource, text_of, until
 

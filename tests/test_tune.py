@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 
 from specwatch import perf
-from specwatch.advisor import AdvisorConfig
-from specwatch.monitor import Monitor
-from specwatch.synthetic import SyntheticNode, generate, ramp
-from specwatch.tune import format_tune, tune_report, validate_with_vllm
+from specwatch.advice.advisor import AdvisorConfig
+from specwatch.advice.monitor import Monitor
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
+from specwatch.advice.tune import format_tune, tune_report, validate_with_vllm
 
 STEP = perf.HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
                             per_token_s=0.0)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from specwatch import perf
-from specwatch.verdict import OFF, ON, Verdict, replaced
+from specwatch.advice.verdict import OFF, ON, Verdict, replaced
 
 
 def _verdict() -> Verdict:

@@ -13,14 +13,14 @@ import pytest
 from rich.console import Console
 
 from specwatch import perf
-from specwatch.advisor import AdvisorConfig
-from specwatch.app import SpecwatchApp
+from specwatch.advice.advisor import AdvisorConfig
+from specwatch.dashboard.app import SpecwatchApp
 from specwatch.collectors.replay import ReplaySource
-from specwatch.hardware import lookup, lookup_model
-from specwatch.monitor import Monitor
+from specwatch.perf.hardware import lookup, lookup_model
+from specwatch.advice.monitor import Monitor
 from specwatch.recording import RecordingHeader, open_snapshots, write_recording
-from specwatch.synthetic import SyntheticNode, generate
-from specwatch.verdict_index import build_verdict_index, monitor_template
+from specwatch.collectors.synthetic import SyntheticNode, generate
+from specwatch.dashboard.verdict_index import build_verdict_index, monitor_template
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.verdict import VerdictBanner
 
@@ -187,7 +187,7 @@ async def test_n_and_shift_n_jump_between_verdict_changes_and_say_so_at_the_ends
 
 
 async def test_before_the_index_is_built_the_keys_say_so(step_recording, monkeypatch):
-    import specwatch.app as app_module
+    import specwatch.dashboard.app as app_module
 
     release = threading.Event()
     real = app_module.build_verdict_index

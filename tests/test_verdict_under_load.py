@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
-from specwatch.advisor import AdvisorConfig
-from specwatch.export import ExportAgent, build_registry
-from specwatch.hardware import lookup_model
-from specwatch.monitor import DEFAULT_DWELL_S, Monitor
+from specwatch.advice.advisor import AdvisorConfig
+from specwatch.outputs.export import ExportAgent, build_registry
+from specwatch.perf.hardware import lookup_model
+from specwatch.advice.monitor import DEFAULT_DWELL_S, Monitor
 from specwatch.commands.check import exit_status
 from specwatch.commands.options import ExitCode
-from specwatch.snapshot import TargetSample
+from specwatch.telemetry.snapshot import TargetSample
 from step_law import LLAMA_1B, Forward, Gpu, LawNode, generate, tiers_load, true_crossover
 
 START = 1_900_000_000.0
@@ -278,8 +278,8 @@ def test_while_the_load_ramps_the_reasons_quote_the_figures_the_banner_shows(cas
 def test_the_banner_figure_is_a_median_over_evaluations_at_this_load_only():
     """A minute of evaluations at 10 running and break-even 1.2, then one at 100 running and 2.0: the
     banner shows 2.0 at once (the median over every load, 1.2, is a break-even at another load)."""
-    from specwatch.monitor import ShownVerdict
-    from specwatch.verdict import UNKNOWN_BOUND, Verdict
+    from specwatch.advice.monitor import ShownVerdict
+    from specwatch.advice.verdict import UNKNOWN_BOUND, Verdict
 
     def evaluation(t: float, running: float, break_even: float) -> Verdict:
         return Verdict("on", 0.9, 1.5, break_even, 200.0, False, ("r",), UNKNOWN_BOUND, time=t,

@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from payloads import NGRAM_K4, read
-from specwatch.exposition import parse_payload
-from specwatch.snapshot import EngineSample, Histogram, Snapshot, TargetSample
-from specwatch.figures import HistogramDeltas
-from specwatch.window import (
+from specwatch.telemetry.exposition import parse_payload
+from specwatch.telemetry.snapshot import EngineSample, Histogram, Snapshot, TargetSample
+from specwatch.readings.figures import HistogramDeltas
+from specwatch.readings.window import (
     Window,
     counter_increase,
     histogram_increase,
@@ -280,7 +280,7 @@ def test_the_window_of_one_state_is_made_once():
 def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
     """A real vLLM 0.32 capture (n-gram, k=4, 20 requests of 57 tokens): iteration_tokens_total's sum
     is prompt computed + tokens emitted, and the positions the steps computed are counted apart."""
-    from specwatch.window import lifetime_increases, step_tokens
+    from specwatch.readings.window import lifetime_increases, step_tokens
 
     engine, = parse_payload(NGRAM_K4.read_text()).engines
     tokens = step_tokens(lifetime_increases(engine))
@@ -299,7 +299,7 @@ def test_step_tokens_on_a_real_capture_follow_vllms_semantics():
 
 
 def test_histogram_totals_are_the_deltas_sum_and_count_without_their_buckets():
-    from specwatch.figures import Increases, histogram_increase_totals
+    from specwatch.readings.figures import Increases, histogram_increase_totals
 
     name = "vllm:request_time_per_output_token_seconds"
     earlier = Histogram(((0.1, 3.0), (math.inf, 5.0)), 0.4, 5.0)
@@ -326,7 +326,7 @@ def test_summed_histograms_are_worked_out_when_read_and_equal_the_eager_sums():
     """Engines' histograms summed name by name, in engine order: the same Histograms the eager
     fold gives (a layout that differs keeps the larger, a name one engine lacks is the others'),
     each summed only when read."""
-    from specwatch.figures import SummedHistograms, _add_histograms
+    from specwatch.readings.figures import SummedHistograms, _add_histograms
 
     ttft, tpot, e2e = ("vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
                        "vllm:e2e_request_latency_seconds")
@@ -354,7 +354,7 @@ def test_summed_histograms_are_worked_out_when_read_and_equal_the_eager_sums():
 
 
 def test_a_node_of_several_engines_sums_the_histogram_asked_for():
-    from specwatch.figures import SummedHistograms
+    from specwatch.readings.figures import SummedHistograms
 
     zero = Histogram(((1.0, 0.0), (math.inf, 0.0)), 0.0, 0.0)
     later = Histogram(((1.0, 2.0), (math.inf, 3.0)), 1.5, 3.0)

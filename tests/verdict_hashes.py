@@ -24,9 +24,9 @@ from pathlib import Path
 
 from specwatch import perf
 from specwatch.commands.replay import replay_monitor
-from specwatch.hardware import lookup, lookup_model
+from specwatch.perf.hardware import lookup, lookup_model
 from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
-from specwatch.synthetic import SyntheticNode, generate, ramp
+from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = sorted((ROOT / "specwatch" / "data").glob("*.swrec"))

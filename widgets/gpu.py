@@ -11,8 +11,8 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.gpu_events import is_performance_limited
-from specwatch.snapshot import GpuSample
+from specwatch.telemetry.gpu_events import is_performance_limited
+from specwatch.telemetry.snapshot import GpuSample
 from specwatch.widgets.format import MISSING, bar, finite, gigabytes, pct
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.health import SHARE_POINT_WIDTH
+from specwatch.readings.health import SHARE_POINT_WIDTH
 from specwatch.widgets.format import MISSING, num, pct, rate, seconds
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.snapshot import FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO, SpeculationConfig
+from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO, SpeculationConfig
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable
 
-from specwatch.hardware import GpuSpec
-from specwatch.monitor import TargetState, VerdictChange
-from specwatch.figures import engine_figures, lifetime_increases
-from specwatch.snapshot import EngineSample, GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
-from specwatch.window import EngineFigures
+from specwatch.perf.hardware import GpuSpec
+from specwatch.advice.monitor import TargetState, VerdictChange
+from specwatch.readings.figures import engine_figures, lifetime_increases
+from specwatch.telemetry.snapshot import EngineSample, GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample
+from specwatch.readings.window import EngineFigures
 
 # The trend series, in the order the trends panel draws them: (key, label, unit words).
 SERIES = (
@@ -179,7 +179,7 @@ class DashboardView:
     window_s: float | None = None
     history_minutes: float = 10.0
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # The selected target's health over the window (specwatch.health.health_report): worked out when
+    # The selected target's health over the window (specwatch.readings.health.health_report): worked out when
     # a panel first reads it, since a poll whose Health tab is hidden needs only the goodput and
     # energy lines. Called with breakdown=False it gives those alone.
     health_report: Callable[[bool], dict | None] | None = field(default=None, repr=False, compare=False)

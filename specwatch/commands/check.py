@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specwatch.report import format_summary
+    from specwatch.outputs.report import format_summary
 
     sweep = _sweep_identity(args.sweep) if getattr(args, "sweep", None) else None
     session = live_session(args, interval_s=args.window, window_s=max(args.window * 2, 1.0))
@@ -59,7 +59,7 @@ def worst_status(statuses: Iterable[ExitCode]) -> ExitCode:
 
 def _sweep_identity(path: str) -> Any:
     from specwatch.sweep import SweepFileError, load_sweep
-    from specwatch.sweep_evidence import SweepIdentity
+    from specwatch.advice.sweep_evidence import SweepIdentity
 
     try:
         return SweepIdentity.from_sweep(load_sweep(path))
@@ -70,8 +70,8 @@ def _sweep_identity(path: str) -> Any:
 def sweep_block(sweep: Any, advisor: Any, verdict: Any, tw: Any, time: float | None) -> dict[str, Any]:
     """What check --json says of the sweep: the verdict's reconciliation, or, with no verdict to
     reconcile (no traffic, no reading), whether the sweep measured this target at all."""
-    from specwatch.snapshot import canonical_method_name
-    from specwatch.sweep_evidence import reconcile_crossover
+    from specwatch.telemetry.snapshot import canonical_method_name
+    from specwatch.advice.sweep_evidence import reconcile_crossover
 
     if "sweep" in verdict.details:
         return verdict.details["sweep"]
@@ -85,8 +85,8 @@ def sweep_block(sweep: Any, advisor: Any, verdict: Any, tw: Any, time: float | N
 
 
 async def _check(session: Any, args: argparse.Namespace, sweep: Any = None) -> list[dict[str, Any]]:
-    from specwatch.advisor import Advisor
-    from specwatch.report import check_report
+    from specwatch.advice.advisor import Advisor
+    from specwatch.outputs.report import check_report
 
     urls = [t.url for t in session.vllm.targets]
     window = session.monitor.window

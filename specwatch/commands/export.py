@@ -21,7 +21,7 @@ from specwatch.commands.options import (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from specwatch.export import DEFAULT_LISTEN
+    from specwatch.outputs.export import DEFAULT_LISTEN
 
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="where to serve /metrics (default %(default)s, loopback only). Any address that is "
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specwatch.export import ExportAgent, ListenError, build_registry, check_listen, node_name, serve
+    from specwatch.outputs.export import ExportAgent, ListenError, build_registry, check_listen, node_name, serve
 
     try:
         host, port = check_listen(args.listen, args.allow_remote)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
     from specwatch.collectors.replay import MAX_SPEED, MIN_SPEED, ReplaySource
     from specwatch.commands.replay import scenario_path, unknown_scenario
-    from specwatch.monitor import Monitor
+    from specwatch.advice.monitor import Monitor
     from specwatch.recording import RecordingError, read_recording
 
     if args.scenario:
@@ -104,7 +104,7 @@ def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
 
 async def _run_agent(agent: Any, interval: float) -> bool:
     """Serve until a stop request; True when it was Ctrl-C (exit 130), False for SIGTERM (exit 0)."""
-    from specwatch.sources import stop_on_signals
+    from specwatch.collectors.sources import stop_on_signals
 
     stop = stop_on_signals()
     try:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         client = _prometheus_client(args)
     if args.json:
         return asyncio.run(_print_json(client, args))
-    from specwatch.fleet import FleetApp
+    from specwatch.outputs.fleet import FleetApp
 
     require_terminal()
     FleetApp(client, job=args.job, refresh_s=args.refresh).run()
@@ -91,7 +91,7 @@ def _prometheus_client(args: argparse.Namespace) -> Any:
 
 def _direct_fleet(args: argparse.Namespace) -> Any:
     from specwatch.collectors.transport import DEFAULT_MAX_BYTES
-    from specwatch.fleet_direct import DirectFleet
+    from specwatch.outputs.fleet_direct import DirectFleet
 
     args.max_bytes = args.max_bytes or DEFAULT_MAX_BYTES
     connection = connection_settings(args)
@@ -110,7 +110,7 @@ def _direct_fleet(args: argparse.Namespace) -> Any:
 
 async def _print_json(client: Any, args: argparse.Namespace) -> int:
     from specwatch.commands.check import finite_json
-    from specwatch.fleet import read_fleet
+    from specwatch.outputs.fleet import read_fleet
 
     try:
         if args.urls:

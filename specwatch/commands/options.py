@@ -16,12 +16,12 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Sequence, TextIO
 
 if TYPE_CHECKING:
-    from specwatch.advisor import AdvisorConfig
+    from specwatch.advice.advisor import AdvisorConfig
     from specwatch.collectors.gpus import GpuPoller
     from specwatch.collectors.vllm import VllmSource
-    from specwatch.monitor import Monitor
-    from specwatch.snapshot import SourceStatus
-    from specwatch.sources import LiveSource
+    from specwatch.advice.monitor import Monitor
+    from specwatch.telemetry.snapshot import SourceStatus
+    from specwatch.collectors.sources import LiveSource
 
 
 class ExitCode(IntEnum):
@@ -136,11 +136,11 @@ def _finite_number(text: str) -> float:
 
 
 def _url_type(what: str, metrics: bool = False):
-    """An argparse type: a URL read the one way every source reads it (specwatch.urls.split_url);
+    """An argparse type: a URL read the one way every source reads it (specwatch.telemetry.urls.split_url);
     a bad one is a usage error of one line. `metrics`: the value becomes the /metrics URL."""
 
     def parse(text: str) -> str:
-        from specwatch.urls import split_url
+        from specwatch.telemetry.urls import split_url
 
         try:
             base, metrics_url, _ = split_url(text, what)
@@ -284,9 +284,9 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     """The advisor's configuration: `stored` (a recording header's advisor settings, or what the
     server says about itself) under the flags, which win. An unknown GPU or model, or a draft size
     that is not a quantity, is a UsageError."""
-    from specwatch.advisor import AdvisorConfig
-    from specwatch.hardware import lookup, lookup_model
-    from specwatch.predict import parse_quantity
+    from specwatch.advice.advisor import AdvisorConfig
+    from specwatch.perf.hardware import lookup, lookup_model
+    from specwatch.advice.predict import parse_quantity
 
     settings = {k: v for k, v in (stored or {}).items() if v is not None}
     if args is not None:
@@ -331,7 +331,7 @@ class _NvmlOff:
     reads_devices = False  # polled in place, not in a thread
 
     def poll(self) -> tuple[tuple, SourceStatus]:
-        from specwatch.snapshot import SourceStatus
+        from specwatch.telemetry.snapshot import SourceStatus
 
         return (), SourceStatus("nvml", "off", "NVML reading turned off (--no-nvml)")
 
@@ -375,8 +375,8 @@ def live_session(
     import dataclasses
 
     from specwatch.collectors.vllm import DEFAULT_URL, VllmSource
-    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
-    from specwatch.sources import LiveSource
+    from specwatch.advice.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
+    from specwatch.collectors.sources import LiveSource
 
     urls = list(args.urls or [DEFAULT_URL])
     if one_target and len(urls) > 1:
@@ -384,7 +384,7 @@ def live_session(
     config = advisor_config(args)
     if advisor_overrides:
         config = dataclasses.replace(config, **advisor_overrides)
-    from specwatch.snapshot import SpeculationConfig
+    from specwatch.telemetry.snapshot import SpeculationConfig
 
     connection = connection_settings(args)
     # what the operator declared fills in what the server's /server_info does not say, in every sample
@@ -397,7 +397,7 @@ def live_session(
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)
     monitor = Monitor(window_s=window_s, advisor_config=config,
                       evaluate_every_s=DEFAULT_EVALUATE_EVERY_S if evaluate_every_s is None else evaluate_every_s)
-    from specwatch.urls import redact
+    from specwatch.telemetry.urls import redact
 
     # what is shown and stored (a recording's header) carries no credentials; the requests do
     return LiveSession(vllm, source, monitor, [redact(u) for u in urls])

@@ -1,6 +1,6 @@
 """`specwatch predict`: the verdict for a configuration with no live node (DESIGN §5).
 
-Flags and exit statuses only: `specwatch.predict` resolves the inputs, `specwatch.perf.decide`
+Flags and exit statuses only: `specwatch.advice.predict` resolves the inputs, `specwatch.perf.decide`
 decides. Exit statuses: 0 no change (on or hold), 1 speculation costs at this load (off),
 2 not enough data (no acceptance given), 64 bad input (one line on stderr), as every command.
 """
@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 from specwatch import perf
 from specwatch.commands.options import ExitCode, print_error
-from specwatch.hardware import known_model_names
-from specwatch.predict import predict
+from specwatch.perf.hardware import known_model_names
+from specwatch.advice.predict import predict
 
 __all__ = ["add_arguments", "run"]
 

@@ -107,7 +107,7 @@ class _RecordOutcome:
 
 async def _record(live: Any, args: argparse.Namespace, writer: Any, outcome: _RecordOutcome) -> None:
     from specwatch.recording import RecordingError
-    from specwatch.sources import stop_on_signals
+    from specwatch.collectors.sources import stop_on_signals
 
     stop = stop_on_signals()  # a stop request ends the loop between polls: the last Snapshot is whole
     started = time.monotonic()

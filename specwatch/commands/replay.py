@@ -28,16 +28,16 @@ from specwatch.commands.options import (
 from specwatch.recording import FILE_SUFFIX
 
 if TYPE_CHECKING:
-    from specwatch.monitor import Monitor, VerdictChange
+    from specwatch.advice.monitor import Monitor, VerdictChange
     from specwatch.recording import RecordingHeader
-    from specwatch.snapshot import Snapshot
+    from specwatch.telemetry.snapshot import Snapshot
 
 DEFAULT_WINDOW_S = 30.0  # the Monitor's default window
 
 
 def _add_timeline_arguments(p: argparse.ArgumentParser) -> None:
     # the Monitor's default cadence, what a live run uses (5 s of data time)
-    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S
+    from specwatch.advice.monitor import DEFAULT_EVALUATE_EVERY_S
 
     p.add_argument("--headless", action="store_true", help="print the verdict timeline instead of the TUI")
     p.add_argument("--json", action="store_true", help="with --headless: one JSON object per verdict change")
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.headless:
         return play_headless(args.file, args, "replay")
-    from specwatch.app import run_app
+    from specwatch.dashboard.app import run_app
     from specwatch.collectors.replay import ReplaySource
     from specwatch.recording import RecordingError
 
@@ -83,7 +83,7 @@ def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = No
     """The Monitor a replay (headless or TUI) feeds: the header's advisor settings under the flags,
     and the flags' window. `changes_only` for a headless timeline, which reads the changes alone (see
     Monitor): the dashboard shows every verdict."""
-    from specwatch.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
+    from specwatch.advice.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
 
     window = getattr(args, "window", None) or DEFAULT_WINDOW_S
     every = getattr(args, "evaluate_every", None) or DEFAULT_EVALUATE_EVERY_S
@@ -281,7 +281,7 @@ def play_demo_headless(scenarios: Sequence[Scenario], args: argparse.Namespace, 
 def _run_demo_tui(scenarios: list[Scenario], args: argparse.Namespace) -> int:
     """The dashboard over the playlist, one scenario after another, looping, each on its own clock
     and labelled real or synthetic. --scenario plays just one."""
-    from specwatch.app import run_app
+    from specwatch.dashboard.app import run_app
     from specwatch.recording import RecordingError
 
     try:

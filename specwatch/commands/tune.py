@@ -1,5 +1,5 @@
 """`specwatch tune`: watch a server (or read a recording) and print the speculation schedule by batch
-size, ready to paste into vLLM. The schedule and its report are `specwatch.tune`."""
+size, ready to paste into vLLM. The schedule and its report are `specwatch.advice.tune`."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """OK with a schedule; NOT_ENOUGH_DATA when the data cannot support one; UNREADABLE when the
     source cannot be read."""
-    from specwatch.tune import format_tune, tune_report, validate_with_vllm
+    from specwatch.advice.tune import format_tune, tune_report, validate_with_vllm
 
     if args.from_file:
         monitor, url = _feed_recording(args)
@@ -103,7 +103,7 @@ def _feed_recording(args: argparse.Namespace) -> tuple[Any, str]:
     """The recording read through a Monitor judging with its header's advisor settings under the flags."""
     import dataclasses
 
-    from specwatch.monitor import Monitor
+    from specwatch.advice.monitor import Monitor
     from specwatch.recording import RecordingError, read_recording
 
     path = args.from_file

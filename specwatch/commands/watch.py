@@ -32,9 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Open the dashboard. Nothing reachable still opens it: the screen says what each source
     answered and points to `specwatch demo`."""
-    from specwatch.app import run_app
+    from specwatch.dashboard.app import run_app
     from specwatch.sweep import SweepFileError, load_sweep
-    from specwatch.sweep_evidence import SweepIdentity
+    from specwatch.advice.sweep_evidence import SweepIdentity
 
     session = live_session(args, interval_s=args.interval, window_s=args.window)
     try:
@@ -53,10 +53,10 @@ def live_recorder(args: argparse.Namespace) -> Any:
     """The dashboard's `r` key recorder for a live session: the header keeps the advisor flags, so a
     replay of the file judges as the session did."""
     from specwatch.collectors.vllm import DEFAULT_URL
-    from specwatch.recorder import SessionRecorder
+    from specwatch.dashboard.recorder import SessionRecorder
     from specwatch.recording import RecordingHeader
 
-    from specwatch.urls import redact
+    from specwatch.telemetry.urls import redact
 
     header = RecordingHeader(data="real", targets=tuple(redact(u) for u in args.urls or [DEFAULT_URL]),
                              interval_s=getattr(args, "interval", None), advisor=advisor_settings(args),

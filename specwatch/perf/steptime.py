@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from specwatch.hardware import GpuSpec, ModelSpec
+from specwatch.perf.hardware import GpuSpec, ModelSpec
 
 
 __all__ = [

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import __version__
-from specwatch.snapshot import SNAPSHOT_VERSION, Snapshot, decode_float, encode_float
+from specwatch.telemetry.snapshot import SNAPSHOT_VERSION, Snapshot, decode_float, encode_float
 
 __all__ = [
     "format_time",

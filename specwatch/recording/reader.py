@@ -25,7 +25,7 @@ from specwatch.recording.format import (
     decode_float,
     format_time,
 )
-from specwatch.snapshot import (
+from specwatch.telemetry.snapshot import (
     SNAPSHOT_VERSION,
     EngineSample,
     GpuSample,

@@ -25,7 +25,7 @@ from specwatch.recording.format import (
     encode_float,
     format_time,
 )
-from specwatch.snapshot import EngineSample, GpuSample, Snapshot
+from specwatch.telemetry.snapshot import EngineSample, GpuSample, Snapshot
 
 __all__ = [
     "RecordingWriter",

@@ -18,7 +18,7 @@ from specwatch.sweep.intervals import next_round, ratio_interval
 from specwatch.sweep.noise import RoundConditions
 from specwatch.sweep.report import SweepRecord, side_from_stats
 from specwatch.sweep.probe import MetricsProbe
-from specwatch.urls import redact
+from specwatch.telemetry.urls import redact
 
 __all__ = [
     "served_model",

@@ -4,7 +4,7 @@ different conditions.
 Per side of a round: the host's CPU steal and busy share over the round (/proc/stat deltas), the
 1-minute load average at its end (os.getloadavg), and, where NVML answers, the GPUs' SM clock
 (lowest and mean over the polls), the clock-event reasons that limit performance (power cap,
-thermal, ... as `specwatch.gpu_events` classes them), and the processes on the GPUs. A host with no
+thermal, ... as `specwatch.telemetry.gpu_events` classes them), and the processes on the GPUs. A host with no
 /proc/stat or no GPU gives None for those parts, never an error.
 """
 
@@ -14,7 +14,7 @@ import asyncio
 import os
 from typing import Any, Callable, Sequence
 
-from specwatch.gpu_events import PERFORMANCE_LIMITING_REASONS
+from specwatch.telemetry.gpu_events import PERFORMANCE_LIMITING_REASONS
 
 __all__ = [
     "read_proc_stat",

@@ -22,7 +22,7 @@ class PredictionInputs:
     """What the user said about the configuration; every field may be missing."""
 
     gpu: str | None = None
-    model: str | None = None  # architecture name from specwatch.hardware's table
+    model: str | None = None  # architecture name from specwatch.perf.hardware's table
     tp: int = 1
     dtype: str = "bf16"
     method: str | None = None
@@ -160,7 +160,7 @@ def predicted_curve(
         note = "the step time given"
         fit_details = None
     elif inputs.gpu and inputs.model:
-        from specwatch.hardware import lookup, lookup_model
+        from specwatch.perf.hardware import lookup, lookup_model
 
         gpu, arch = lookup(inputs.gpu), lookup_model(inputs.model)
         if gpu is None:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from specwatch.collectors.vllm import VllmSource
-from specwatch.snapshot import Snapshot
-from specwatch.window import RUNNING, Window
+from specwatch.telemetry.snapshot import Snapshot
+from specwatch.readings.window import RUNNING, Window
 
 __all__ = [
     "MetricsProbe",

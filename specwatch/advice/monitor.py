@@ -23,11 +23,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from specwatch.advisor import Advisor, AdvisorConfig
-from specwatch.verdict import OFF, ON, UNKNOWN, Verdict, replaced, requote, unknown_verdict
-from specwatch.snapshot import Snapshot
-from specwatch.sweep_evidence import SweepIdentity
-from specwatch.window import TargetWindow, Window
+from specwatch.advice.advisor import Advisor, AdvisorConfig
+from specwatch.advice.verdict import OFF, ON, UNKNOWN, Verdict, replaced, requote, unknown_verdict
+from specwatch.telemetry.snapshot import Snapshot
+from specwatch.advice.sweep_evidence import SweepIdentity
+from specwatch.readings.window import TargetWindow, Window
 
 
 # Seconds of data time between evaluations of the advisor, live and in replay alike.

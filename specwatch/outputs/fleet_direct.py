@@ -4,7 +4,7 @@ Each URL is read directly, all of them concurrently, each within the timeout, an
 its /metrics serves:
 
 - a specwatch agent (`specwatch export`): its specwatch_* series carry the agent's verdict, and
-  become rows exactly as the same series read through Prometheus do (specwatch.fleet.fleet_rows);
+  become rows exactly as the same series read through Prometheus do (specwatch.outputs.fleet.fleet_rows);
 - a bare vLLM (or SGLang) server: readings, not a verdict. The fleet then judges it itself with the
   live session every command uses (specwatch.commands.options.live_session: the same scraper, Monitor
   and advisor as `check` and `watch`). Rates need two readings a poll apart, so such a row says "no
@@ -28,9 +28,9 @@ import httpx
 from specwatch.collectors.prometheus import PromSample, QueryResult
 from specwatch.collectors.transport import PayloadTooLarge, deadline_s, get_bounded
 from specwatch.collectors.vllm import describe_http_error, describe_status, make_client
-from specwatch.export_schema import NODE
-from specwatch.fleet import FleetReading, FleetRow, NodeDetail, SourceDetail, TargetDetail, fleet_rows, node_detail
-from specwatch.urls import split_url
+from specwatch.outputs.export_schema import NODE
+from specwatch.outputs.fleet import FleetReading, FleetRow, NodeDetail, SourceDetail, TargetDetail, fleet_rows, node_detail
+from specwatch.telemetry.urls import split_url
 
 AGENT, ENGINE, UNKNOWN = "agent", "engine", "unknown"
 # The series every specwatch agent serves from its start (one sample, labelled with its node), and
@@ -86,12 +86,12 @@ class DirectTarget:
 
 
 class DirectFleet:
-    """Reads every URL each refresh and turns what it read into fleet rows (specwatch.fleet)."""
+    """Reads every URL each refresh and turns what it read into fleet rows (specwatch.outputs.fleet)."""
 
     def __init__(self, urls: Sequence[str], make_session: Callable[[str], Any], token: str | None = None,
                  verify: Any = True, timeout_s: float = 5.0, max_bytes: int = 32 * 1024 * 1024,
                  clock: Callable[[], float] = time.time) -> None:
-        from specwatch.export import public_url
+        from specwatch.outputs.export import public_url
 
         self.targets: list[DirectTarget] = []
         for url in urls:

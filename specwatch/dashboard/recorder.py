@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from specwatch.recording import FILE_SUFFIX, RecordingError, RecordingHeader, RecordingWriter
-from specwatch.snapshot import Snapshot
+from specwatch.telemetry.snapshot import Snapshot
 
 
 class SessionRecorder:

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specwatch.hardware import GpuSpec, scale_for_clock
-from specwatch.snapshot import GpuSample
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
     "PERFORMANCE_LIMITING_REASONS",
     "decode_clock_event_reasons",
     "is_performance_limited",
-    "throttled_spec",
 ]
 
 # Clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReason*. Several can be set at once.
@@ -66,17 +63,3 @@ def decode_clock_event_reasons(mask: int) -> tuple[str, ...]:
 def is_performance_limited(reasons: Iterable[str]) -> bool:
     """Whether any decoded reason caps clocks below demand (power, thermal, sync boost, ...)."""
     return any(r in PERFORMANCE_LIMITING_REASONS for r in reasons)
-
-
-def throttled_spec(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
-    """The spec at the clock the GPU runs at, when a power or thermal cap holds it down.
-
-    An idle GPU also runs slow clocks, but for want of work, not because it is capped: only capped
-    clocks move the ridge. The factor is rounded to 5 % so that clock jitter does not refit the
-    step-time model on every update.
-    """
-    current, maximum = gpu.values.get("sm_clock_mhz"), gpu.values.get("sm_clock_max_mhz")
-    if current is None or not maximum or not is_performance_limited(gpu.throttle_reasons):
-        return spec
-    factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
-    return scale_for_clock(spec, factor * maximum, maximum)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from specwatch.monitor import Monitor, VerdictChange
+from specwatch.advice.monitor import Monitor, VerdictChange
 from specwatch.recording import RecordingError, RecordingIndex, index_recording, open_snapshots
-from specwatch.window import Window
+from specwatch.readings.window import Window
 
 __all__ = ["VerdictMark", "VerdictIndex", "build_verdict_index", "monitor_template"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specwatch import perf
-from specwatch.hardware import (
+from specwatch.perf.hardware import (
     GpuSpec,
     ModelSpec,
     custom_gpu,

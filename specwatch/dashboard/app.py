@@ -12,7 +12,7 @@ How it stays responsive (Harlequin / Dolphie style):
   on screen (active tab, shown at this size, no modal on top, display not paused) get the new view;
   a tab that becomes visible is given the latest one.
 - Collection and recording go on while the display is paused.
-- The recording is written on its own thread (specwatch.recording_thread): a poll only offers it
+- The recording is written on its own thread (specwatch.dashboard.recording_thread): a poll only offers it
   the Snapshot, so a full or slow disk never keeps a reading from the panels. A writer that fails
   stops the recording, and the header says why.
 
@@ -45,9 +45,9 @@ from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from specwatch import perf
-from specwatch.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
-from specwatch.monitor import Monitor, TargetState, VerdictChange
-from specwatch.recording_thread import (
+from specwatch.advice.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
+from specwatch.advice.monitor import Monitor, TargetState, VerdictChange
+from specwatch.dashboard.recording_thread import (
     ReadingsDropped,
     RecordingEvent,
     RecordingNotStarted,
@@ -55,9 +55,9 @@ from specwatch.recording_thread import (
     RecordingStopped,
     RecordingThread,
 )
-from specwatch.snapshot import Snapshot, SpeculationConfig
-from specwatch.sources import SnapshotSource
-from specwatch.verdict_index import VerdictIndex, build_verdict_index, monitor_template
+from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
+from specwatch.collectors.sources import SnapshotSource
+from specwatch.dashboard.verdict_index import VerdictIndex, build_verdict_index, monitor_template
 from specwatch.widgets.engine import EnginePanel
 from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
@@ -548,7 +548,7 @@ class SpecwatchApp(App[int]):
         two readings). It is over the window of the Monitor's last evaluation, as every other window
         figure on screen is: between evaluations the same block stands (working out the window
         anew at each poll cost more than all the panels together with 8 engines)."""
-        from specwatch.health import health_report, node_output_tokens
+        from specwatch.readings.health import health_report, node_output_tokens
 
         state = self.states.get(url) if url else None
         tw = state.window if state is not None else None

@@ -1,5 +1,5 @@
 """The sliding window of Snapshots: per target and per engine, the figures over the window (see
-specwatch.figures for the counter arithmetic) and since the server started.
+specwatch.readings.figures for the counter arithmetic) and since the server started.
 
 Nothing here does I/O or reads a clock: time comes from the Snapshots.
 """
@@ -12,10 +12,10 @@ from itertools import islice
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specwatch.snapshot import GPU_ENERGY, TARGET_OK, EngineSample, Snapshot, TargetSample
-from specwatch.figures import *  # noqa: F401,F403 - the figures are read through the window too
-from specwatch.health import HealthFigures, energy_counter_increase, health_figures
-from specwatch.figures import ACCEPTANCE_RATE_V0, DRAFTS, EMITTED_V0, EngineFigures, Increases, RUNNING, acceptance, engine_figures, engine_restarted, increases_between, lifetime_increases, negative_zero, sum_increases
+from specwatch.telemetry.snapshot import GPU_ENERGY, TARGET_OK, EngineSample, Snapshot, TargetSample
+from specwatch.readings.figures import *  # noqa: F401,F403 - the figures are read through the window too
+from specwatch.readings.health import HealthFigures, energy_counter_increase, health_figures
+from specwatch.readings.figures import ACCEPTANCE_RATE_V0, DRAFTS, EMITTED_V0, EngineFigures, Increases, RUNNING, acceptance, engine_figures, engine_restarted, increases_between, lifetime_increases, negative_zero, sum_increases
 
 
 @dataclass(frozen=True, slots=True)

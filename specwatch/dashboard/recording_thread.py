@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from specwatch.snapshot import Snapshot
+from specwatch.telemetry.snapshot import Snapshot
 
 # Readings the queue holds before it drops new ones: minutes of 1 Hz polls, so only a stalled disk
 # ever fills it.

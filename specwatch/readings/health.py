@@ -2,7 +2,7 @@
 breakdown of a request's life, the request shape (prompt and output lengths), finish reasons,
 goodput against an SLO, and energy per output token.
 
-Every distribution figure comes from histogram bucket deltas (specwatch.figures), so it is an
+Every distribution figure comes from histogram bucket deltas (specwatch.readings.figures), so it is an
 estimate: within a bucket the observations are taken as spread evenly, as PromQL's
 histogram_quantile() assumes. Nothing here does I/O or reads a clock.
 """
@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from specwatch.figures import (
+from specwatch.readings.figures import (
     GENERATION_TOKENS, PREEMPTIONS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens,
 )
-from specwatch.snapshot import Histogram
+from specwatch.telemetry.snapshot import Histogram
 
 __all__ = [
     "E2E", "QUEUE", "PREFILL", "DECODE", "INFERENCE", "REQUEST_TPOT", "ITL_V1",

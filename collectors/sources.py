@@ -18,7 +18,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import httpx
 
-from specwatch.snapshot import Snapshot
+from specwatch.telemetry.snapshot import Snapshot
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from specwatch.perf import HingeParameters
-from specwatch.snapshot import EngineSample, GpuSample, Histogram, Snapshot, SourceStatus, TargetSample
+from specwatch.telemetry.snapshot import EngineSample, GpuSample, Histogram, Snapshot, SourceStatus, TargetSample
 
 ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
                      16384.0, math.inf)

@@ -21,7 +21,7 @@ from typing import Any, Iterable, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.snapshot import EngineSample, Histogram
+from specwatch.telemetry.snapshot import EngineSample, Histogram
 
 COUNTER = "counter"
 GAUGE = "gauge"

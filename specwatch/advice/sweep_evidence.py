@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from specwatch.snapshot import canonical_method_name
+from specwatch.telemetry.snapshot import canonical_method_name
 
 __all__ = ["STALE_AFTER_S", "SweepIdentity", "CrossoverReconciliation", "reconcile_crossover"]
 

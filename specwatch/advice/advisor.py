@@ -24,14 +24,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from specwatch import perf
-from specwatch.gpu_events import throttled_spec
-from specwatch.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
-from specwatch.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
-from specwatch.sweep_evidence import SweepIdentity, reconcile_crossover
-from specwatch.verdict import HOLD, OFF, ON, UNKNOWN, UNKNOWN_BOUND, QuotedFigures, Verdict, unknown_verdict
-from specwatch.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
-from specwatch.figures import Acceptance
-from specwatch.window import EngineFigures, TargetWindow
+from specwatch.advice.gpu_identity import throttled_spec
+from specwatch.perf.hardware import GpuSpec, ModelSpec, lookup, scale_to_mig
+from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, TargetSample, resolve_speculation
+from specwatch.advice.sweep_evidence import SweepIdentity, reconcile_crossover
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, UNKNOWN_BOUND, QuotedFigures, Verdict, unknown_verdict
+from specwatch.readings.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
+from specwatch.readings.figures import Acceptance
+from specwatch.readings.window import EngineFigures, TargetWindow
 
 
 # A knee (tokens per step) to assume when no GPU is identified: about that of an H100 in bf16

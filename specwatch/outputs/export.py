@@ -8,7 +8,7 @@ publishes one immutable ExportFrame per poll. prometheus_client's HTTP server ru
 thread and calls SpecwatchCollector.collect() on each scrape, which renders the latest frame: the
 frame is replaced by a single assignment, so a scrape always sees one whole poll, never half of one.
 
-Metric names, help texts and label names live in specwatch.export_schema, which `specwatch fleet`
+Metric names, help texts and label names live in specwatch.outputs.export_schema, which `specwatch fleet`
 reads too. State sets are one series per state with the current one at 1 (so `== 1` alerts never
 see a missing series flip to another label). Every series carries `node` (the hostname, or
 --node); per-target series carry `target` (the vLLM base URL, credentials and query stripped).
@@ -33,11 +33,11 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from specwatch import __version__
-from specwatch import export_schema as schema
-from specwatch.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
-from specwatch.health import health_report, node_output_tokens
-from specwatch.monitor import Monitor, TargetState
-from specwatch.snapshot import Snapshot, SpeculationConfig
+from specwatch.outputs import export_schema as schema
+from specwatch.outputs.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
+from specwatch.readings.health import health_report, node_output_tokens
+from specwatch.advice.monitor import Monitor, TargetState
+from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
@@ -127,7 +127,7 @@ class ExportFrame:
     last_success: dict[str, float] = field(default_factory=dict)
     # target URL → the speculation config its verdict was judged with
     speculation: dict[str, SpeculationConfig | None] = field(default_factory=dict)
-    # target URL → its health block over the window (specwatch.health.health_report)
+    # target URL → its health block over the window (specwatch.readings.health.health_report)
     health: dict[str, dict] = field(default_factory=dict)
     slo: tuple[float | None, float | None] = (None, None)
 

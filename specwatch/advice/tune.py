@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from specwatch import perf
-from specwatch.advisor import AdvisorInputs
+from specwatch.advice.advisor import AdvisorInputs
 
 TUNE_SCHEMA = "specwatch.tune/1"
 

@@ -2,7 +2,7 @@
 
     specwatch export (each node) ──scrape──▶ Prometheus ──/api/v1/query──▶ read_fleet ──▶ FleetApp
 
-For a few nodes, `specwatch fleet --url ...` reads them directly instead (specwatch.fleet_direct),
+For a few nodes, `specwatch fleet --url ...` reads them directly instead (specwatch.outputs.fleet_direct),
 into the same rows, table and detail screen.
 
 The table has one row per (node, vLLM target), sorted so the nodes that need someone come first: a
@@ -38,9 +38,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from specwatch import export_schema as schema
+from specwatch.outputs import export_schema as schema
 from specwatch.collectors.prometheus import PrometheusClient, PromSample, QueryResult
-from specwatch.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, NOT_CONFIGURED_STATES, SIGNAL, SOURCE, STATE, \
+from specwatch.outputs.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, NOT_CONFIGURED_STATES, SIGNAL, SOURCE, STATE, \
     TARGET
 
 SERIES_QUERY = schema.SERIES_SELECTOR
@@ -253,7 +253,7 @@ def _escape(value: str) -> str:
 @dataclass(frozen=True)
 class TargetDetail:
     target: str
-    verdict: Any  # specwatch.advisor.Verdict rebuilt from the series
+    verdict: Any  # specwatch.advice.advisor.Verdict rebuilt from the series
     acceptance_rate: float | None
     # how the agent's last reading of the target went, and when it last read it (agent wall clock),
     # as in FleetRow: an unreadable target has no verdict to show, only why and since when
@@ -325,7 +325,7 @@ class PrometheusNodeSource:
 
 def node_detail(node: str, result: QueryResult, where: str = "read through Prometheus") -> NodeDetail:
     """One node's figures from its specwatch_* series; `where` says how they were read."""
-    from specwatch.verdict import Verdict
+    from specwatch.advice.verdict import Verdict
     from specwatch.perf import BoundEstimate, BoundSignal
 
     by_name = _group(result.samples)
@@ -574,8 +574,8 @@ class NodeScreen(Screen[None]):
         self.post_message(NodeRead(detail))
 
     def on_node_read(self, message: NodeRead) -> None:
-        from specwatch.monitor import TargetState
-        from specwatch.snapshot import TargetSample
+        from specwatch.advice.monitor import TargetState
+        from specwatch.telemetry.snapshot import TargetSample
         from specwatch.widgets.view import DashboardView, SourceInfo
         from specwatch.widgets.verdict import VerdictBanner
 
@@ -585,7 +585,7 @@ class NodeScreen(Screen[None]):
             # the node was read and did not answer: the banner leads with why, as the table does,
             # instead of waiting for a first reading
             from specwatch.perf import BoundEstimate
-            from specwatch.verdict import Verdict
+            from specwatch.advice.verdict import Verdict
 
             why = message.detail.message or message.detail.state.replace("_", " ")
             down = Verdict(speculation="unknown", confidence=0.0, expected_speedup=None, break_even_length=None,
@@ -620,7 +620,7 @@ def shown_columns(rows: Sequence[FleetRow], cells: Sequence[Sequence[Any]]) -> l
 class FleetApp(App[None]):
     """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node.
 
-    `client`: a PrometheusClient, or a specwatch.fleet_direct.DirectFleet that reads the nodes
+    `client`: a PrometheusClient, or a specwatch.outputs.fleet_direct.DirectFleet that reads the nodes
     directly (`read_fleet`, `node_source`, `describe`, `aclose`)."""
 
     TITLE = "specwatch fleet"
@@ -669,7 +669,7 @@ class FleetApp(App[None]):
         try:
             if isinstance(self.client, PrometheusClient):
                 reading = await read_fleet(self.client, self.job, self.clock)
-            else:  # specwatch.fleet_direct.DirectFleet: the nodes read directly
+            else:  # specwatch.outputs.fleet_direct.DirectFleet: the nodes read directly
                 reading = await self.client.read_fleet(self.clock)
         finally:
             self._in_flight = False

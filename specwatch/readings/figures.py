@@ -18,7 +18,7 @@ from operator import lt as _lt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from specwatch.snapshot import EngineSample, Histogram
+from specwatch.telemetry.snapshot import EngineSample, Histogram
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specwatch.perf import BOUND_STATES
-from specwatch.verdict import VERDICT_STATES
+from specwatch.advice.verdict import VERDICT_STATES
 
 __all__ = [
     "MetricName",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from specwatch.health import health_report, node_output_tokens
+from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.perf import BoundEstimate
-from specwatch.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
-from specwatch.window import EngineFigures, TargetWindow, Window
+from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
+from specwatch.readings.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
 ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}

@@ -2,7 +2,7 @@
 
 A Snapshot is the raw readings of one poll, as read: counters and gauges keep vLLM's own family
 names (old and new spellings alike), so a recording made today can be re-interpreted by a later
-specwatch. Interpretation (aliases, rates, quantiles) lives in `specwatch.window`.
+specwatch. Interpretation (aliases, rates, quantiles) lives in `specwatch.readings.window`.
 
 Snapshots are immutable and round-trip through plain dicts (`to_dict`/`from_dict`), which is what
 recordings and `check --json` are built from. SNAPSHOT_VERSION changes whenever the dict layout changes
