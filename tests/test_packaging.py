@@ -68,7 +68,7 @@ def test_install_imports_all_three(tmp_path, mode):
         assert not (purelib / "collectors").exists() and not (purelib / "widgets").exists()
         assert (purelib / "specwatch" / "collectors" / "vllm.py").exists()
         # the data the wheel must carry: the stylesheet, and the bundled recordings `demo` plays
-        assert (purelib / "specwatch" / "app.tcss").exists()
+        assert (purelib / "specwatch" / "dashboard" / "app.tcss").exists()
         bundled = sorted(p.name for p in (purelib / "specwatch" / "data").glob("*.swrec"))
         assert bundled == sorted(p.name for p in (ROOT / "specwatch" / "data").glob("*.swrec")), bundled
         r = subprocess.run([str(python), "-m", "specwatch", "demo", "--headless"], cwd=tmp_path, capture_output=True,
@@ -81,6 +81,14 @@ def test_install_imports_all_three(tmp_path, mode):
         (info,) = purelib.glob("specwatch-*.dist-info")
         assert "License-Expression: Apache-2.0" in (info / "METADATA").read_text().splitlines()
         assert (info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+        # from a checkout's root the checkout's specwatch/ comes first on sys.path, shadowing the
+        # wheel: it must still find collectors/ and widgets/, which sit beside it there
+        r = subprocess.run([str(python), "-m", "specwatch", "--help"], cwd=ROOT, capture_output=True, text=True,
+                           env=_outer_env(), timeout=120)
+        assert r.returncode == 0 and "usage: specwatch" in r.stdout, r.stderr
+        r = subprocess.run([str(python), "-c", IMPORTS], cwd=ROOT, capture_output=True, text=True,
+                           env=_outer_env(), timeout=120)
+        assert r.returncode == 0 and r.stdout.split()[1] == str(ROOT / "collectors" / "__init__.py"), r.stderr
     else:
         assert Path(files[0]) == ROOT / "specwatch" / "__init__.py"
         assert Path(files[1]) == ROOT / "collectors" / "__init__.py"
