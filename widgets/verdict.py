@@ -116,7 +116,7 @@ def flag_words(flags: tuple[str, ...]) -> list[str]:
         "method_assumed": "? method assumed",
         "engine_stalled": "⚠ engine stalled",
         "reading_failed": "⚠ last reading failed",
-        "dwell": "⏸ change held (5 min dwell)",
+        "pending": "⏸ change pending",
         "gpu_unidentified": "? GPU unknown",
         "mig_shape_assumed": "? MIG slice assumed",
         "sweep_mismatch": "⚠ sweep of another setup",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specwatch import perf
+from specwatch.advice.verdict import hold_words
 from specwatch.perf.hardware import (
     GpuSpec,
     ModelSpec,
@@ -414,7 +415,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: 
                 reasons.append(f"k={choice.k} would do better here: {choice.speedup:.2f}× "
                                f"(L ≈ {choice.length:.2f} from the i.i.d. α)")
         if decision.state == "hold":
-            reasons.append(f"within ±{perf.BAND:.0%} of break-even: keep the current setting")
+            reasons.append(hold_words(perf.BAND))
         reasons.append(f"the term that carries the answer: {decision.carried_by}")
     reasons.extend(decision.reasons)
     if kv_share >= 0.2:

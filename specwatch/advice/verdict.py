@@ -135,6 +135,11 @@ def replaced(verdict: Verdict, **changes: Any) -> Verdict:
     return copy
 
 
+def hold_words(band: float) -> str:
+    """The reason a hold gives: one wording, so that the banner can tell it from the others."""
+    return f"within ±{band:.0%} of break-even: keep the current setting"
+
+
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 

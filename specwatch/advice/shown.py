@@ -1,0 +1,288 @@
+"""What one target's banner shows: the advisor's verdicts, moved on evidence rather than on a clock.
+
+The advisor judges each evaluation on its own. The banner is what an operator acts on, so it must be
+both steady (a stationary load at the crossover does not flap it) and prompt (a load that rises
+through the crossover shows OFF within the minute it is there, and ON again when it falls back). It
+reads the same evaluations and asks of them:
+
+- **what the evidence says**: the median expected speedup S̃ of the last minute of evaluations made
+  at this load (the load the banner names; a ramp's earlier tiers do not count) against the band
+  1 ± δ (the advisor's hysteresis band). Below 1 − δ it costs, above 1 + δ it pays, between them the
+  answer is "hold: keep the current setting", a state of its own with its own confidence (that the
+  speedup lies inside the band). A verdict with no speedup (speculation not configured, judged by
+  the acceptance length it would need) points where the advisor points.
+- **a dead band**: a banner showing ON leaves it only once S̃ is at or below 1 (not merely inside the
+  band), OFF only once S̃ is at or above 1; entering ON or OFF takes the band's edge. A speedup that
+  wanders inside the band therefore never moves the banner back and forth.
+- **a short confirmation, scaled by how far from 1**: the evidence must point the same new way for
+  `confirmation_s(S̃)` of data time, 10 s (two evaluations) when S̃ is far from 1, up to 45 s at the
+  band's edge. While it confirms, the banner keeps what it shows (its figures and confidence those
+  of its last agreeing evaluation, so ON never sits beside a speedup below 1) and says what is
+  pending and what the current figures say.
+- **one change per dwell at a load that has not moved**: a second change at the load of the last
+  one (within SAME_LOAD), unless S̃ is far outside the band, waits until `dwell_s` has passed since
+  it. A load that moves is news, and is shown without that wait: a first verdict while the load
+  fills, or a ramp through the crossover and back, is never held by a clock.
+
+Unknown (no reading, no traffic, a stalled engine) is shown at once, and the first judged verdict
+after it is shown at once too: there is nothing to be steady against. One failed reading keeps the
+last verdict (flag `reading_failed`); PERSISTENT_FAILURES in a row show the advisor's unknown.
+
+The figures beside the state (break-even, crossover, expected speedup) are the median of the last
+FIGURE_SPAN_S of explained evaluations at this load, and move only when that median leaves its
+tolerance band; the reasons quote those same figures. Data time only (the Snapshots' clock), so a
+replay shows what the live run showed. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from typing import Callable
+
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, hold_words, replaced, requote
+from specwatch.perf import direction_confidence
+
+# At a load that has not moved, the banner changes at most once in this much data time.
+DEFAULT_DWELL_S = 300.0
+# δ: the band around a speedup of 1 inside which the answer is "hold" (the advisor's hysteresis).
+DEFAULT_BAND = 0.05
+# The confirmation a change needs, in data time: CONFIRM_AT_EDGE_S when S̃ is one band's width from
+# 1, shorter in proportion as it is further (a 0.85× speedup is clear sooner than a 0.96× one),
+# never under two evaluations at the default cadence nor over MAX_CONFIRM_S.
+CONFIRM_AT_EDGE_S = 15.0
+MIN_CONFIRM_S = 10.0
+MAX_CONFIRM_S = 45.0
+# Evidence this far outside the band (|ln S̃| over this many band widths) is not waited for at an
+# unmoved load: the acceptance or the cost changed, not the noise.
+STRONG_BANDS = 3.0
+# The evidence and the shown figures are medians over the last minute at this load: a refit or a
+# noisy gauge does not move them, a change of acceptance or cost does (break-even and speedup
+# within a few %, the crossover within its coarser resolution).
+FIGURE_SPAN_S = 60.0
+FIGURE_TOLERANCE = {"break_even_length": 0.03, "low_load_break_even": 0.03, "expected_speedup": 0.03,
+                    "crossover_concurrency": 0.10}
+# ... over the evaluations made at this load only (running within this fraction of the latest, or
+# one request): break-even and speedup are figures *at a load*, and while the load ramps, a minute's
+# median of them lags the load the banner names.
+SAME_LOAD = 0.10
+# Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
+# scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
+PERSISTENT_FAILURES = 2
+
+
+def confirmation_s(speedup: float | None, band: float = DEFAULT_BAND) -> float:
+    """Seconds of data the evidence must hold before the banner follows it."""
+    if speedup is None or not speedup > 0 or not math.isfinite(speedup):
+        return CONFIRM_AT_EDGE_S
+    distance = abs(math.log(speedup))
+    if distance <= 0.0:
+        return MAX_CONFIRM_S
+    return min(MAX_CONFIRM_S, max(MIN_CONFIRM_S, CONFIRM_AT_EDGE_S * math.log1p(band) / distance))
+
+
+def band_confidence(speedup: float, level_error: float, band: float = DEFAULT_BAND) -> float:
+    """P(the true speedup lies inside 1 ± band) when ln S is off by N(0, σ²): what a "hold" is sure of."""
+    if not (speedup > 0 and math.isfinite(speedup)) or not level_error > 0:
+        return 0.0
+    low, high = math.log1p(-band), math.log1p(band)
+    centre = math.log(speedup)
+
+    def below(x: float) -> float:
+        return 0.5 * (1.0 + math.erf((x - centre) / (level_error * math.sqrt(2.0))))
+
+    return max(0.0, below(high) - below(low))
+
+
+def _same_load(running: float | None, other: float | None) -> bool:
+    if running is None or other is None:
+        return running is None and other is None
+    return abs(running - other) <= max(1.0, SAME_LOAD * other)
+
+
+class ShownVerdict:
+    """One target's banner (see the module docstring)."""
+
+    def __init__(self, dwell_s: float = DEFAULT_DWELL_S, band: float = DEFAULT_BAND) -> None:
+        self.dwell_s = dwell_s
+        self.band = band
+        self.state: str | None = None
+        self.since: float | None = None  # when the banner last changed
+        self.load_at_change: float | None = None  # running requests then
+        self.failures = 0
+        self.last: Verdict | None = None
+        # the last shown verdict whose state the evidence agreed with: what a pending change shows
+        self._agreeing: Verdict | None = None
+        self._candidate: str | None = None  # the state the evidence points to, while it confirms
+        self._candidate_since: float | None = None
+        # (time, running, expected speedup) of every evaluation in the last FIGURE_SPAN_S: the evidence
+        self._speedups: deque[tuple[float, float | None, float]] = deque()
+        # (time, running, figures) of each explained evaluation in the last FIGURE_SPAN_S
+        self._recent: deque[tuple[float, float | None, tuple[float | None, ...]]] = deque()
+        self._figures: dict[str, float | None] = {}
+
+    def show(self, verdict: Verdict, time: float, reading_ok: bool,
+             explain: Callable[[], Verdict] | None = None) -> Verdict:
+        """The verdict to show for this evaluation. `explain`, when given, makes the advisor's verdict
+        whole (Advisor.assess): it is called only when the shown state changes, and a verdict that
+        changes nothing is shown as the banner stands (its figures are not read until the next
+        change, which starts them over)."""
+        if not reading_ok:
+            self.failures += 1
+            if self.failures < PERSISTENT_FAILURES and self.last is not None and self.last.speculation != UNKNOWN:
+                held = self.last
+                return replaced(
+                    held,
+                    reasons=(f"the latest reading failed ({verdict.reasons[0] if verdict.reasons else 'no answer'}): "
+                             "showing the last verdict until the next one",) + held.reasons,
+                    flags=tuple(dict.fromkeys(held.flags + ("reading_failed",))),
+                )
+        else:
+            self.failures = 0
+        if verdict.speculation == UNKNOWN:
+            # health and missing data are shown at once; the evidence and figures start over after them
+            self._move(UNKNOWN, time, verdict.running)
+            self._speedups.clear()
+            self.last = self._agreeing = verdict
+            return verdict
+        speedup = self._evidence_speedup(verdict, time)
+        wanted = self._evidence(verdict, speedup)
+        if self.state in (None, UNKNOWN) or wanted == self.state:
+            self._candidate = self._candidate_since = None
+            if wanted != self.state:  # the first judged verdict, or the first after unknown: at once
+                self._move(wanted, time, verdict.running)
+                return self._shown(verdict if explain is None else explain(), wanted, time, speedup)
+            if explain is not None:
+                # nothing changes and nobody reads the explanation (a headless timeline): the state alone
+                shown = verdict if verdict.speculation == wanted else replaced(verdict, speculation=wanted)
+                self.last = shown
+                return shown
+            return self._shown(verdict, wanted, time, speedup)
+        if wanted != self._candidate:
+            self._candidate, self._candidate_since = wanted, time
+        ready_at = self._ready_at(speedup, verdict.running)
+        if time >= ready_at:
+            self._candidate = self._candidate_since = None
+            self._move(wanted, time, verdict.running)
+            return self._shown(verdict if explain is None else explain(), wanted, time, speedup)
+        return self._pending(verdict, wanted, speedup, ready_at - time)
+
+    # -- the evidence ----------------------------------------------------------------------------
+
+    def _evidence_speedup(self, verdict: Verdict, time: float) -> float | None:
+        """The median expected speedup of the last minute at this load, this evaluation's included."""
+        s = verdict.expected_speedup
+        speedups = self._speedups
+        if s is None or not verdict.configured:
+            return None
+        speedups.append((time, verdict.running, s))
+        while speedups and speedups[0][0] < time - FIGURE_SPAN_S:
+            speedups.popleft()
+        running = verdict.running
+        alike = [x for _, r, x in speedups if _same_load(r, running)]
+        return statistics.median(alike)
+
+    def _evidence(self, verdict: Verdict, speedup: float | None) -> str:
+        """The state the evidence points to, given what the banner shows (the dead band)."""
+        if speedup is None:
+            return verdict.speculation
+        high, low = 1.0 + self.band, 1.0 - self.band
+        if self.state == ON:
+            return ON if speedup > 1.0 else OFF if speedup <= low else HOLD
+        if self.state == OFF:
+            return OFF if speedup < 1.0 else ON if speedup >= high else HOLD
+        return ON if speedup >= high else OFF if speedup <= low else HOLD
+
+    def _ready_at(self, speedup: float | None, running: float | None) -> float:
+        """When the pending change may be shown: after its confirmation, and at an unmoved load not
+        before a dwell has passed since the last change (unless the evidence is strong)."""
+        assert self._candidate_since is not None
+        ready = self._candidate_since + confirmation_s(speedup, self.band)
+        strong = speedup is not None and abs(math.log(speedup)) >= STRONG_BANDS * math.log1p(self.band)
+        if self.since is not None and not strong and _same_load(running, self.load_at_change):
+            ready = max(ready, self.since + self.dwell_s)
+        return ready
+
+    def _move(self, state: str, time: float, running: float | None) -> None:
+        self.state, self.since, self.load_at_change = state, time, running
+        self._recent.clear()
+        self._figures.clear()
+
+    # -- what the banner shows -------------------------------------------------------------------
+
+    def _shown(self, verdict: Verdict, state: str, time: float, speedup: float | None) -> Verdict:
+        """The explained verdict under the shown state, with steadied figures and one story."""
+        if verdict.speculation != state or state == HOLD:
+            verdict = self._restated(verdict, state, speedup)
+        shown = self._steady_figures(verdict, time)
+        self.last = self._agreeing = shown
+        return shown
+
+    def _restated(self, verdict: Verdict, state: str, speedup: float | None) -> Verdict:
+        """The advisor's verdict told as the evidence's state: its own evaluation sits on the other
+        side of a band's edge than the minute's median, which the banner follows."""
+        hold_note = hold_words(self.band)
+        reasons = tuple(r for r in verdict.reasons if r != hold_note)
+        confidence = verdict.confidence
+        level_error = verdict.details.get("level_error")
+        cap = verdict.details.get("confidence_cap", 1.0)
+        if state == HOLD:
+            reasons += (hold_note,)
+        if speedup is not None and isinstance(level_error, float):
+            # the confidence of what is shown: inside the band for a hold, the direction otherwise
+            confidence = min(cap, band_confidence(speedup, level_error, self.band) if state == HOLD
+                             else direction_confidence(speedup, level_error))
+        change = (state == OFF and verdict.configured) or (state == ON and not verdict.configured)
+        return replaced(verdict, speculation=state, confidence=confidence, change_recommended=change,
+                        reasons=reasons)
+
+    def _pending(self, verdict: Verdict, wanted: str, speedup: float | None, wait_s: float) -> Verdict:
+        """The banner as it stands, saying what the evidence now points to and when it will show."""
+        held = self._agreeing or self.last or verdict
+        current = (f"{speedup:.2f}× expected at {verdict.running:.0f} running"
+                   if speedup is not None and verdict.running is not None else
+                   f"{speedup:.2f}× expected" if speedup is not None else "the current figures")
+        note = (f"change pending: {current} points {wanted}; showing {self.state} until it has held for "
+                f"{wait_s:.0f} s more")
+        # after the reasons the banner's figures quote, which stay the held verdict's
+        shown = replaced(held, reasons=tuple(r for r in held.reasons if not r.startswith("change pending")) + (note,),
+                         flags=tuple(dict.fromkeys(held.flags + ("pending",))), time=verdict.time,
+                         details={**held.details, "pending": {"state": wanted, "expected_speedup": speedup,
+                                                              "in_s": wait_s}})
+        self.last = shown
+        return shown
+
+    def _steady_figures(self, verdict: Verdict, time: float) -> Verdict:
+        recent = self._recent
+        # each evaluation's figures, in FIGURE_TOLERANCE's order, read once rather than once per median
+        figures = tuple([getattr(verdict, name) for name in FIGURE_TOLERANCE])
+        running = verdict.running
+        recent.append((time, running, figures))
+        while recent and recent[0][0] < time - FIGURE_SPAN_S:
+            recent.popleft()
+        if running is None:
+            alike = [f for _, r, f in recent if r is None]
+        else:
+            band = max(1.0, SAME_LOAD * running)
+            alike = [f for _, r, f in recent if r is not None and abs(r - running) <= band]
+        shown: dict[str, float | None] = {}
+        for i, (name, tolerance) in enumerate(FIGURE_TOLERANCE.items()):
+            values = [f[i] for f in alike if f[i] is not None]
+            if figures[i] is None or not values:
+                shown[name] = figures[i]
+                continue
+            median = statistics.median(values)
+            before = self._figures.get(name)
+            if before is not None and abs(median - before) <= tolerance * abs(before):
+                shown[name] = before
+            else:
+                shown[name] = median
+        self._figures = shown
+        steady = replaced(verdict, expected_speedup=shown["expected_speedup"],
+                          break_even_length=shown["break_even_length"],
+                          low_load_break_even=shown["low_load_break_even"],
+                          crossover_concurrency=shown["crossover_concurrency"])
+        # the reasons quote the figures the banner shows beside them, not this evaluation's own
+        reasons = requote(verdict, steady)
+        return steady if reasons is verdict.reasons else replaced(steady, reasons=reasons)

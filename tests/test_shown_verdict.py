@@ -1,0 +1,185 @@
+"""The banner moves on evidence, not on a clock (specwatch.advice.shown): it follows the load within
+about a minute on telemetry from a step-time law that is not specwatch's own (tests/step_law.py),
+never locks a first answer or a brief hold, and tells one story at every instant: its state, its
+expected speedup, its confidence and its reasons agree."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from specwatch.advice.advisor import AdvisorConfig
+from specwatch.advice.monitor import Monitor
+from specwatch.advice.shown import (DEFAULT_DWELL_S, MAX_CONFIRM_S, MIN_CONFIRM_S, ShownVerdict, band_confidence,
+                                    confirmation_s)
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN_BOUND, Verdict
+from specwatch.commands.replay import replay_monitor
+from specwatch.perf.hardware import lookup_model
+from specwatch.recording import open_snapshots
+from step_law import LLAMA_1B, LawNode, generate, tiers_load, true_crossover
+
+BUNDLED = sorted((Path(__file__).parent.parent / "specwatch" / "data").glob("*.swrec"))
+LLAMA_8B_SPEC = lookup_model("Llama-3.1-8B")
+CASES = {
+    "ngram": (LawNode(per_position=(0.45, 0.25, 0.12, 0.05)), AdvisorConfig(method="ngram", model=LLAMA_8B_SPEC)),
+    "ngram_low_acceptance": (LawNode(per_position=(0.3, 0.12, 0.05, 0.02)),
+                             AdvisorConfig(method="ngram", model=LLAMA_8B_SPEC)),
+    "draft_model": (LawNode(draft=LLAMA_1B, k=3, per_position=(0.6, 0.4, 0.25)),
+                    AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params, model=LLAMA_8B_SPEC)),
+    "draft_model_high_acceptance": (LawNode(draft=LLAMA_1B, k=3, per_position=(0.8, 0.6, 0.45)),
+                                    AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params,
+                                                  model=LLAMA_8B_SPEC)),
+}
+# one minute a tier: the load an operator sees move
+TIERS = [8, 16, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512]
+TIER_S = 60
+
+
+def run(node: LawNode, config: AdvisorConfig, load, seed: int = 7):
+    """(shown state, advisor's own state, running) at every second, and the Monitor."""
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    out = []
+    for snap in generate(node, load, seed=seed):
+        monitor.ingest(snap)
+        advisor = monitor.advisor_of(node.url)
+        out.append((monitor.states[node.url].verdict, advisor.committed if advisor else None,
+                    snap.targets[0].engines[0].gauges["vllm:num_requests_running"]))
+    return out, monitor
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("leg", ["up", "down", "up_and_down"])
+def test_the_banner_follows_the_advisor_within_one_tier_of_a_minute(case, leg):
+    """Wherever the advisor's own verdict turns (on or off) at a tier, the banner shows it by the end
+    of the next tier. The old 5-minute dwell followed it on 3 of these 26 turns."""
+    node, config = CASES[case]
+    tiers = {"up": TIERS, "down": TIERS[::-1], "up_and_down": TIERS + TIERS[::-1][1:]}[leg]
+    timeline, _ = run(node, config, tiers_load(tiers, TIER_S))
+    shown_ends = [timeline[(i + 1) * TIER_S - 1][0].speculation for i in range(len(tiers))]
+    advisor_ends = [timeline[(i + 1) * TIER_S - 1][1] for i in range(len(tiers))]
+    turns = [i for i in range(1, len(tiers)) if advisor_ends[i] != advisor_ends[i - 1]]
+    assert turns or leg == "down" and case == "draft_model_high_acceptance"
+    for i in turns:
+        assert advisor_ends[i] in shown_ends[i:i + 2], (tiers[i], shown_ends, advisor_ends)
+
+
+@pytest.mark.parametrize("case", ["ngram", "ngram_low_acceptance", "draft_model"])
+def test_a_rise_through_the_crossover_is_shown_off_within_one_tier_of_the_truth(case):
+    node, config = CASES[case]
+    crossover = true_crossover(node)
+    timeline, _ = run(node, config, tiers_load(TIERS, TIER_S))
+    first_costing = next(i for i, t in enumerate(TIERS) if t > crossover)
+    ends = [timeline[(i + 1) * TIER_S - 1][0].speculation for i in range(len(TIERS))]
+    assert ends[0] == ON
+    assert OFF in ends[first_costing:first_costing + 2], (crossover, list(zip(TIERS, ends)))
+    assert OFF not in ends[:first_costing - 1], (crossover, list(zip(TIERS, ends)))
+
+
+def test_a_load_that_rises_through_the_crossover_and_back_within_minutes_is_shown_off_then_on():
+    """Under the 5-minute dwell this excursion was never shown OFF."""
+    node, config = CASES["ngram"]
+    assert true_crossover(node) < 256
+    load = tiers_load([64], 120) + tiers_load([384], 120) + tiers_load([64], 120)
+    timeline, _ = run(node, config, load)
+    states = [v.speculation for v, _, _ in timeline]
+    assert states[119] == ON and states[239] == OFF and states[-1] == ON
+
+
+def test_a_fresh_start_while_the_load_fills_is_not_locked_to_its_first_answer():
+    """Started at 48 running on its way to 384: the first verdict is ON, and the banner turns OFF
+    once the load is past the crossover, not 5 minutes later."""
+    node, config = CASES["ngram"]
+    crossover = true_crossover(node)
+    filling = [48.0 + (384 - 48) * t / 120 for t in range(120)] + [384.0] * 180
+    timeline, _ = run(node, config, filling)
+    states = [v.speculation for v, _, _ in timeline]
+    assert states[10] == ON
+    past = next(t for t, b in enumerate(filling) if b > 1.3 * crossover)
+    assert OFF in states[past:past + 60], states[past:past + 60]
+
+
+@pytest.mark.parametrize("case", ["ngram", "draft_model"])
+def test_a_load_held_at_the_crossover_changes_the_banner_at_most_once_per_five_minutes(case):
+    import numpy as np
+
+    node, config = CASES[case]
+    centre = round(true_crossover(node))
+    for seed in (3, 4, 5):
+        rng = np.random.default_rng(seed)
+        load = [float(centre + j) for j in rng.integers(-3, 4, size=20 * 60)]
+        timeline, _ = run(node, config, load, seed=seed)
+        states = [v.speculation for v, _, _ in timeline if v.speculation != "unknown"]
+        changes = [t for t, (a, b) in enumerate(itertools.pairwise(states)) if a != b]
+        assert len(changes) <= 3
+        assert all(b - a >= DEFAULT_DWELL_S for a, b in itertools.pairwise(changes))
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
+def test_every_shown_verdict_of_the_bundled_recordings_tells_one_story(path):
+    header, snapshots = open_snapshots(path)
+    monitor = replay_monitor(header)
+    checked = 0
+    for snapshot in snapshots:
+        due = monitor.evaluates(snapshot)
+        monitor.ingest(snapshot)
+        if not due:
+            continue
+        for state in monitor.states.values():
+            v = state.verdict
+            s = v.expected_speedup
+            if v.configured and s is not None:
+                assert not (v.speculation == ON and s < 1.0), (snapshot.time, v.reasons)
+                assert not (v.speculation == OFF and s > 1.0), (snapshot.time, v.reasons)
+                checked += 1
+            if any("confidence is low" in r for r in v.reasons):
+                assert v.confidence <= 0.6, (snapshot.time, v.confidence, v.reasons)
+    assert checked > 20
+
+
+# -- the rules, one at a time ---------------------------------------------------------------------
+
+def _verdict(t: float, state: str, speedup: float, running: float = 100.0, level_error: float = 0.1) -> Verdict:
+    return Verdict(state, 0.9, speedup, 2.0, 150.0, state == OFF, ("r",), UNKNOWN_BOUND, time=t, configured=True,
+                   acceptance_length=2.0, low_load_break_even=1.2, running=running,
+                   details={"level_error": level_error})
+
+
+def test_a_change_is_confirmed_sooner_the_further_from_one():
+    assert confirmation_s(0.5) == MIN_CONFIRM_S
+    assert confirmation_s(1.0) == MAX_CONFIRM_S
+    assert MIN_CONFIRM_S < confirmation_s(1.06) < confirmation_s(1.055) <= MAX_CONFIRM_S
+    assert confirmation_s(0.9) < confirmation_s(0.96)
+
+
+def test_while_a_change_confirms_the_banner_keeps_its_state_with_the_figures_that_agreed():
+    shown = ShownVerdict()
+    first = shown.show(_verdict(0, ON, 1.4, running=50), 0, True)
+    assert first.speculation == ON and first.expected_speedup == 1.4
+    pending = shown.show(_verdict(5, OFF, 0.7, running=300), 5, True)
+    assert pending.speculation == ON and pending.expected_speedup == 1.4  # never ON beside 0.7
+    assert "pending" in pending.flags and pending.details["pending"]["state"] == OFF
+    assert pending.reasons[-1].startswith("change pending: 0.70× expected at 300 running points off")
+    assert shown.show(_verdict(10, OFF, 0.7, running=300), 10, True).speculation == ON  # 5 s of 10
+    moved = shown.show(_verdict(15, OFF, 0.7, running=300), 15, True)
+    assert moved.speculation == OFF and moved.expected_speedup == 0.7 and "pending" not in moved.flags
+
+
+def test_a_hold_is_what_the_evidence_says_with_its_own_confidence():
+    shown = ShownVerdict()
+    shown.show(_verdict(0, ON, 1.3), 0, True)
+    for t in range(5, 200, 5):
+        v = shown.show(_verdict(t, HOLD, 0.99, running=160), t, True)
+    assert v.speculation == HOLD
+    assert v.confidence == pytest.approx(band_confidence(0.99, 0.1))
+    assert v.confidence < 0.5  # σ = 0.1 of ln S is wider than the ±5 % band
+    assert "within ±5% of break-even: keep the current setting" in v.reasons
+
+
+def test_the_dead_band_keeps_a_speedup_inside_the_band_from_moving_the_banner():
+    shown = ShownVerdict()
+    shown.show(_verdict(0, ON, 1.2), 0, True)
+    for t in range(5, 600, 5):
+        s = 1.0 + (0.04 if (t // 5) % 2 else 0.01)  # inside the band, above 1
+        assert shown.show(_verdict(t, HOLD, s), t, True).speculation == ON
