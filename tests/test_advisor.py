@@ -223,13 +223,13 @@ def test_the_draft_pricing_is_kept_while_the_draft_cost_stands_and_follows_a_new
 
     advisor = Advisor(AdvisorConfig())
     ngram = perf.draft_cost("ngram")
-    priced = advisor._pricing(ngram, "ngram")
+    priced = advisor.drafter.pricing(ngram)
     assert priced == perf.draft_pricing("ngram")
-    assert advisor._pricing(ngram, "ngram") is priced  # the same cost: made once
+    assert advisor.drafter.pricing(ngram) is priced  # the same cost: made once
     given = perf.draft_cost("draft_model", override=0.12)
-    assert advisor._pricing(given, "draft") == perf.DraftPricing("draft", "ratio", 0.12, given.basis)
-    assert advisor._pricing(None, None) == perf.draft_pricing(None)
-    assert advisor._pricing(ngram, "ngram") == priced  # and back
+    assert advisor.drafter.pricing(given) == perf.DraftPricing("draft", "ratio", 0.12, given.basis)
+    assert advisor.drafter.pricing(None) == perf.draft_pricing(None)
+    assert advisor.drafter.pricing(ngram) == priced  # and back
 
 
 def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then(monkeypatch):
@@ -240,7 +240,7 @@ def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then
     advisor = Advisor(AdvisorConfig(method="ngram"))  # no model: the roofline prior
     window = Window(10.0)
     made, fitted = [], []
-    roofline = advisor._roofline_prior
+    roofline = advisor.step_samples.roofline_prior
 
     def counted(knee):
         prior = roofline(knee)
@@ -255,7 +255,7 @@ def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then
         fitted.append((prior, levels[len(levels) // 2], len(rows)))
         return real_fit(rows, prior, shape_known=shape_known)
 
-    monkeypatch.setattr(advisor, "_roofline_prior", counted)
+    monkeypatch.setattr(advisor.step_samples, "roofline_prior", counted)
     monkeypatch.setattr(perf, "fit_step_time_rows", fit)
     updates = 0
     for snap in generate(NODE, ramp(1, 64, 8)):

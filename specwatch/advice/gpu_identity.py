@@ -4,9 +4,13 @@ a MIG slice's share of its parent, and the clock a power or thermal cap holds it
 
 from __future__ import annotations
 
-from specwatch.perf.hardware import GpuSpec, scale_for_clock
+from typing import Any, Sequence
+
+from specwatch.perf.hardware import GpuSpec, lookup, scale_for_clock, scale_to_mig
 from specwatch.telemetry.gpu_events import is_performance_limited
 from specwatch.telemetry.snapshot import GpuSample
+
+_UNSEEN = object()
 
 
 def throttled_spec(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
@@ -21,3 +25,60 @@ def throttled_spec(spec: GpuSpec, gpu: GpuSample) -> GpuSpec:
         return spec
     factor = min(1.0, max(0.05, round(current / maximum / 0.05) * 0.05))
     return scale_for_clock(spec, factor * maximum, maximum)
+
+
+class GpuIdentity:
+    """One advisor's GPU: the spec told (`--gpu`), else the first GPU read whose name the datasheets
+    know, at its capped clock, or a MIG slice's share of its parent. Lookups are kept by name."""
+
+    def __init__(self, told: GpuSpec | None = None) -> None:
+        self.told = told  # overrides the GPU read from NVML/DCGM
+        self._by_name: dict[Any, Any] = {}
+        # The GPU spec of the current update (see identify), carried on its Verdict.
+        self.in_use: GpuSpec | None = None
+        self.mig_unscaled: GpuSample | None = None  # a MIG slice found whose share NVML did not give
+
+    def identify(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        """The GPU this update reasons about; also remembered (`in_use`) for the Verdict it produces."""
+        self.in_use = self._find(gpus)
+        return self.in_use
+
+    def _find(self, gpus: Sequence[GpuSample]) -> GpuSpec | None:
+        self.mig_unscaled = None
+        if self.told is not None:
+            return self.told
+        # A GPU in MIG mode runs nothing itself: its MIG devices do, and the one running processes
+        # is the likelier home of the engine. Whole GPUs first, as before MIG was read.
+        candidates = [g for g in gpus if not g.lost and not g.mig_mode]
+        if any(g.mig is not None for g in candidates):  # without MIG devices the order stands as read
+            candidates.sort(key=lambda g: (g.mig is not None, g.mig is not None and not g.processes))
+        for g in candidates:
+            if g.mig is not None:
+                spec = self._mig_spec(g)
+                if spec is not None:
+                    return spec
+                continue
+            spec = self._by_name.get(g.name, _UNSEEN)
+            if spec is _UNSEEN:
+                spec = self._by_name[g.name] = lookup(g.name)  # a pure function of the name
+            if spec is not None:
+                return throttled_spec(spec, g)
+        return None
+
+    def _mig_spec(self, g: GpuSample) -> GpuSpec | None:
+        """A MIG slice's roofs: its parent's, identified by the parent's name, scaled by the slice's
+        share of SMs and of memory. Without a share from NVML there is nothing to scale by: None,
+        and the verdict says the shape is assumed (`mig_unscaled`)."""
+        mig = g.mig
+        assert mig is not None
+        key = (mig.parent_name, mig.profile, mig.sm_fraction, mig.memory_fraction)
+        spec = self._by_name.get(key, _UNSEEN)
+        if spec is _UNSEEN:
+            parent = lookup(mig.parent_name)
+            spec = None
+            if parent is not None and mig.sm_fraction and mig.memory_fraction:
+                spec = scale_to_mig(parent, mig.sm_fraction, mig.memory_fraction, mig.profile)
+            self._by_name[key] = spec
+        if spec is None and self.mig_unscaled is None and lookup(mig.parent_name) is not None:
+            self.mig_unscaled = g
+        return spec

@@ -1,0 +1,84 @@
+"""What the drafter costs: the speculation config judged with (the target's own, completed by the
+operator's flags), the draft cost r it implies, and the pricing the decision takes (the same as
+predict's for the same method), with the caveats when the method or the draft's size is assumed.
+"""
+
+from __future__ import annotations
+
+from specwatch import perf
+from specwatch.telemetry.snapshot import SpeculationConfig, resolve_speculation
+
+# r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
+UNSIZED_DRAFT_RATIO = 0.1
+# The caveat of a verdict whose draft cost rests on an assumed method (flag method_assumed).
+METHOD_ASSUMED_WORDS = f"speculation {perf.UNKNOWN_METHOD_WORDS} (pass --method)"
+
+
+class DrafterPricing:
+    """One advisor's drafter: its speculation config, draft cost and pricing, each kept while what
+    it is made from stands (they are pure functions of the settings and the target's config)."""
+
+    def __init__(self, *, method: str | None = None, draft_ratio: float | None = None,
+                 draft_params: float | None = None, target_params: float | None = None) -> None:
+        # The operator's word on the method and the draft model's size. The target's own /server_info
+        # wins over them; they win over what a sample was declared with.
+        self.method = method
+        self.draft_ratio = draft_ratio
+        self.draft_params = draft_params
+        self.target_params = target_params
+        # The speculation config the latest verdict was judged with: the target's, with the operator's
+        # method and draft size where the target does not say (what the front ends show).
+        self.speculation: SpeculationConfig | None = None
+        self._pricing_cache: tuple[perf.DraftCost | None, perf.DraftPricing] | None = None
+        self._draft_cost_cache: tuple[SpeculationConfig | None,
+                                      tuple[perf.DraftCost | None, str | None]] | None = None
+
+    def draft_cost(self, observed: SpeculationConfig | None = None) -> tuple[perf.DraftCost | None, str | None]:
+        """r and the canonical method; (None, None) when the method is not known. `observed` is the
+        target's SpeculationConfig; the one judged with becomes `self.speculation`."""
+        cached = self._draft_cost_cache  # a pure function of the (fixed) settings and the sample's
+        if cached is not None and cached[0] == observed:
+            return cached[1]
+        declared = SpeculationConfig.from_flags(self.method, draft_params=self.draft_params)
+        self.speculation = resolve_speculation(observed, declared)
+        result = self._compute_draft_cost(self.speculation)
+        self._draft_cost_cache = (observed, result)
+        return result
+
+    def _compute_draft_cost(self, speculation: SpeculationConfig | None) -> tuple[perf.DraftCost | None, str | None]:
+        method = speculation.method if speculation else None
+        draft_params = speculation.draft_params if speculation else None
+        if method is None and self.draft_ratio is None:
+            return None, None
+        try:
+            name = perf.canonical_method(method) if method else "draft"
+        except ValueError:
+            return None, method
+        try:
+            return perf.draft_cost(name, draft_params=draft_params, target_params=self.target_params,
+                                   override=self.draft_ratio), name
+        except ValueError:
+            # a draft model of unknown size: its fixed per-forward overhead plus a small model's bytes
+            return perf.DraftCost(name, UNSIZED_DRAFT_RATIO,
+                                  f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
+                                  "(pass --draft-ratio)"), name
+
+    def pricing(self, cost: perf.DraftCost | None) -> perf.DraftPricing:
+        """The draft's pricing for the decision: the same as predict's for the same method. A pure
+        function of the (frozen) cost, which draft_cost keeps while the settings stand: made once."""
+        cached = self._pricing_cache
+        if cached is not None and cached[0] is cost:
+            return cached[1]
+        pricing = price(cost)
+        self._pricing_cache = (cost, pricing)
+        return pricing
+
+
+def price(cost: perf.DraftCost | None) -> perf.DraftPricing:
+    """A draft cost as the decision prices it: a known method's own pricing unless r was given."""
+    if cost is None:
+        return perf.draft_pricing(None)
+    if cost.basis != "given" and cost.method in ("ngram", "suffix", "eagle", "eagle3", "mtp", "medusa"):
+        return perf.draft_pricing(cost.method)
+    return perf.DraftPricing(cost.method, "ratio", cost.ratio, cost.basis)
+

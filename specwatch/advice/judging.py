@@ -1,0 +1,173 @@
+"""How a window is judged, apart from the step-time model and the words: health first (a stalled
+engine gives no usable reading), the bound, the hysteresis that turns a speedup into the state
+shown, the confidence in that state's direction, and the state a node without speculation is told.
+Pure: data time comes with the readings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from specwatch import perf
+from specwatch.perf.hardware import GpuSpec
+from specwatch.telemetry.snapshot import GpuSample
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN
+from specwatch.readings.figures import Acceptance
+from specwatch.readings.window import EngineFigures, TargetWindow
+
+# Relative spread of one draft's accepted count around L (so L's error over D drafts is this / √D).
+ACCEPTANCE_SPREAD = 0.5
+# Lifetime acceptance stands in for the window's: it may have drifted.
+STALE_ACCEPTANCE_ERROR = 0.3
+# What an assumed draft cost adds: r could be anything from a lookup's 0 to a draft model's 0.3.
+METHOD_ASSUMED_ERROR = 0.2
+MAX_CONFIDENCE = 0.99
+UNCONFIGURED_CONFIDENCE_CAP = 0.6
+# The most an answer whose sign depends on hardware nobody identified can claim: a coin flip.
+SHAPE_ASSUMED_CONFIDENCE = 0.5
+# What a node without speculation is told: the k it is judged for, and the acceptance lengths that
+# typical drafters reach at that k (n-gram on chat ≈ 1.3–1.6, EAGLE-3 ≈ 2.5–3.5: model.md §1, §4).
+UNCONFIGURED_K = 3
+EASY_LENGTH = 1.5
+HARD_LENGTH = 2.5
+
+
+def engine_stall(tw: TargetWindow, figures: EngineFigures) -> str | None:
+    """Why the engine looks stalled over the window, or None: requests ran from its first reading to
+    its last, and no engine step ran, or no token was emitted and no prompt token computed."""
+    running, before = figures.running, tw.running_at_start
+    if not running or running <= 0 or not before or before <= 0 or figures.seconds <= 0:
+        return None
+    seconds = figures.seconds
+    tokens = figures.step_tokens
+    if tokens is not None and tokens.steps <= 0:
+        return (f"engine stalled: {running:.0f} requests running and no engine step in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    emitted = figures.generation_tokens_per_s
+    prompt = figures.prompt_tokens_per_s
+    if emitted is not None and emitted <= 0 and not prompt:
+        return (f"engine stalled: {running:.0f} requests running and no token out in {seconds:.0f} s "
+                "(the server answers, its engine does not advance)")
+    return None
+
+
+def bound_estimate(figures: EngineFigures | None, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
+                   step_model: perf.StepTimeModel | None) -> perf.BoundEstimate:
+    """Whether the node is memory- or compute-bound, from every signal the readings give."""
+    signals = []
+    ridge = gpu.ridge_for("bf16") if gpu else None
+    if figures is not None and figures.mfu_intensity is not None:
+        signals.append(perf.intensity_signal(figures.mfu_intensity, 1.0, ridge))
+    live = [g for g in gpus if not g.lost]
+    dram = _mean([g.values["dram_bw_util"] for g in live if "dram_bw_util" in g.values])
+    tensor = _mean([g.values["tensor_active"] for g in live if "tensor_active" in g.values])
+    if dram is not None or tensor is not None:
+        signals.append(perf.counter_signal(dram, tensor))
+    computed = figures.computed_tokens_per_step_mean if figures is not None else None
+    if computed is not None and step_model is not None:
+        signals.append(perf.tokens_per_step_signal(computed, step_model.knee_tokens))
+    return perf.combine_bound(signals)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+class Hysteresis:
+    """The on/off state shown: S must leave the band 1 ± `delta` for `confirm_windows` consecutive
+    updates to flip it (model.md §5)."""
+
+    def __init__(self, delta: float = 0.05, confirm_windows: int = 3) -> None:
+        self.delta = delta
+        self.confirm_windows = confirm_windows
+        self.committed: str | None = None  # the last on/off decision that passed hysteresis
+        self._pending: str | None = None
+        self._pending_count = 0
+
+    def move(self, s_now: float) -> tuple[str, str | None]:
+        """The state this speedup moves the hysteresis to, and the reason when it holds."""
+        delta = self.delta
+        raw = ON if s_now >= 1 + delta else OFF if s_now <= 1 - delta else HOLD
+        if raw == HOLD:
+            self._pending, self._pending_count = None, 0
+            return HOLD, f"within ±{delta:.0%} of break-even: keep the current setting"
+        if self.committed is None or raw == self.committed:
+            self.committed = raw
+            self._pending, self._pending_count = None, 0
+            return raw, None
+        if raw == self._pending:
+            self._pending_count += 1
+        else:
+            self._pending, self._pending_count = raw, 1
+        if self._pending_count >= self.confirm_windows:
+            self.committed = raw
+            self._pending, self._pending_count = None, 0
+            return raw, None
+        return HOLD, (f"speedup has pointed {raw} for {self._pending_count} of {self.confirm_windows} "
+                      f"updates: holding {self.committed} until it is confirmed")
+
+
+def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, method_assumed: bool = False) -> float:
+    """What this node's readings add to the step model's level error (σ of ln S): an unidentified
+    GPU, few drafts behind L (its relative error shrinks as 1/√drafts), lifetime acceptance."""
+    parts = []
+    if gpu is None:
+        parts.append(perf.decision.UNKNOWN_GPU_ERROR)
+    elif gpu.approximate:
+        parts.append(perf.decision.APPROXIMATE_GPU_ERROR)
+    if drafts is not None:
+        parts.append(ACCEPTANCE_SPREAD / math.sqrt(max(drafts, 1.0)))
+    if stale:
+        parts.append(STALE_ACCEPTANCE_ERROR)
+    if method_assumed:
+        parts.append(METHOD_ASSUMED_ERROR)
+    return math.sqrt(sum(p * p for p in parts))
+
+
+def capped_confidence(decision: perf.Decision) -> float:
+    """The decision's chance that the direction is right, capped: no reading is certain."""
+    return float(min(MAX_CONFIDENCE, max(0.0, decision.confidence)))
+
+
+def judge_unconfigured(needed: float, level_error: float) -> tuple[str, bool, float]:
+    """What a node without speculation is told, from the acceptance length speculation would need
+    at its load: the state, whether to change, and the direction's confidence (before the cap)."""
+    if needed <= EASY_LENGTH:
+        return ON, True, perf.direction_confidence(EASY_LENGTH / needed, level_error)
+    if needed >= HARD_LENGTH:
+        return OFF, False, perf.direction_confidence(HARD_LENGTH / needed, level_error)
+    return UNKNOWN, False, 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What `Advisor._judge` worked out and read for one evaluation on the decision's path: all that
+    `reasons.explain` needs to give the verdict its reasons and figures, later or at once."""
+
+    tw: TargetWindow  # its total is the figures judged
+    gpus: tuple[GpuSample, ...]
+    gpu: GpuSpec | None
+    step_model: perf.StepTimeModel
+    method: str | None
+    pricing: perf.DraftPricing
+    mig_unscaled: GpuSample | None  # a MIG slice whose share of its GPU NVML did not give
+    ttft_note: str | None  # the TTFT check's reason (it moves the TTFT history: made once)
+    prior_words: str
+    acceptance: Acceptance  # the window's (or the lifetime's, when stale)
+    stale_acceptance: bool
+    k: int
+    running: float
+    inputs: perf.DecisionInputs
+    decision: perf.Decision | None  # None: made without its figures, so made again whole
+    state: str  # after the hysteresis (which it moved)
+    hysteresis_note: str | None
+
+    @property
+    def figures(self) -> EngineFigures:
+        return self.tw.total  # type: ignore[return-value] - judged only when the window has a total
+
+    @property
+    def length(self) -> float:
+        return self.acceptance.acceptance_length  # type: ignore[return-value] - judged only when known

@@ -1,0 +1,408 @@
+"""The words of a verdict: its reasons and flags, what each says and when it is said. The opening
+every read window's verdict starts with (the speculation config's disagreements, an unscaled MIG
+slice, prefill-heavy traffic, a rising TTFT), the break-even and load words, the crossover against a
+saved sweep, goodput against the operator's SLO, and what an engine other than vLLM could not give.
+`explain` words what the judging (`judging.Judged`) worked out; what only the words find (an answer
+that hangs on an unidentified GPU, a sweep that disagrees, an extrapolated step model) is flagged
+and caps the confidence. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Protocol, Sequence
+
+from specwatch import perf
+from specwatch.perf.hardware import GpuSpec
+from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, TargetSample
+from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
+from specwatch.advice.judging import (
+    EASY_LENGTH, HARD_LENGTH, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged, bound_estimate,
+    capped_confidence, judge_unconfigured,
+)
+from specwatch.advice.step_samples import shape_measured
+from specwatch.advice.sweep_evidence import SweepIdentity, reconcile_crossover
+from specwatch.advice.verdict import OFF, ON, QuotedFigures, Verdict
+from specwatch.readings.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
+from specwatch.readings.window import EngineFigures, TargetWindow
+
+# Acceptance rate under which a draft is called misaligned, and the drafts needed to say so.
+MISALIGNED_RATE = 0.05
+MISALIGNED_MIN_DRAFTS = 50
+# Prefill tax (DESIGN §3): prompt tokens per output token above this.
+PREFILL_RATIO = PREFILL_HEAVY_RATIO
+# The prefill tax is raised too when at least this share of requests surely has a prompt over
+# PREFILL_RATIO times its output, even with a mean ratio below it (a few long generations pull the
+# mean down while most requests are prefill-heavy).
+PREFILL_HEAVY_SHARE = 0.5
+# TTFT p95 this many times its running median counts as rising.
+TTFT_RISE = 1.5
+# SGLang's acceptance is a gauge of its own last log interval, time-weighted by the collector
+# (specwatch.collectors.sglang): no count of drafts stands behind it and no per-position rates, so other k are
+# extrapolated from L alone. The direction's confidence is scaled by this for each such gap.
+GAUGE_ACCEPTANCE_CONFIDENCE = 0.8
+
+
+class ReasonSettings(Protocol):
+    """The operator's settings the words read (an AdvisorConfig has them)."""
+
+    @property
+    def hysteresis(self) -> float: ...  # δ: a better k is named only beyond it
+
+    @property
+    def slo_ttft_s(self) -> float | None: ...
+
+    @property
+    def slo_tpot_s(self) -> float | None: ...
+
+
+class TtftWatch:
+    """Whether TTFT p95 rises against its recent median: the recent p95s, and the check."""
+
+    def __init__(self) -> None:
+        self._history: deque[float] = deque(maxlen=60)
+
+    def check(self, figures: EngineFigures) -> str | None:
+        """Whether TTFT p95 rises against its recent median (the reason, or None); then the p95 joins
+        the history."""
+        p95 = figures.ttft_p95_s
+        if p95 is None:
+            return None
+        note = None
+        history = sorted(self._history)
+        if len(history) >= 5:
+            median = history[len(history) // 2]
+            if median > 0 and p95 > TTFT_RISE * median and p95 > 0.05:
+                note = f"TTFT p95 is rising: {p95 * 1000:.0f} ms against a recent median of {median * 1000:.0f} ms"
+        self._history.append(p95)
+        return note
+
+
+def opening(tw: TargetWindow, figures: EngineFigures, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
+            step_model: perf.StepTimeModel, speculation: SpeculationConfig | None, method: str | None,
+            mig_unscaled: GpuSample | None, ttft_note: str | None) -> tuple[perf.BoundEstimate, list[str], list[str]]:
+    """The bound, and the reasons and flags every verdict on a read window opens with: the
+    disagreements over the speculation config, an unscaled MIG slice, prefill-heavy traffic and
+    a rising TTFT."""
+    bound = bound_estimate(figures, gpus, gpu, step_model)
+    reasons: list[str] = list(speculation.disagreements) if speculation else []
+    flags: list[str] = []
+    if mig_unscaled is not None:
+        flags.append("mig_shape_assumed")
+        reasons.append(f"{mig_unscaled.name}: NVML did not give this MIG slice's share of the GPU "
+                       f"({mig_unscaled.errors.get('mig_shares', 'no share read')}), so its peaks cannot be "
+                       "scaled from the whole GPU's: the step-time shape is assumed, not known")
+    prefill_tax(figures, tw, method, reasons, flags)
+    if ttft_note is not None:
+        flags.append("ttft_rising")
+        reasons.append(ttft_note)
+    return bound, reasons, flags
+
+
+def prefill_tax(figures: EngineFigures, tw: TargetWindow, method: str | None, reasons: list[str],
+                flags: list[str]) -> None:
+    """Prefill-heavy traffic, said (and flagged) when the mean ratio or the share of requests shows it."""
+    ratio = figures.prompt_to_output_ratio
+    heavy_share = prefill_heavy_share(tw.increases) if tw.increases is not None else None
+    share_low = heavy_share[0] if heavy_share is not None else None
+    by_ratio = ratio is not None and ratio > PREFILL_RATIO
+    by_share = share_low is not None and share_low >= PREFILL_HEAVY_SHARE
+    if by_ratio or by_share:
+        flags.append("prefill_tax")
+        mean = f"{ratio:.0f} prompt tokens per output token" if ratio is not None else "long prompts"
+        # the length histograms bound the share of prefill-heavy requests, they do not give it: the
+        # range says whether the tax falls on most requests or on a few long prompts
+        share = prefill_heavy_share_words(*heavy_share) if heavy_share is not None else None
+        reasons.append(f"prefill-heavy traffic ({mean}): speculation does nothing for TTFT"
+                       + (", and the draft model runs its own prefill" if method == "draft" else "")
+                       + (f"; {share} (bounds: the length histograms do not say which prompt went with "
+                          "which output)" if share else ""))
+
+
+def load_words(running: float, k: int, n_verify: float, step_model: perf.StepTimeModel, gpu: GpuSpec | None) -> str:
+    """The load against the step time's knee: running × (k+1) tokens per step, past it or below."""
+    knee = step_model.knee_tokens
+    where = f"the {gpu.name} knee" if gpu else "the knee"
+    side = "past" if n_verify > knee else "below"
+    return (f"{running:.0f} running × {k + 1} tokens = {n_verify:.0f} tokens per step, {side} {where} "
+            f"of about {knee:.0f}")
+
+
+def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, speculation: SpeculationConfig | None,
+            gpu_spec: GpuSpec | None) -> Verdict:
+    """The verdict the judging reached, with its reasons and figures: pure, over what it judged (and
+    the advisor's speculation config, sweep and GPU in use as that evaluation left them)."""
+    tw, figures, running, length, k, state = j.tw, j.figures, j.running, j.length, j.k, j.state
+    decision = j.decision if j.decision is not None else perf.decide(j.inputs)
+    bound, reasons, flags = opening(tw, figures, j.gpus, j.gpu, j.step_model, speculation, j.method, j.mig_unscaled,
+                                    j.ttft_note)
+    acc, gpu, step_model, method, pricing, target = j.acceptance, j.gpu, j.step_model, j.method, j.pricing, tw.latest
+    if pricing.assumed:
+        reasons.append(METHOD_ASSUMED_WORDS)
+        flags.append("method_assumed")
+    low_be = decision.low_load_break_even
+    be_here = decision.break_even_length
+    s_now = decision.expected_speedup
+    crossover = decision.crossover
+    method_words = pricing.words if method or pricing.assumed else _method_words(method)
+
+    if acc.acceptance_rate is not None and acc.acceptance_rate < MISALIGNED_RATE \
+            and acc.drafts >= MISALIGNED_MIN_DRAFTS:
+        flags.append("misaligned_draft")
+        reasons.append(
+            f"misaligned draft: {acc.acceptance_rate:.1%} of {acc.draft_tokens:.0f} draft tokens accepted "
+            "(does the drafter share the target's tokenizer, chat template and fine-tune?)"
+        )
+    quoted = QuotedFigures(True, length, running, method_words, k, waiting=bool(figures.waiting),
+                           crossover_quoted=sweep is None and crossover.state == "crosses")
+    words = quoted.words(be_here, low_be, s_now, crossover.concurrency)
+    reasons.insert(0, words["break_even_length"])
+    n_verify = running * (k + 1)
+    reasons.append(load_words(running, k, n_verify, step_model, gpu))
+    reasons.append(words["expected_speedup"])
+    crossover_shown = crossover.concurrency
+    sweep_details: dict[str, Any] = {}
+    disagrees = False
+    if sweep is not None:
+        # one line naming both crossovers, the one used and why, in place of the predicted one's
+        reconciled = reconcile_crossover(sweep, _model_name(target), method, k, target.version, tw.time,
+                                         crossover.concurrency if crossover.state == "crosses" else None)
+        reasons.append(reconciled.line)
+        if reconciled.flag:
+            flags.append(reconciled.flag)
+        if reconciled.used == "measured":
+            crossover_shown = reconciled.crossover
+            disagrees = sweep_disagrees(sweep, running, s_now, reasons)
+            if disagrees:
+                flags.append("sweep_disagrees")
+        sweep_details["sweep"] = reconciled.to_dict()
+    elif crossover.state == "crosses":
+        reasons.append(words["crossover_concurrency"])
+    elif crossover.state == "never_pays":
+        reasons.append("it would not pay even with one request running")
+    else:
+        reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
+    reasons.extend(decision.reasons)
+    if decision.request_speedup is not None and "prefill_tax" in flags:
+        reasons.append(f"end to end, with {j.inputs.prompt_tokens:.0f} prompt and {j.inputs.output_tokens:.0f} "
+                       f"output tokens per request: {decision.request_speedup:.2f}× (the prefill gains nothing)")
+    best = decision.best_k if acc.per_position else None
+    if best is not None and best.k != k and best.speedup > s_now * (1 + settings.hysteresis):
+        if best.k == 0:
+            reasons.append("no shorter chain pays here either")
+        else:
+            reasons.append(f"k={best.k} would do better here: {best.speedup:.2f}× "
+                           f"(L={best.length:.2f} from the per-position rates)")
+    if j.stale_acceptance:
+        reasons.append("no drafts in this window: acceptance is the lifetime figure")
+        flags.append("stale_acceptance")
+
+    shape_assumed = False
+    if gpu is None and j.mig_unscaled is None and s_now > 1.0 \
+            and not shape_measured(step_model, running, n_verify):
+        # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
+        # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
+        # position costs a token's compute. When the answer flips between the two, say so and
+        # do not claim more than a coin flip.
+        pessimistic = length / (k + 1)
+        if pessimistic < 1.0:
+            shape_assumed = True
+            flags.append("gpu_unidentified")
+            reasons.append(f"no GPU identified (no NVML driver, no dcgm-exporter, no --gpu): the speedup lies "
+                           f"between {pessimistic:.2f}× (every verified position costs a token's compute, as on "
+                           f"a CPU or past the knee) and {s_now:.2f}× (below a GPU's knee); give --gpu, or "
+                           f"traffic at several loads, to decide")
+    # speculation is on: switched off, each token takes s_now times as long
+    slo = slo_goodput(settings, tw, tpot_ratio_if_toggled=s_now, toggled_words="with speculation off")
+    if slo is not None:
+        reasons.append(slo[0])
+
+    if j.hysteresis_note is not None:
+        reasons.append(j.hysteresis_note)
+    confidence = capped_confidence(decision)
+    if shape_assumed or j.mig_unscaled is not None or disagrees:
+        confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
+    if step_model.confidence(n_verify) < 0.2:
+        flags.append("extrapolated")
+        reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
+                       f"({j.prior_words}): confidence is low")
+    change = state == OFF  # speculation is on here: a change is recommended when it should be off
+    return make_verdict(state, confidence, tw.time, reasons, bound, flags, tw, gpu_spec=gpu_spec, running=running,
+                        expected=s_now, be=be_here, low_be=low_be,
+                        crossover=crossover_shown, length=length,
+                        best=best, change=change,
+                        details={**sweep_details, "quoted": quoted, "prior": j.prior_words,
+                                 "carried_by": decision.carried_by,
+                                 "level_error": decision.level_error,
+                                 "request_speedup": decision.request_speedup,
+                                 **({"goodput": slo[1]} if slo is not None else {})})
+
+
+def explain_unconfigured(tw: TargetWindow, decision: perf.Decision, pricing: perf.DraftPricing,
+                         cost: perf.DraftCost | None, k: int, running: float, step_model: perf.StepTimeModel,
+                         gpu: GpuSpec | None, prior_words: str, time: float, reasons: list[str],
+                         bound: perf.BoundEstimate, flags: list[str], settings: ReasonSettings,
+                         gpu_spec: GpuSpec | None) -> Verdict:
+    """The verdict of a node without speculation: the acceptance length speculation would need at
+    this load (`decision`, judged at k), set against what typical drafters reach."""
+    needed = decision.break_even_length
+    method_words = pricing.words if cost else f"a drafter ({perf.UNKNOWN_METHOD_WORDS})"
+    quoted = QuotedFigures(False, None, running, method_words, k)
+    reasons.insert(0, quoted.words(needed, None, None, None)["break_even_length"])
+    reasons.append(load_words(running, k, running * (k + 1), step_model, gpu))
+    reasons.extend(decision.reasons)
+    state, change, confidence = judge_unconfigured(needed, decision.level_error)
+    if state == ON:
+        reasons.append(f"typical drafters reach L ≈ {EASY_LENGTH}–{HARD_LENGTH + 1:.1f}: "
+                       "speculation would likely pay here")
+    elif state == OFF:
+        reasons.append(f"few drafters reach L ≈ {needed:.1f} at k={k}: keep speculation off at this load")
+    else:
+        reasons.append("whether it pays depends on the drafter's acceptance on this traffic: measure it "
+                       "(specwatch sweep) before turning it on")
+    # acceptance is not measured here, so neither is what speculation would do to TPOT
+    slo = slo_goodput(settings, tw)
+    if slo is not None:
+        reasons.append(slo[0])
+    # acceptance is not measured here: a typical drafter's is a guess, so never above 0.6
+    return make_verdict(state, min(confidence, UNCONFIGURED_CONFIDENCE_CAP), time, reasons, bound, flags, tw,
+                        gpu_spec=gpu_spec, running=running, be=needed, change=change, required=needed,
+                        details={"quoted": quoted, "prior": prior_words,
+                                 **({"goodput": slo[1]} if slo is not None else {})})
+
+
+def sweep_disagrees(sweep: SweepIdentity | None, running: float, s_now: float, reasons: list[str]) -> bool:
+    """Whether this load lies clearly on the other side of the measured crossover from where the
+    model puts it (beyond the crossing's interval): said, and the direction is then no better
+    than a coin flip until the two agree again (a new sweep, or a refit)."""
+    if sweep is None or sweep.crossing is None:
+        return False
+    high = sweep.high if sweep.high is not None else sweep.crossing
+    low = sweep.low if sweep.low is not None else sweep.crossing
+    if running > high and s_now > 1.0:
+        reasons.append(f"at {running:.0f} running this node is past its measured crossover: the sweep measured "
+                       f"speculation costing throughput here, while the model expects {s_now:.2f}×")
+        return True
+    if running < low and s_now < 1.0:
+        reasons.append(f"at {running:.0f} running this node is below its measured crossover: the sweep measured "
+                       f"speculation paying here, while the model expects {s_now:.2f}×")
+        return True
+    return False
+
+
+def sweep_not_this_target(sweep: SweepIdentity | None, target: TargetSample, method: str | None, k: int | None,
+                          time: float, reasons: list[str], flags: list[str]) -> dict[str, Any]:
+    """Before there is a verdict (no traffic, no drafts yet): a sweep of another model, method or
+    k is said at once, so that its crossover is never shown as this target's. The rest of the
+    reconciliation waits for a predicted crossover to set the measured one against."""
+    if sweep is None:
+        return {}
+    reconciled = reconcile_crossover(sweep, _model_name(target), method, k, target.version, time, None)
+    if reconciled.flag != "sweep_mismatch":
+        return {}
+    reasons.append(reconciled.line.split(" — ")[0])  # no "predicted none": nothing is predicted yet
+    flags.append(reconciled.flag)
+    return {"sweep": reconciled.to_dict()}
+
+
+def _method_words(method: str | None) -> str:
+    return perf.method_words(method) or "the drafter"
+
+
+def _model_name(target: TargetSample) -> str | None:
+    """The served model's name, as the engines label their metrics."""
+    return next((e.model_name for e in target.engines if e.model_name), None)
+
+
+def make_verdict(state, confidence, time, reasons, bound, flags, tw, *, gpu_spec, running=None, expected=None,
+                 be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,
+                 details=None) -> Verdict:
+    """The Verdict with these reasons and figures, once the engine's caveats are said."""
+    reasons, flags, confidence = engine_caveats(tw, list(reasons), list(flags), confidence)
+    return Verdict(
+        speculation=state,
+        confidence=confidence,
+        expected_speedup=expected,
+        break_even_length=be,
+        crossover_concurrency=crossover,
+        change_recommended=change,
+        reasons=tuple(reasons),
+        bound=bound,
+        time=time,
+        configured=tw.speculation_configured,
+        acceptance_length=length,
+        low_load_break_even=low_be,
+        required_acceptance_length=required,
+        best_k=best.k if best else None,
+        best_k_speedup=best.speedup if best else None,
+        running=running,
+        flags=tuple(flags),
+        details=details or {},
+        gpu_spec=gpu_spec,
+    )
+
+
+def engine_caveats(tw: TargetWindow, reasons: list[str], flags: list[str],
+                   confidence: float) -> tuple[list[str], list[str], float]:
+    """What an engine other than vLLM could not give, said in the reasons and paid for in confidence."""
+    target = tw.latest
+    if target.engine_name != "sglang":
+        return reasons, flags, confidence
+    spec = target.speculation
+    if tw.speculation_configured:
+        reasons.append("SGLang gives acceptance only as a gauge (sglang:spec_accept_length, the mean of its "
+                       "last log interval): L is its time-weighted mean over the window, with no count of drafts "
+                       "and no per-position rates, so other k are extrapolated from L alone: confidence lowered")
+        flags.append("acceptance_from_gauge")
+        confidence *= GAUGE_ACCEPTANCE_CONFIDENCE
+        if tw.k is None and (spec is None or spec.k is None):
+            reasons.append("k is unknown (the server's /get_server_info was not read): no acceptance rate per "
+                           "draft token: confidence lowered")
+            flags.append("k_unknown")
+            confidence *= GAUGE_ACCEPTANCE_CONFIDENCE
+        if spec is not None and spec.token_tree:
+            reasons.append(f"tree drafting ({spec.token_tree}): judged as a chain of k={spec.k}; the verify cost "
+                           "of the tree's extra tokens is not modelled")
+            flags.append("token_tree")
+    elif spec is not None and spec.method is not None:
+        reasons.append(f"the server speculates ({spec.method}) but this SGLang version exposes no acceptance "
+                       "metric: judged as if speculation were off")
+        flags.append("acceptance_not_exposed")
+    return reasons, flags, confidence
+
+
+def slo_goodput(settings: ReasonSettings, tw: TargetWindow, tpot_ratio_if_toggled: float | None = None,
+                toggled_words: str = "") -> tuple[str, Goodput] | None:
+    """The reason naming the SLO, and the goodput behind it; None without an SLO or requests.
+    TPOT follows the per-token speedup when speculation is switched; TTFT does not (the prefill)."""
+    if (settings.slo_ttft_s is None and settings.slo_tpot_s is None) or tw.increases is None:
+        return None
+    g = goodput(tw.increases, settings.slo_ttft_s, settings.slo_tpot_s, tpot_ratio_if_toggled)
+    if g is None:
+        return None
+    words = (f"SLO {_slo_words(settings)}: {_share_words(g.share_low, g.share_high)} of requests within it "
+             "over the window (estimated from histogram buckets)")
+    if g.share_high_if_toggled is not None and toggled_words:
+        words += f"; {toggled_words} at this load: {_share_words(g.share_low_if_toggled, g.share_high_if_toggled)}"
+    return words, g
+
+
+def _slo_words(settings: ReasonSettings) -> str:
+    parts = []
+    if settings.slo_ttft_s is not None:
+        parts.append(f"TTFT ≤ {_seconds_words(settings.slo_ttft_s)}")
+    if settings.slo_tpot_s is not None:
+        parts.append(f"TPOT ≤ {_seconds_words(settings.slo_tpot_s)}")
+    return ", ".join(parts)
+
+
+def _seconds_words(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1.0 else f"{seconds:.3g} s"
+
+
+def _share_words(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "unknown"
+    if abs(high - low) < 0.005:
+        return f"{high:.0%}"
+    return f"{low:.0%}–{high:.0%}"

@@ -1,0 +1,149 @@
+"""The step-time model T(N, C) the advisor judges with: live step-time samples, recorded from the
+window's figures, and the hinge refitted to them against a prior (reference/model.md §5.2). The
+prior is the datasheet's when the GPU and the model are known, else a roofline shape anchored on
+the node's own step times. Pure: data time comes with each call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from specwatch import perf
+from specwatch.perf.hardware import GpuSpec, ModelSpec
+from specwatch.readings.window import EngineFigures
+
+# A knee (tokens per step) to assume when no GPU is identified: about that of an H100 in bf16
+# (0.875 × the 295 ridge). Said in the reasons, and the confidence pays for it.
+GENERIC_KNEE_TOKENS = 256.0
+
+
+class StepSamples:
+    """One target's step-time samples and the fit made from them: `record` each evaluation's
+    figures, then ask `step_model` for the model to judge with."""
+
+    def __init__(self, *, model: ModelSpec | None = None, tp: int = 1, dtype: str = "bf16",
+                 sample_interval_s: float = 5.0, refit_interval_s: float = 60.0,
+                 half_life_s: float = 600.0, max_samples: int = 240) -> None:
+        self.model = model  # enables the datasheet prior
+        self.tp = tp
+        self.dtype = dtype
+        self.sample_interval_s = sample_interval_s  # data time between samples
+        self.refit_interval_s = refit_interval_s  # data time between refits of the hinge
+        self.half_life_s = half_life_s  # old samples fade (model.md §5.2)
+        # The samples as the fit's (N, T, C, weight) rows, written once each as they come into a
+        # ring (a sample's slot: its count modulo max_samples), and their times, oldest first: a
+        # refit then only weighs the rows by the times, since their weights fade with the refit's.
+        self._rows = np.empty((max_samples, 4))
+        self._recorded = 0
+        self._times: deque[float] = deque(maxlen=max_samples)
+        self._last_time: float | None = None
+        self._fit: perf.StepTimeFit | None = None
+        self._fit_time: float | None = None
+        self._fit_prior_key: tuple | None = None
+        self._datasheet_prior: tuple[Any, Any, tuple[int, str], tuple[perf.HingeParameters, str]] | None = None
+        # The running batch sizes the samples came from: where the fit is measured.
+        self.observed_batch: tuple[float, float] | None = None
+
+    def record(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
+        """A (tokens per step, step time, context) sample, once per sample interval of data time.
+        `k` and `r` (the draft cost) when the steps were speculative: the drafter's share comes off."""
+        # x is the positions the steps computed (window.StepTokens), not iteration_tokens_total's
+        # mean, which counts tokens emitted: b·L on a speculative step rather than the b·(k+1) verified
+        tokens_per_step = figures.computed_tokens_per_step_mean
+        if figures.steps_per_s is None or figures.steps_per_s <= 0 or tokens_per_step is None:
+            return
+        if not figures.running:  # an idle engine's step rate says nothing about step time
+            return
+        if self._last_time is not None and time - self._last_time < self.sample_interval_s:
+            return
+        step_time = 1.0 / figures.steps_per_s
+        if k and r > 0 and figures.running:
+            # a speculative step also ran the drafter k times at about r of a plain step each
+            step_time /= 1.0 + k * r
+        ring = self._rows
+        if len(ring):
+            ring[self._recorded % len(ring), :3] = (tokens_per_step, step_time, figures.context_tokens or 0.0)
+            self._recorded += 1
+            self._times.append(time)
+        self._last_time = time
+        low, high = self.observed_batch or (figures.running, figures.running)
+        self.observed_batch = (min(low, figures.running), max(high, figures.running))
+
+    def step_model(self, time: float, gpu: GpuSpec | None) -> tuple[perf.StepTimeModel, str]:
+        """The step-time model at data time `time` on `gpu` (None: not identified, so the shape is
+        assumed), and the words naming its prior."""
+        prior_knee, prior, prior_words = self._prior(gpu)
+        return self._refitted(time, prior_knee, prior, shape_known=gpu is not None), prior_words
+
+    def _prior(self, gpu: GpuSpec | None) -> tuple[float, Callable[[], perf.HingeParameters], str]:
+        """The step-time prior: the datasheet one, or a roofline shape anchored on this node. Its
+        knee, the prior itself as a function that makes it (a roofline prior takes the median level
+        of every sample: _refitted asks for it only to refit, or when there is no fit), and words."""
+        model = self.model
+        if gpu is not None and model is not None:
+            # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
+            cached = self._datasheet_prior
+            if cached is None or cached[0] is not gpu or cached[1] is not model or cached[2] != (self.tp, self.dtype):
+                try:
+                    prior = perf.prior_for_model(gpu, model, tp=self.tp, dtype=self.dtype)
+                    cached = self._datasheet_prior = (gpu, model, (self.tp, self.dtype),
+                                                      (prior.hinge(), f"datasheet prior for {model.name} on {gpu.name}"))
+                except ValueError:
+                    cached = None
+            if cached is not None:
+                hinge, words = cached[3]
+                return hinge.knee, lambda: hinge, words
+        knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
+        where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
+        return knee, lambda: self.roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"
+
+    def roofline_prior(self, knee: float) -> perf.HingeParameters:
+        """The roofline prior at `knee`, its level the median of the samples' levels (0.02 s without one)."""
+        # Below the knee a step costs about the weight read, whatever N; the node's own mean step
+        # time sets that level. Above the knee, time grows in proportion to N (compute-bound).
+        # Each sample implies a level through the same shape: T / max(1, N / knee).
+        kept = min(self._recorded, len(self._rows))
+        observed = sorted(step_time / max(1.0, tokens / knee)
+                          for tokens, step_time in self._rows[:kept, :2].tolist())
+        base = observed[len(observed) // 2] if observed else 0.02
+        return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
+                                    kv_s_per_token=0.0, per_token_s=0.0)
+
+    def _refitted(self, time: float, prior_knee: float, prior: Callable[[], perf.HingeParameters],
+                  shape_known: bool) -> perf.StepTimeModel:
+        """The live fit, refitted every refit interval (or when the prior's knee or shape changes)
+        against `prior()`; the prior itself before there is a fit."""
+        key = (prior_knee, self.model.name if self.model else None, shape_known)
+        stale = (
+            self._fit is None
+            or self._fit_prior_key != key
+            or self._fit_time is None
+            or time - self._fit_time >= self.refit_interval_s
+        )
+        if stale and self._recorded:
+            half_life = self.half_life_s
+            ring, recorded = self._rows, self._recorded
+            if recorded <= len(ring):
+                rows = ring[:recorded]
+            else:  # the oldest sample's slot first
+                oldest = recorded % len(ring)
+                rows = np.concatenate((ring[oldest:], ring[:oldest]))
+            rows[:, 3] = [0.5 ** ((time - t) / half_life) for t in self._times]
+            self._fit = perf.fit_step_time_rows(rows, prior(), shape_known=shape_known)
+            self._fit_time = time
+            self._fit_prior_key = key
+        return self._fit if self._fit is not None else prior()
+
+
+def shape_measured(step_model: perf.StepTimeModel, plain_tokens: float, verify_tokens: float) -> bool:
+    """Whether live step times cover the token counts a speedup compares (plain and verified, each
+    within a factor of 2), so that the step time's shape between them is measured, not assumed."""
+    if not isinstance(step_model, perf.StepTimeFit) or step_model.n_samples < 3:
+        return False
+    low, high = step_model.tokens_min, step_model.tokens_max
+    if low is None or high is None or high < 2.0 * low:
+        return False
+    return low <= 2.0 * max(plain_tokens, 1.0) and high >= 0.5 * verify_tokens
