@@ -178,8 +178,9 @@ def main() -> int:
     tracemalloc.stop()
     del copies
 
-    # the dashboard's seek while paused (SpecwatchApp.action_seek and _read_one): the source to a
-    # window before the position, the readings up to it through the Monitor, then the one shown
+    # the dashboard's seek while paused (ReplayController.seek and _read_one, in specwatch.dashboard.
+    # replay_control): the source to a window before the position, the readings up to it through the
+    # Monitor, then the one shown
     dashboard_seeks = []
     monitor = copy.deepcopy(template)
     for hour in range(int(args.hours) or 1):
@@ -195,7 +196,7 @@ def main() -> int:
             if snapshot.time >= position:
                 break
         dashboard_seeks.append(time.perf_counter() - t)
-    # a jump to a verdict change (SpecwatchApp.action_verdict_jump): the checkpoint, seek, one read
+    # a jump to a verdict change (ReplayController.verdict_jump): the checkpoint, seek, one read
     jumps = []
     for mark in verdicts.marks:
         t = time.perf_counter()

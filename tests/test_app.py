@@ -690,7 +690,7 @@ async def test_a_pause_that_lands_before_the_polls_read_begins_still_lets_the_ar
         end = app.latest.time
         app.source.seek(end - 10.0)
         app.ended = False
-        app._start_poll()  # the poll's worker is scheduled, its read not yet begun...
+        app.controller.start()  # the poll's worker is scheduled, its read not yet begun...
         app.action_toggle_pause()  # ...when the pause lands
         await pilot.press("left")
         await until(pilot, lambda: app.latest.time == end - 10.0, "the screen 10 s back")
@@ -714,7 +714,7 @@ async def test_arrows_pressed_while_a_reading_is_taken_in_are_not_lost(tmp_path)
         await pilot.press("space")
         for _ in range(3):  # three presses at once: each starts its worker before any reading is shown
             app.action_seek(-1)
-        await until(pilot, lambda: app.latest.time == end - 30.0 and not app._poll_in_flight,
+        await until(pilot, lambda: app.latest.time == end - 30.0 and not app.controller.in_flight,
                     "the screen 30 s back after three presses")
 
 
@@ -908,9 +908,9 @@ async def test_at_a_long_interval_the_header_clock_ticks_and_counts_down_without
     source = ScriptedSource(snapshots(LOW[:2])[:1], end=False, interval_s=30.0)
     app = make_app(source, wall_clock=lambda: now[0])
     async with app.run_test(size=(120, 36)) as pilot:
-        await until(pilot, lambda: app.polls == 1 and app._next_poll_at is not None, "the next poll armed")
+        await until(pilot, lambda: app.polls == 1 and app.controller.next_poll_at is not None, "the next poll armed")
         await pilot.pause()
-        due = app._next_poll_at
+        due = app.controller.next_poll_at
         views = {panel.id: panel.view for panel in app.panels()}
         header = app.query_one(HeaderBar)
         texts = []

@@ -187,16 +187,16 @@ async def test_n_and_shift_n_jump_between_verdict_changes_and_say_so_at_the_ends
 
 
 async def test_before_the_index_is_built_the_keys_say_so(step_recording, monkeypatch):
-    import specwatch.dashboard.app as app_module
+    import specwatch.dashboard.replay_control as replay_control
 
     release = threading.Event()
-    real = app_module.build_verdict_index
+    real = replay_control.build_verdict_index
 
     def slow(*args, **kwargs):
         release.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(app_module, "build_verdict_index", slow)
+    monkeypatch.setattr(replay_control, "build_verdict_index", slow)
     app = SpecwatchApp(ReplaySource(step_recording, speed=1.0), new_monitor())
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.latest is not None, "the first reading")

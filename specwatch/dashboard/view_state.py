@@ -1,0 +1,207 @@
+"""What the dashboard knows and shows: the DashboardView the panels are handed, and what it is built from.
+
+The latest reading and the Monitor's states after it, the selected target and engine, each target's
+trend history, the event log (verdict changes, server restarts), and when each target was last up
+or first down. The view is rebuilt only after something changed (`dirty`); the panels only render it.
+
+The panels draw what the advisor reasoned with: the GPU spec (scaled to a capped clock) comes on
+the Verdict, and the advisor's assumed knee and unconfigured k come in the DashboardView.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from specwatch import perf
+from specwatch.advice.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
+from specwatch.advice.monitor import Monitor, TargetState, VerdictChange
+from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
+from specwatch.widgets.format import clock
+from specwatch.widgets.view import (
+    DashboardView,
+    History,
+    SourceInfo,
+    SweepMarker,
+    TargetEvent,
+    snapshot_engine_keys,
+    trend_values,
+)
+
+MAX_EVENTS = 500
+
+
+class ViewState:
+    """The dashboard's state between polls, and the DashboardView of the selected target and engine."""
+
+    def __init__(self, history_minutes: float, sweep: SweepMarker | None) -> None:
+        self.history_minutes = history_minutes
+        self.sweep = sweep
+        self.latest: Snapshot | None = None
+        self.states: dict[str, TargetState] = {}
+        self.target_urls: tuple[str, ...] = ()
+        self.target_index = 0
+        self.engine: str | None = None
+        self.events: deque[VerdictChange | TargetEvent] = deque(maxlen=MAX_EVENTS)
+        self._started_at: dict[str, float] = {}  # url → the server's process start time, as last read
+        self._histories: dict[str, History] = {}
+        self._last_good: dict[str, float] = {}  # url → data time of its last successful reading
+        self._down_since: dict[str, float] = {}  # url → data time of its first failure after one
+        self._view: DashboardView | None = None
+        self.dirty = True  # something changed since the view was built
+        # the last health block made (_health_report), with the evaluation's window it is over
+        self._health_made: tuple[object, Callable[[bool], dict]] | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The selected target's URL (None before the first reading)."""
+        return self.target_urls[self.target_index] if self.target_urls else None
+
+    # -- what comes in -------------------------------------------------------------------------
+
+    def take(self, snapshot: Snapshot, states: dict[str, TargetState]) -> None:
+        """A reading has been ingested: it, and the Monitor's states after it."""
+        self.latest = snapshot
+        self.states = states
+        urls = tuple(t.url for t in snapshot.targets)
+        if urls != self.target_urls:
+            current = self.url
+            self.target_urls = urls
+            self.target_index = urls.index(current) if current in urls else 0
+        for target in snapshot.targets:
+            started = target.process_start_time
+            if target.ok and started is not None:
+                before = self._started_at.get(target.url)
+                if before is not None and started > before:
+                    self.events.appendleft(TargetEvent(snapshot.time, target.url,
+                                                       f"server restarted (its process started {clock(started)})"))
+                self._started_at[target.url] = started
+            if target.ok:
+                self._last_good[target.url] = snapshot.time
+                self._down_since.pop(target.url, None)
+            elif target.url in self._last_good:
+                earlier = self._down_since.get(target.url)
+                if earlier is None or earlier > snapshot.time:  # a replay seeks back: start over
+                    self._down_since[target.url] = snapshot.time
+        for url in urls:
+            history = self._histories.get(url)
+            if history is None:
+                history = self._histories[url] = History(self.history_minutes)
+            history.add(snapshot.time, trend_values(self.states.get(url), snapshot.gpus))
+        self.dirty = True
+
+    def add_change(self, change: VerdictChange) -> None:
+        self.events.appendleft(change)
+        self.dirty = True
+
+    # -- what the operator selects -------------------------------------------------------------
+
+    def next_target(self) -> bool:
+        """t: the next target; False when there is no other."""
+        if len(self.target_urls) > 1:
+            self.target_index = (self.target_index + 1) % len(self.target_urls)
+            self.engine = None
+            return True
+        return False
+
+    def select_target(self, url: str) -> bool:
+        if url in self.target_urls:
+            self.target_index = self.target_urls.index(url)
+            self.engine = None
+            return True
+        return False
+
+    def engine_keys(self) -> tuple[str, ...]:
+        """The selected target's data-parallel engines in the latest reading."""
+        return snapshot_engine_keys(self.latest, self.url)
+
+    def next_engine(self) -> bool:
+        """e: the next engine, or all of them; False when the target has only one."""
+        keys = self.engine_keys()
+        if len(keys) < 2:
+            return False
+        choices: list[str | None] = [None, *keys]
+        self.engine = choices[(choices.index(self.engine) + 1) % len(choices)] if self.engine in choices else None
+        return True
+
+    # -- the view ------------------------------------------------------------------------------
+
+    def _health_report(self, monitor: Monitor, url: str | None) -> Callable[[bool], dict] | None:
+        """The selected target's health block, to be worked out when a panel reads it (None before
+        two readings). It is over the window of the Monitor's last evaluation, as every other window
+        figure on screen is: between evaluations the same block stands (working out the window
+        anew at each poll cost more than all the panels together with 8 engines)."""
+        from specwatch.readings.health import health_report, node_output_tokens
+
+        state = self.states.get(url) if url else None
+        tw = state.window if state is not None else None
+        if tw is None or tw.increases is None:
+            return None
+        made = self._health_made
+        if made is not None and made[0] is tw:
+            return made[1]
+        config = monitor.advisor_config
+        # the window holds the evaluation's readings until the next poll is ingested (polls never
+        # overlap, and this runs on the message that the ingest finished): its energy is over them
+        gpu_joules, _ = monitor.window.gpu_energy()
+        tokens = node_output_tokens(s.window.increases for s in self.states.values() if s.window is not None)
+        speedup = state.verdict.expected_speedup
+
+        def report(breakdown: bool) -> dict:
+            return health_report(tw.increases, tw.seconds, gpu_joules, config.slo_ttft_s, config.slo_tpot_s,
+                                 tw.speculation_configured, speedup, tokens, breakdown=breakdown,
+                                 kv_capacity_tokens=tw.total.kv_capacity_tokens if tw.total else None)
+        self._health_made = (tw, report)
+        return report
+
+    def view(self, monitor: Monitor, source_info: Callable[[], SourceInfo]) -> DashboardView:
+        """The view of the selected target and engine; rebuilt only after something changed."""
+        if self._view is not None and not self.dirty:
+            return self._view
+        snapshot = self.latest
+        url = self.url
+        engine_keys = snapshot_engine_keys(snapshot, url)
+        if self.engine is not None and self.engine not in engine_keys:
+            self.engine = None
+        speculation = self._speculation(monitor, snapshot, url)
+        # the method the verdict was judged with: the server's /server_info, else the operator's flag
+        method = (speculation.method if speculation is not None and speculation.method
+                  else getattr(monitor.advisor_config, "method", None))
+        self._view = DashboardView(
+            source=source_info(),
+            time=snapshot.time if snapshot is not None else None,
+            target_urls=self.target_urls,
+            target_index=self.target_index,
+            state=self.states.get(url) if url else None,
+            target=snapshot.target(url) if snapshot is not None and url else None,
+            engine_keys=engine_keys,
+            engine=self.engine,
+            gpus=snapshot.gpus if snapshot is not None else (),
+            sources=snapshot.sources if snapshot is not None else (),
+            history=self._histories.get(url) if url else None,
+            events=tuple(self.events),
+            method=method,
+            method_words=perf.method_words(method),
+            speculation=speculation,
+            sweep=self.sweep,
+            assumed_knee_tokens=GENERIC_KNEE_TOKENS,
+            unconfigured_k=UNCONFIGURED_K,
+            window_s=monitor.window.seconds,
+            history_minutes=self.history_minutes,
+            health_report=self._health_report(monitor, url),
+            last_good=self._last_good.get(url) if url else None,
+            down_since=self._down_since.get(url) if url else None,
+            others_down=tuple(t.url for t in snapshot.targets if not t.ok and t.url != url)
+            if snapshot is not None else (),
+        )
+        self.dirty = False
+        return self._view
+
+    @staticmethod
+    def _speculation(monitor: Monitor, snapshot: Snapshot | None, url: str | None) -> SpeculationConfig | None:
+        """The config the target's verdict was judged with; the target's own before the first verdict."""
+        advisor = monitor.advisor_of(url) if url else None
+        if advisor is not None and advisor.speculation is not None:
+            return advisor.speculation
+        target = snapshot.target(url) if snapshot is not None and url else None
+        return target.speculation if target is not None else None
