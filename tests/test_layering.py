@@ -163,3 +163,23 @@ def test_the_shipped_rules_and_dashboard_read_only_schema_names() -> None:
         if path.is_file() and path.suffix in (".yml", ".yaml", ".json", ".md"):
             names = set(re.findall(r"\bspecwatch_[a-z_]+[a-z]\b", path.read_text()))
             assert names <= known, f"{path.relative_to(ROOT)} names {sorted(names - known)}"
+
+
+# -- rooms a reader can take in at once ------------------------------------------------------------
+
+MAX_MODULE_LINES = 750
+MAX_CLASS_LINES = 350
+
+
+@pytest.mark.parametrize("folder", ["specwatch", "collectors", "widgets"])
+def test_no_module_and_no_class_outgrows_a_reading(folder: str) -> None:
+    """A module over 750 lines or a class over 350 holds several jobs: split it by what they decide."""
+    too_long = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                too_long.append(f"{path.relative_to(ROOT)}: class {node.name}, {node.end_lineno - node.lineno + 1} lines")
+    assert not too_long, too_long
