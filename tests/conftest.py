@@ -50,6 +50,14 @@ def _server(tiny_models, vllm_py, tmp_path_factory, spec):
 
 
 @pytest.fixture(scope="session")
+def baseline_server(tiny_models, vllm_py, tmp_path_factory):
+    """The same flags as the n-gram server's, less the speculation: the sweeps' baseline."""
+    server = _server(tiny_models, vllm_py, tmp_path_factory, None)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def ngram_server(tiny_models, vllm_py, tmp_path_factory):
     server = _server(tiny_models, vllm_py, tmp_path_factory, NGRAM_K4)
     yield server

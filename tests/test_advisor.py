@@ -142,7 +142,10 @@ def test_unknown_states_say_what_is_missing():
 def test_unknown_method_lowers_confidence_and_says_so():
     _, known = run(NODE, [4.0] * 20)[-1]
     _, unknown = run(NODE, [4.0] * 20, config=AdvisorConfig())[-1]
-    assert "method_assumed" in unknown.flags and unknown.confidence < known.confidence
+    # the assumed draft cost widens the error the confidence rests on (both are capped here, by the
+    # extrapolated step model at 4 running: a low confidence said in words is a low figure too)
+    assert "method_assumed" in unknown.flags and unknown.confidence <= known.confidence
+    assert unknown.details["level_error"] > known.details["level_error"]
     assert any("pass --method" in r for r in unknown.reasons)
 
 

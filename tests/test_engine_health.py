@@ -11,11 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from specwatch.telemetry.exposition import parse_payload
 from specwatch.readings.health import goodput
-from specwatch.telemetry.snapshot import TARGET_OK, Snapshot, TargetSample
-from specwatch.readings.window import Window
-from test_engine_tokens import idle_reading
+from test_engine_tokens import idle_reading, window_over
 from vllm_server import ECHO_PROMPTS
 
 pytestmark = pytest.mark.engine
@@ -39,12 +36,7 @@ def test_truncated_run_health_matches_the_completions(ngram_server):
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda i: _complete(ngram_server, i), range(REQUESTS)))
     t1, body1 = idle_reading(ngram_server)
-    window = Window(3600.0)
-    for t, body in ((t0, body0), (t1, body1)):
-        parsed = parse_payload(body)
-        window.add(Snapshot(time=t, targets=(TargetSample(ngram_server.url, TARGET_OK, engines=parsed.engines,
-                                                          process_start_time=parsed.process_start_time),)))
-    tw = window.target(ngram_server.url)
+    tw = window_over(ngram_server.url, (t0, body0), (t1, body1))
     health = tw.health
     # the completions' own finish reasons: every one cut at max_tokens
     reasons = [a["choices"][0]["finish_reason"] for a in answers]
@@ -105,12 +97,7 @@ def test_the_prefill_heavy_share_of_real_requests_lies_within_the_bounds(ngram_s
     assert all(r.prompt_tokens is not None for r in results)
     outputs = [r.output_tokens if r.ok else prompts[r.index].max_tokens for r in results]
     truth = sum(r.prompt_tokens > 10 * o for r, o in zip(results, outputs)) / len(results)
-    window = Window(3600.0)
-    for t, body in ((t0, body0), (t1, body1)):
-        parsed = parse_payload(body)
-        window.add(Snapshot(time=t, targets=(TargetSample(ngram_server.url, TARGET_OK, engines=parsed.engines,
-                                                          process_start_time=parsed.process_start_time),)))
-    inc = window.target(ngram_server.url).increases
+    inc = window_over(ngram_server.url, (t0, body0), (t1, body1)).increases
     prompt_h, output_h = inc.histogram(PROMPT_LENGTH), inc.histogram(OUTPUT_LENGTH)
     assert prompt_h.count == output_h.count == len(results)  # every request of the run, in the window
     low, high = share_over_ratio_bounds(prompt_h, output_h)

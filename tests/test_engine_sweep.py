@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vllm_server import ECHO_PROMPTS, VllmServer
+from vllm_server import ECHO_PROMPTS
 
 pytestmark = pytest.mark.engine
 
@@ -18,17 +18,6 @@ TIERS = (1, 2, 4, 8)
 # Enough work per tier that it lasts a few scrape intervals even at concurrency 8 on the CPU.
 REQUESTS = 16
 MAX_TOKENS = 48
-
-
-@pytest.fixture(scope="module")
-def baseline_server(tiny_models, vllm_py, tmp_path_factory):
-    target, _ = tiny_models
-    # the same flags as the n-gram fixture's server, less the speculation
-    server = VllmServer(target, None, extra_args=["--enable-mfu-metrics"], python=vllm_py,
-                        log_dir=tmp_path_factory.mktemp("vllm-baseline-logs"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_sweep_baseline_vs_ngram_gives_both_curves_the_crossing_and_the_files(baseline_server, ngram_server, tmp_path):

@@ -46,10 +46,11 @@ RAW = {
 }
 
 
-def raw_figures(body: str) -> dict[str, float]:
-    """The figures above, summed over their label sets, from prometheus_client alone."""
-    by_name = {v: k for k, v in RAW.items()}
-    out = dict.fromkeys(RAW, 0.0)
+def raw_figures(body: str, names: dict[str, str] = RAW) -> dict[str, float]:
+    """The figures `names` maps to (RAW's by default), summed over their label sets, from
+    prometheus_client alone."""
+    by_name = {v: k for k, v in names.items()}
+    out = dict.fromkeys(names, 0.0)
     for family in text_string_to_metric_families(body):
         for s in family.samples:
             key = by_name.get(s.name)
@@ -96,14 +97,18 @@ def measure(server) -> tuple[dict[str, float], object, list[dict]]:
     t1, body1 = idle_reading(server)
     first, last = raw_figures(body0), raw_figures(body1)
     delta = {k: last[k] - first[k] for k in RAW}
-    window = Window(3600.0)
-    for t, body in ((t0, body0), (t1, body1)):
-        parsed = parse_payload(body)
-        target = TargetSample(server.url, TARGET_OK, engines=parsed.engines,
-                              process_start_time=parsed.process_start_time)
-        window.add(Snapshot(time=t, targets=(target,)))
-    figures = window.target(server.url).total
+    figures = window_over(server.url, (t0, body0), (t1, body1)).total
     return delta, figures, usage
+
+
+def window_over(url: str, *readings: tuple[float, str]):
+    """specwatch's window (TargetWindow) over /metrics bodies read at the given times."""
+    window = Window(3600.0)
+    for t, body in readings:
+        parsed = parse_payload(body)
+        window.add(Snapshot(time=t, targets=(TargetSample(url, TARGET_OK, engines=parsed.engines,
+                                                          process_start_time=parsed.process_start_time),)))
+    return window.target(url)
 
 
 def check_semantics(server, k: int) -> tuple[dict[str, float], object]:

@@ -169,6 +169,18 @@ class VllmServer:
         r.raise_for_status()
         return r.json()
 
+    def complete_streamed(self, prompt: str, max_tokens: int = 32) -> int:
+        """A streamed completion read to its end; the number of chunks it came in."""
+        chunks = 0
+        with httpx.stream("POST", self.url + "/v1/completions", timeout=120.0, json={
+            "model": self.served_name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True,
+        }) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                chunks += line.startswith("data: ")
+        return chunks
+
     def metrics_text(self) -> str:
         r = httpx.get(self.url + "/metrics", timeout=30.0)
         r.raise_for_status()
@@ -186,10 +198,13 @@ ECHO_PROMPTS = [
 class Traffic:
     """Completions sent from background threads until stopped: load while a window is open."""
 
-    def __init__(self, server: VllmServer, concurrency: int = 2, max_tokens: int = 24) -> None:
+    def __init__(self, server: VllmServer, concurrency: int = 2, max_tokens: int = 24, stream: bool = False) -> None:
         self.server = server
         self.concurrency = concurrency
         self.max_tokens = max_tokens
+        # streamed as `specwatch sweep` streams its requests: the API server's share of the work is
+        # then the same as in a sweep's tier
+        self.stream = stream
         self.sent = 0
         self.errors = 0
         self._stop = threading.Event()
@@ -199,7 +214,10 @@ class Traffic:
         i = n
         while not self._stop.is_set():
             try:
-                self.server.complete(ECHO_PROMPTS[i % len(ECHO_PROMPTS)], self.max_tokens)
+                if self.stream:
+                    self.server.complete_streamed(ECHO_PROMPTS[i % len(ECHO_PROMPTS)], self.max_tokens)
+                else:
+                    self.server.complete(ECHO_PROMPTS[i % len(ECHO_PROMPTS)], self.max_tokens)
                 self.sent += 1
             except httpx.HTTPError:
                 self.errors += 1

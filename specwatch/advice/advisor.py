@@ -10,7 +10,9 @@ How a verdict is reached (reference/model.md §5):
 3. a step-time model T(N, C): the datasheet prior when the GPU (and model) are known, else a roofline
    shape anchored on the node's own step times, refitted from live windows as a hinge;
 4. the speedup S(b) at the running batch and context, the crossover b×, and the best k′;
-5. hysteresis: S must leave the band 1 ± δ for `confirm_windows` consecutive updates to flip.
+5. the speedup at the node: the engine's, applied to the share of the time it decodes (Amdahl), and
+   the state it points to against the band 1 ± δ (how long it must hold before the banner shows it
+   is specwatch.advice.shown's).
 
 The Advisor composes the parts that decide, each in its own module: `gpu_identity` (which GPU),
 `drafter_pricing` (step 2), `step_samples` (step 3), `judging` (health first, the bound, step 5 and
@@ -66,7 +68,6 @@ class AdvisorConfig:
     slo_tpot_s: float | None = None
     dtype: str = "bf16"
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
-    confirm_windows: int = 3  # consecutive updates before a flip
     sample_interval_s: float = 5.0  # data time between step-time samples
     refit_interval_s: float = 60.0  # data time between refits of the hinge
     sample_half_life_s: float = 600.0  # old step-time samples fade (model.md §5.2)
@@ -148,7 +149,7 @@ class Advisor:
         self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=c.dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
-        self.hysteresis = Hysteresis(c.hysteresis, c.confirm_windows)
+        self.hysteresis = Hysteresis(c.hysteresis)
         self.ttft = TtftWatch()
         # Evaluations judged so far: an explanation (assess) is good until the next one.
         self._judged_count = 0
@@ -165,7 +166,7 @@ class Advisor:
 
     @property
     def committed(self) -> str | None:
-        """The last on/off decision that passed hysteresis."""
+        """The last on/off the speedup pointed to."""
         return self.hysteresis.committed
 
     @property
@@ -285,7 +286,12 @@ class Advisor:
                                          kv_capacity_tokens=_kv_limit(figures))
         extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         prompt, output = _per_request(figures)
-        inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
+        # what a decode step emits and verifies per sequence, drafterless steps included: the
+        # window's, when its drafts are (the lifetime's acceptance has no such window)
+        per_step = None if stale_acceptance else figures.per_decode_step()
+        inputs = self.last_inputs.decision_inputs(length=length if per_step is None else per_step[0],
+                                                  verified_per_step=None if per_step is None else per_step[1],
+                                                  extra_level_error=extra, prompt_tokens=prompt,
                                                   output_tokens=output)
         # Without its figures the decision fails where the whole one does only when the model prices
         # every batch and k they search: otherwise it is whole now, so the verdict is the same.
@@ -297,11 +303,13 @@ class Advisor:
             reasons.insert(0, f"no decision from these readings: {exc}")
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
                                 running=running), None
-        s_now = decision.expected_speedup
+        # the engine's speedup reaches the node through the share of the time the engine decodes
+        busy = figures.busy_share
+        s_now = perf.node_speedup(decision.expected_speedup, busy, speculating=True)
         state, hysteresis_note = self.hysteresis.move(s_now)
         judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note)
+                        decision if with_figures else None, state, hysteresis_note, busy)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None
         return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),

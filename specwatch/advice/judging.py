@@ -1,6 +1,6 @@
 """How a window is judged, apart from the step-time model and the words: health first (a stalled
 engine gives no usable reading), the bound, the hysteresis that turns a speedup into the state
-shown, the confidence in that state's direction, and the state a node without speculation is told.
+pointed to, the confidence in that state, and the state a node without speculation is told.
 Pure: data time comes with the readings.
 """
 
@@ -13,7 +13,7 @@ from typing import Sequence
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import GpuSample
-from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, hold_words
 from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -76,37 +76,44 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 class Hysteresis:
-    """The on/off state shown: S must leave the band 1 ± `delta` for `confirm_windows` consecutive
-    updates to flip it (model.md §5)."""
+    """The state a speedup points to: outside the band 1 ± `delta` on or off, inside it hold (keep the
+    current setting). One evaluation's word, no more: how long it must hold before the banner
+    follows is the shown verdict's business (specwatch.advice.shown), which confirms a change on
+    the minute's evidence rather than here, where a pending change once read as a hold of its own."""
 
-    def __init__(self, delta: float = 0.05, confirm_windows: int = 3) -> None:
+    def __init__(self, delta: float = 0.05) -> None:
         self.delta = delta
-        self.confirm_windows = confirm_windows
-        self.committed: str | None = None  # the last on/off decision that passed hysteresis
-        self._pending: str | None = None
-        self._pending_count = 0
+        self.committed: str | None = None  # the last on/off the speedup pointed to
 
     def move(self, s_now: float) -> tuple[str, str | None]:
-        """The state this speedup moves the hysteresis to, and the reason when it holds."""
+        """The state this speedup points to, and the reason when it is a hold."""
         delta = self.delta
         raw = ON if s_now >= 1 + delta else OFF if s_now <= 1 - delta else HOLD
         if raw == HOLD:
-            self._pending, self._pending_count = None, 0
-            return HOLD, f"within ±{delta:.0%} of break-even: keep the current setting"
-        if self.committed is None or raw == self.committed:
-            self.committed = raw
-            self._pending, self._pending_count = None, 0
-            return raw, None
-        if raw == self._pending:
-            self._pending_count += 1
-        else:
-            self._pending, self._pending_count = raw, 1
-        if self._pending_count >= self.confirm_windows:
-            self.committed = raw
-            self._pending, self._pending_count = None, 0
-            return raw, None
-        return HOLD, (f"speedup has pointed {raw} for {self._pending_count} of {self.confirm_windows} "
-                      f"updates: holding {self.committed} until it is confirmed")
+            return HOLD, hold_words(delta)
+        self.committed = raw
+        return raw, None
+
+
+def band_confidence(speedup: float, level_error: float, band: float) -> float:
+    """P(the true speedup lies inside 1 ± band) when ln S is off by N(0, σ²): what a hold is sure of."""
+    if not (speedup > 0 and math.isfinite(speedup)) or not level_error > 0:
+        return 0.0
+    low, high = math.log1p(-band), math.log1p(band)
+    centre = math.log(speedup)
+
+    def below(x: float) -> float:
+        return 0.5 * (1.0 + math.erf((x - centre) / (level_error * math.sqrt(2.0))))
+
+    return max(0.0, below(high) - below(low))
+
+
+def node_level_error(level_error: float, engine_speedup: float, node_speedup: float, busy_share: float | None) -> float:
+    """σ of ln S at the node, from the engine's: only the busy share moves with the engine's speedup
+    (d ln S_node / d ln S_engine = u·S_engine / S_node when speculation runs)."""
+    if busy_share is None or not 0.0 < busy_share < 1.0 or not node_speedup > 0:
+        return level_error
+    return level_error * busy_share * engine_speedup / node_speedup
 
 
 def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, method_assumed: bool = False) -> float:
@@ -163,6 +170,9 @@ class Judged:
     decision: perf.Decision | None  # None: made without its figures, so made again whole
     state: str  # after the hysteresis (which it moved)
     hysteresis_note: str | None
+    # the share of the window the engine spent decoding (EngineFigures.busy_share): the engine's
+    # speedup reaches the node only through it
+    busy_share: float | None = None
 
     @property
     def figures(self) -> EngineFigures:

@@ -17,12 +17,12 @@ from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, TargetSample
 from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
 from specwatch.advice.judging import (
-    EASY_LENGTH, HARD_LENGTH, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged, bound_estimate,
-    capped_confidence, judge_unconfigured,
+    EASY_LENGTH, HARD_LENGTH, MAX_CONFIDENCE, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged,
+    band_confidence, bound_estimate, capped_confidence, judge_unconfigured, node_level_error,
 )
 from specwatch.advice.step_samples import shape_measured
 from specwatch.advice.sweep_evidence import SweepIdentity, reconcile_crossover
-from specwatch.advice.verdict import OFF, ON, QuotedFigures, Verdict
+from specwatch.advice.verdict import HOLD, OFF, ON, QuotedFigures, Verdict
 from specwatch.readings.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -133,6 +133,12 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     """The verdict the judging reached, with its reasons and figures: pure, over what it judged (and
     the advisor's speculation config, sweep and GPU in use as that evaluation left them)."""
     tw, figures, running, length, k, state = j.tw, j.figures, j.running, j.length, j.k, j.state
+    # what the decision judged: the tokens a decode step emits per sequence, drafterless steps
+    # included (the same as L where every step drafts)
+    per_step = None if j.stale_acceptance else figures.per_decode_step()
+    per_draft = length
+    if per_step is not None:
+        length = per_step[0]
     decision = j.decision if j.decision is not None else perf.decide(j.inputs)
     bound, reasons, flags = opening(tw, figures, j.gpus, j.gpu, j.step_model, speculation, j.method, j.mig_unscaled,
                                     j.ttft_note)
@@ -142,7 +148,9 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         flags.append("method_assumed")
     low_be = decision.low_load_break_even
     be_here = decision.break_even_length
-    s_now = decision.expected_speedup
+    # the engine's steps, and the node: the engine's speedup applied to the share it decodes
+    s_engine = decision.expected_speedup
+    s_now = perf.node_speedup(s_engine, j.busy_share, speculating=True)
     crossover = decision.crossover
     method_words = pricing.words if method or pricing.assumed else _method_words(method)
 
@@ -157,9 +165,17 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                            crossover_quoted=sweep is None and crossover.state == "crosses")
     words = quoted.words(be_here, low_be, s_now, crossover.concurrency)
     reasons.insert(0, words["break_even_length"])
+    if per_step is not None and length < 0.97 * per_draft:
+        drafted = j.acceptance.drafts / (j.acceptance.drafts + figures.step_tokens.plain_decode)
+        reasons.insert(1, f"the drafter proposed for {drafted:.0%} of the decode steps: a step emits {length:.2f} "
+                          f"tokens per sequence on average, where a draft gives {per_draft:.2f}")
     n_verify = running * (k + 1)
     reasons.append(load_words(running, k, n_verify, step_model, gpu))
     reasons.append(words["expected_speedup"])
+    if s_now != s_engine:
+        reasons.append(f"the engine is busy {j.busy_share:.0%} of the time decoding: speculation can speed only "
+                       f"that share (its steps go {s_engine:.2f}× as fast; the rest, prefill, the API server, "
+                       f"tokenizing and the clients, not at all)")
     crossover_shown = crossover.concurrency
     sweep_details: dict[str, Any] = {}
     disagrees = False
@@ -186,8 +202,10 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     if decision.request_speedup is not None and "prefill_tax" in flags:
         reasons.append(f"end to end, with {j.inputs.prompt_tokens:.0f} prompt and {j.inputs.output_tokens:.0f} "
                        f"output tokens per request: {decision.request_speedup:.2f}× (the prefill gains nothing)")
-    best = decision.best_k if acc.per_position else None
-    if best is not None and best.k != k and best.speedup > s_now * (1 + settings.hysteresis):
+    # the per-position rates describe the steps that drafted: where many did not, another k's figure
+    # and this one's are not alike, and no other k is named
+    best = decision.best_k if acc.per_position and (per_step is None or length >= 0.97 * per_draft) else None
+    if best is not None and best.k != k and best.speedup > s_engine * (1 + settings.hysteresis):
         if best.k == 0:
             reasons.append("no shorter chain pays here either")
         else:
@@ -204,7 +222,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified
         # position costs a token's compute. When the answer flips between the two, say so and
         # do not claim more than a coin flip.
-        pessimistic = length / (k + 1)
+        pessimistic = perf.node_speedup(length / (k + 1), j.busy_share, speculating=True)
         if pessimistic < 1.0:
             shape_assumed = True
             flags.append("gpu_unidentified")
@@ -212,20 +230,26 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                            f"between {pessimistic:.2f}× (every verified position costs a token's compute, as on "
                            f"a CPU or past the knee) and {s_now:.2f}× (below a GPU's knee); give --gpu, or "
                            f"traffic at several loads, to decide")
-    # speculation is on: switched off, each token takes s_now times as long
-    slo = slo_goodput(settings, tw, tpot_ratio_if_toggled=s_now, toggled_words="with speculation off")
+    # speculation is on: switched off, each token takes the engine's speedup times as long
+    slo = slo_goodput(settings, tw, tpot_ratio_if_toggled=s_engine, toggled_words="with speculation off")
     if slo is not None:
         reasons.append(slo[0])
 
     if j.hysteresis_note is not None:
         reasons.append(j.hysteresis_note)
-    confidence = capped_confidence(decision)
+    level_error = node_level_error(decision.level_error, s_engine, s_now, j.busy_share)
+    cap = MAX_CONFIDENCE
     if shape_assumed or j.mig_unscaled is not None or disagrees:
-        confidence = min(confidence, SHAPE_ASSUMED_CONFIDENCE)
+        cap = SHAPE_ASSUMED_CONFIDENCE
     if step_model.confidence(n_verify) < 0.2:
+        # a low confidence said in words is a low confidence in the figure too
+        cap = SHAPE_ASSUMED_CONFIDENCE
         flags.append("extrapolated")
         reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
                        f"({j.prior_words}): confidence is low")
+    # a hold is sure of lying inside the band, on or off of the direction
+    confidence = min(cap, band_confidence(s_now, level_error, settings.hysteresis) if state == HOLD
+                     else capped_confidence(decision))
     change = state == OFF  # speculation is on here: a change is recommended when it should be off
     return make_verdict(state, confidence, tw.time, reasons, bound, flags, tw, gpu_spec=gpu_spec, running=running,
                         expected=s_now, be=be_here, low_be=low_be,
@@ -233,7 +257,10 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                         best=best, change=change,
                         details={**sweep_details, "quoted": quoted, "prior": j.prior_words,
                                  "carried_by": decision.carried_by,
-                                 "level_error": decision.level_error,
+                                 "level_error": level_error,
+                                 "confidence_cap": cap,
+                                 "engine_speedup": s_engine,
+                                 "busy_share": j.busy_share,
                                  "request_speedup": decision.request_speedup,
                                  **({"goodput": slo[1]} if slo is not None else {})})
 

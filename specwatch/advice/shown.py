@@ -41,6 +41,7 @@ import statistics
 from collections import deque
 from typing import Callable
 
+from specwatch.advice.judging import band_confidence
 from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, hold_words, replaced, requote
 from specwatch.perf import direction_confidence
 
@@ -80,19 +81,6 @@ def confirmation_s(speedup: float | None, band: float = DEFAULT_BAND) -> float:
     if distance <= 0.0:
         return MAX_CONFIRM_S
     return min(MAX_CONFIRM_S, max(MIN_CONFIRM_S, CONFIRM_AT_EDGE_S * math.log1p(band) / distance))
-
-
-def band_confidence(speedup: float, level_error: float, band: float = DEFAULT_BAND) -> float:
-    """P(the true speedup lies inside 1 ± band) when ln S is off by N(0, σ²): what a "hold" is sure of."""
-    if not (speedup > 0 and math.isfinite(speedup)) or not level_error > 0:
-        return 0.0
-    low, high = math.log1p(-band), math.log1p(band)
-    centre = math.log(speedup)
-
-    def below(x: float) -> float:
-        return 0.5 * (1.0 + math.erf((x - centre) / (level_error * math.sqrt(2.0))))
-
-    return max(0.0, below(high) - below(low))
 
 
 def _same_load(running: float | None, other: float | None) -> bool:

@@ -55,12 +55,17 @@ class StepSamples:
         tokens_per_step = figures.computed_tokens_per_step_mean
         if figures.steps_per_s is None or figures.steps_per_s <= 0 or tokens_per_step is None:
             return
-        if not figures.running:  # an idle engine's step rate says nothing about step time
-            return
+        # the engine's own step period (its inter-token latency) counts only the time it stepped;
+        # 1/steps per second counts its idle time too, and is a step time only while it never idles
+        period = figures.itl_mean_s
+        if period is None or period <= 0:
+            if not figures.running:  # an idle engine's step rate says nothing about step time
+                return
+            period = 1.0 / figures.steps_per_s
         if self._last_time is not None and time - self._last_time < self.sample_interval_s:
             return
-        step_time = 1.0 / figures.steps_per_s
-        if k and r > 0 and figures.running:
+        step_time = period
+        if k and r > 0:
             # a speculative step also ran the drafter k times at about r of a plain step each
             step_time /= 1.0 + k * r
         ring = self._rows
@@ -69,8 +74,9 @@ class StepSamples:
             self._recorded += 1
             self._times.append(time)
         self._last_time = time
-        low, high = self.observed_batch or (figures.running, figures.running)
-        self.observed_batch = (min(low, figures.running), max(high, figures.running))
+        if figures.running:
+            low, high = self.observed_batch or (figures.running, figures.running)
+            self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
     def step_model(self, time: float, gpu: GpuSpec | None) -> tuple[perf.StepTimeModel, str]:
         """The step-time model at data time `time` on `gpu` (None: not identified, so the shape is

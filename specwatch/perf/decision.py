@@ -83,6 +83,10 @@ class DecisionInputs:
     context_per_sequence: float = 0.0
     waiting: float = 0.0
     tree_tokens: float | None = None  # positions verified per sequence, when more than k+1
+    # measured: positions verified per sequence per decode step, and `length` then the tokens each
+    # emits, both over every decode step, those whose drafter proposed nothing (an n-gram miss
+    # verifies one position and emits one token) and those with a short proposal included
+    verified_per_step: float | None = None
     max_running: float | None = None  # the engine's cap on running requests under speculation
     kv_budget_bytes: float | None = None  # per GPU: memory the KV cache may take
     target_kv_bytes_per_token: float = 0.0  # per GPU
@@ -140,6 +144,8 @@ _TERM_KEYS = {name: f"ln_{name.replace(' ', '_')}" for name in
 
 
 def _positions(inputs: DecisionInputs, k: int) -> float:
+    if inputs.verified_per_step is not None and k == inputs.k:
+        return max(1.0, float(inputs.verified_per_step))
     if inputs.tree_tokens is not None and k == inputs.k:
         return max(float(inputs.tree_tokens), k + 1.0)
     return k + 1.0
@@ -561,7 +567,8 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         state, confidence = "unknown", 0.0
         carried = "acceptance (unknown)"
     else:
-        length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens else min(inputs.length, k + 1.0)
+        length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens or inputs.verified_per_step \
+            else min(inputs.length, k + 1.0)
         expected = length / break_even
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)

@@ -31,7 +31,30 @@ __all__ = [
     "crossover_concurrency",
     "KChoice",
     "best_k",
+    "node_speedup",
 ]
+
+
+def node_speedup(engine_speedup: float, busy_share: float | None, *, speculating: bool,
+                 added_share: float = 0.0) -> float:
+    """What a speedup of the engine's steps does to the node, when the engine is busy only
+    `busy_share` of the time (Amdahl): the rest — the API server, tokenizing, the clients — is
+    untouched by speculation.
+
+    The share is measured under the configuration that runs now. Measured without speculation
+    (u of each request's time is engine work), speculation takes it to u/S: the node goes
+    1/((1−u) + u/S) as fast. Measured with speculation, switching it off takes it to u·S, and the
+    speedup speculation brings is (1−u) + u·S. A share of None or 1 leaves the speedup as it is.
+    Either way the node gains exactly when the engine does: the share moves the size, never the side
+    of 1. `added_share` (measured without speculation only, as a sweep measures both servers) is
+    what speculation adds outside the decode steps, as a share of a plain request's time: a slower
+    prefill on the speculative server (its first token later by that much)."""
+    if not (engine_speedup > 0 and math.isfinite(engine_speedup)):
+        return engine_speedup
+    u = busy_share if busy_share is not None and 0.0 < busy_share < 1.0 else 1.0
+    if speculating:
+        return (1.0 - u) + u * engine_speedup
+    return 1.0 / ((1.0 - u) + u / engine_speedup + max(0.0, added_share))
 
 
 def _check_load(batch: float, k: int, draft_ratio: float, context_per_sequence: float) -> None:

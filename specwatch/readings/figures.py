@@ -550,6 +550,24 @@ class EngineFigures:
     acceptance: Acceptance | None
     restarts: int = 0
     step_tokens: StepTokens | None = None
+    # the share of the window each engine spent in decode steps: steps per second per engine × the
+    # step period its decoding requests saw (the inter-token latency: vLLM observes, per request, the
+    # time between consecutive engine outputs, one a step while it decodes; tests/test_engine_busy.py).
+    # The part speculation can speed. Below 1 the engine idled, or prefilled, or waited on the API
+    # server, the tokenizer or the clients.
+    busy_share: float | None = None
+
+    def per_decode_step(self) -> tuple[float, float] | None:
+        """(tokens emitted, positions verified) per sequence per decode step over the window, or None.
+        A drafter that proposes nothing for a sequence (an n-gram miss) leaves that sequence's step a
+        plain decode of one position and one token: the acceptance length, per draft, overstates what
+        a step emits wherever that happens."""
+        tokens, acc = self.step_tokens, self.acceptance
+        if tokens is None or acc is None or acc.drafts <= 0:
+            return None
+        steps = acc.drafts + tokens.plain_decode
+        return ((acc.drafts + acc.accepted_tokens + tokens.plain_decode) / steps,
+                (tokens.verified + tokens.plain_decode) / steps)
 
 
 def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> EngineFigures:
@@ -581,6 +599,11 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
     gen = inc.counter(GENERATION_TOKENS)
     prompt = inc.counter(PROMPT_TOKENS)
     flops = inc.counter(MFU_FLOPS)
+    step_rate = _ratio(steps.count if steps is not None else None, seconds)
+    itl = _mean(inc.histogram_totals(*ITL))
+    busy = None
+    if step_rate is not None and itl is not None and gauges:
+        busy = min(1.0, step_rate * itl / len(gauges))
     moved = None
     if inc.counter(MFU_READ) is not None:
         moved = inc.counters[MFU_READ] + inc.counters.get(MFU_WRITE, 0.0)
@@ -593,13 +616,13 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         ttft_p50_s=histogram_quantile(0.5, ttft),
         ttft_p95_s=histogram_quantile(0.95, ttft),
         tpot_mean_s=_mean(inc.histogram_totals(*TPOT)),
-        itl_mean_s=_mean(inc.histogram_totals(*ITL)),
+        itl_mean_s=itl,
         generation_tokens_per_s=_ratio(gen, seconds),
         prompt_tokens_per_s=_ratio(prompt, seconds),
         prompt_to_output_ratio=_ratio(prompt, gen),
         computed_tokens_per_step_mean=tokens.computed_per_step if tokens is not None else None,
         prompt_and_emitted_tokens_per_step_mean=_mean(steps),
-        steps_per_s=_ratio(steps.count if steps is not None else None, seconds),
+        steps_per_s=step_rate,
         mfu_intensity=_ratio(flops, moved),
         mfu_flops_per_s=_ratio(flops, seconds),
         requests_finished=inc.counter(REQUEST_SUCCESS),
@@ -609,4 +632,5 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         acceptance=accepted,
         restarts=inc.restarts,
         step_tokens=tokens,
+        busy_share=busy,
     )

@@ -77,15 +77,27 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_propos
     samples: list[perf.StepSample] = []
     for t in tiers:
         base = t.get("baseline") or {}
-        b = base.get("running_mean") or t["concurrency"]
-        tpot = base.get("tpot_mean_s") or base.get("tpot_p50_s")
-        if tpot:
-            samples.append(perf.StepSample(float(b), float(tpot), float(b) * context))
         spec = t.get("speculative") or {}
+        b = base.get("running_mean") or t["concurrency"]
+        # the engine's own step period (its inter-token latency) where the server gave it: a
+        # request's TPOT also holds the time the engine idled between steps
+        if base.get("step_period_s") and base.get("computed_tokens_per_step"):
+            samples.append(perf.StepSample(float(base["computed_tokens_per_step"]), float(base["step_period_s"]),
+                                           float(b) * context))
+        else:
+            tpot = base.get("tpot_mean_s") or base.get("tpot_p50_s")
+            if tpot:
+                samples.append(perf.StepSample(float(b), float(tpot), float(b) * context))
+        if not free_proposer:
+            continue
+        sb = spec.get("running_mean") or t["concurrency"]
+        if spec.get("step_period_s") and spec.get("computed_tokens_per_step"):
+            samples.append(perf.StepSample(float(spec["computed_tokens_per_step"]), float(spec["step_period_s"]),
+                                           float(sb) * context))
+            continue
         spec_tpot = spec.get("tpot_mean_s") or spec.get("tpot_p50_s")
         spec_length = spec.get("acceptance_length") or length
-        if free_proposer and spec_tpot:
-            sb = spec.get("running_mean") or t["concurrency"]
+        if spec_tpot:
             samples.append(perf.StepSample(float(sb) * (k + 1), float(spec_tpot) * spec_length, float(sb) * context))
     if len(samples) < 2:
         return None
@@ -97,6 +109,36 @@ def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_propos
     note = (f"fitted to {fit.n_samples} measured step times ({used}), N = {fit.tokens_min:.0f}..{fit.tokens_max:.0f} "
             f"tokens per step; beyond that it is an extrapolation")
     return fit, note
+
+
+def _baseline_busy_share(tier: dict) -> float | None:
+    return (tier.get("baseline") or {}).get("busy_share")
+
+
+def _added_prefill_share(tier: dict) -> float | None:
+    """How much later the speculative server's first token came than the baseline's, as a share of a
+    baseline request's time (its concurrency over its requests per second): a cost of speculation
+    that the decode steps do not show."""
+    base, spec = tier.get("baseline") or {}, tier.get("speculative") or {}
+    ttft_base, ttft_spec, rate = base.get("ttft_p50_s"), spec.get("ttft_p50_s"), base.get("requests_per_s")
+    if ttft_base is None or ttft_spec is None or not rate:
+        return None
+    return max(0.0, ttft_spec - ttft_base) / (tier["concurrency"] / rate)
+
+
+def _by_tier(tiers: Sequence[dict], figure):
+    """`figure` of each tier as a function of concurrency (interpolated over log concurrency between
+    the tiers, held flat beyond them), or None where no tier has it."""
+    known = sorted((float(t["concurrency"]), float(v)) for t in tiers if (v := figure(t)) is not None)
+    if not known:
+        return None
+    xs = np.log([c for c, _ in known])
+    ys = np.array([u for _, u in known])
+
+    def at(concurrency: float) -> float:
+        return float(np.interp(math.log(concurrency), xs, ys))
+
+    return at
 
 
 def _fitted_on_speculative_steps(step_model: perf.StepTimeModel, inputs: PredictionInputs, basis: str,
@@ -136,9 +178,13 @@ def predicted_curve(
     """The model's speedup S(b) over the sweep's concurrency range, and a note on its basis.
 
     With a GPU and a model architecture the step time is the datasheet prior
-    (`specwatch.perf.prior_for_model`); otherwise it is fitted from the measured points. Both use
-    the measured acceptance length (mean over the speculative tiers) and k. Returns (None, why)
-    when there is not enough to draw it.
+    (`specwatch.perf.prior_for_model`); otherwise it is fitted from the measured points: the
+    engine's step periods (inter-token latency) at the positions its steps computed where the
+    server gave them, else each request's TPOT. Both use the measured acceptance length (mean over
+    the speculative tiers) and k. Where the baseline engine idled part of a tier (its busy share,
+    steps per second × step period), the engine's speedup is applied to that share only, as the
+    live advisor applies it, and where the speculative server's first token came later than the
+    baseline's, that time counts against it. Returns (None, why) when there is not enough to draw it.
     """
     concurrencies = sorted(t["concurrency"] for t in tiers)
     if not concurrencies:
@@ -150,6 +196,11 @@ def predicted_curve(
     if length is None:
         return None, "no acceptance length was measured on the speculative server"
     length = min(max(length, 1.0), k + 1.0)
+    # what a decode step really emitted and verified per sequence, n-gram misses included, where the
+    # speculative server's counters gave it: the acceptance length counts drafted steps only
+    emitted = _mean([(t.get("speculative") or {}).get("emitted_per_sequence_step") for t in tiers])
+    verified = _mean([(t.get("speculative") or {}).get("verified_per_sequence_step") for t in tiers])
+    per_step = emitted is not None and verified is not None
     method = inputs.method or method
     context = _context_per_sequence(tiers, max_tokens)
     target_params = None
@@ -193,7 +244,8 @@ def predicted_curve(
                   | {float(c) for c in concurrencies}) if high > low else [float(low)]
     # the shared decision (specwatch.perf.decide), as predict, check and tune take it
     decision_inputs = perf.DecisionInputs(step_model=step_model, k=k, draft=pricing, running=float(low),
-                                          length=length, context_per_sequence=context,
+                                          length=emitted if per_step else length, context_per_sequence=context,
+                                          verified_per_step=verified if per_step else None,
                                           fitted_on_speculative_steps=_fitted_on_speculative_steps(
                                               step_model, inputs, basis, free),
                                           max_batch=max(float(high), PREDICTED_MAX_BATCH))
@@ -203,12 +255,23 @@ def predicted_curve(
         cross = perf.decide(decision_inputs).crossover
     except ValueError as exc:
         return None, str(exc)
+    # the engine's speedup reaches the node only through the share of the time the engine steps:
+    # the baseline's busy share per tier, interpolated over log concurrency between the tiers
+    busy = _by_tier(tiers, _baseline_busy_share)
+    added = _by_tier(tiers, _added_prefill_share)
+    if busy is not None or added is not None:
+        speedups = [perf.node_speedup(value, busy(b) if busy else None, speculating=False,
+                                      added_share=added(b) if added else 0.0) for b, value in zip(grid, speedups)]
+        note += ("; the engine's speedup applied to the share of the time the baseline engine decoded, and the "
+                 "speculative server's later first token counted against it (per tier)")
     points = [{"concurrency": float(b), "speedup": value} for b, value in zip(grid, speedups)]
     return {
         "basis": basis,
         "note": note,
         "k": k,
         "acceptance_length": length,
+        "emitted_per_sequence_step": emitted,
+        "verified_per_sequence_step": verified,
         "draft_ratio": draft_ratio,
         "draft_ratio_basis": draft_basis,
         "context_per_sequence": context,

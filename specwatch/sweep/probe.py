@@ -59,15 +59,24 @@ class MetricsProbe:
     def figures(self) -> dict[str, Any]:
         url = self.source.targets[0].url
         tw = self.window.target(url) if len(self.window) >= 2 else None
-        acc = tw.total.acceptance if tw is not None and tw.total is not None else None
+        total = tw.total if tw is not None else None
+        acc = total.acceptance if total is not None else None
+        per_step = total.per_decode_step() if total is not None else None
         return {
             "acceptance_length": acc.acceptance_length if acc else None,
             "acceptance_rate": acc.acceptance_rate if acc else None,
             "drafts": acc.drafts if acc else None,
             "k": tw.k if tw is not None else None,
             "running_mean": float(np.mean(self.running)) if self.running else None,
-            "server_generation_tokens_per_s": tw.total.generation_tokens_per_s
-            if tw is not None and tw.total is not None else None,
+            "server_generation_tokens_per_s": total.generation_tokens_per_s if total is not None else None,
+            # the engine's own timing over the tier: its step period (inter-token latency), the
+            # positions a step computed, and the share of the tier it spent stepping
+            "step_period_s": total.itl_mean_s if total is not None else None,
+            "computed_tokens_per_step": total.computed_tokens_per_step_mean if total is not None else None,
+            "busy_share": total.busy_share if total is not None else None,
+            # per sequence per decode step, n-gram misses included (EngineFigures.per_decode_step)
+            "emitted_per_sequence_step": per_step[0] if per_step else None,
+            "verified_per_sequence_step": per_step[1] if per_step else None,
             "metrics_state": self.last_state,
             "metrics_message": self.last_message or None,
         }

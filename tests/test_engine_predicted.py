@@ -1,0 +1,100 @@
+"""The sweep's predicted curve and the live advisor against what a real sweep measured (the CPU
+wheel, a tiny Llama, n-gram k = 4, tiers 1, 2, 4, five rounds a tier).
+
+On this node the engine does not decode all the time (prefills, the API server, the tokenizer and
+the load generator share two cores with it), n-gram finds no match for about half of the decode
+steps, and a speculative step costs nearly twice a plain one: the prediction is built from the
+engine's own step periods, busy share and per-step emission (specwatch.readings.figures) through
+the same decision as the advisor's. Before, it said 2.34×, 1.38×, 0.77× at concurrency 1, 2, 4
+where a sweep measured 1.19×, 1.78×, 1.93×.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_engine_check import run_check
+from vllm_server import ECHO_PROMPTS, Traffic
+
+pytestmark = pytest.mark.engine
+
+TIERS = (1, 2, 4)
+ROUNDS = 5
+MAX_TOKENS = 32
+WIDEN = 1.25
+
+
+def widened(interval: dict) -> tuple[float, float]:
+    return interval["low"] / WIDEN, interval["high"] * WIDEN
+
+
+@pytest.fixture(scope="module")
+def measured(baseline_server, ngram_server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("predicted")
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": p}) for p in ECHO_PROMPTS) + "\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "specwatch", "sweep", "--baseline", baseline_server.url,
+         "--speculative", ngram_server.url, "--tiers", ",".join(map(str, TIERS)), "--requests", "6",
+         "--warmup", "1", "--max-tokens", str(MAX_TOKENS), "--prompt-file", str(prompts), "--scrape-interval", "0.25",
+         "--method", "ngram", "--request-timeout", "120", "--repeat", str(ROUNDS), "-o", str(tmp / "sweep"), "--json"],
+        capture_output=True, text=True, timeout=1500)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    print((tmp / "sweep" / "sweep.txt").read_text())
+    return json.loads(r.stdout)
+
+
+def test_the_predicted_curve_rests_on_the_engines_own_timing(measured):
+    """Each tier carries the engine's own timing on both sides, read from the servers' counters, and
+    the predicted curve is built from it: step periods at the positions the steps computed, the
+    baseline's busy share, and what a decode step emitted and verified per sequence (n-gram misses
+    included). The comparison with the measured interval is printed; on this two-core machine the
+    c = 1 interval itself moves between runs (0.92-1.15, 1.01-1.28 and 0.75-1.16 in three), so no
+    one prediction can be held to every run's interval yet."""
+    predicted = measured["predicted"]
+    assert predicted is not None, measured.get("predicted_note")
+    assert predicted["basis"] == "fitted" and "busy" in predicted["note"]
+    at = {p["concurrency"]: p["speedup"] for p in predicted["points"]}
+    k = predicted["k"]
+    for tier in measured["tiers"]:
+        c, base, spec = tier["concurrency"], tier["baseline"], tier["speculative"]
+        assert base["step_period_s"] > 0 and spec["step_period_s"] > 0
+        assert 0 < base["busy_share"] <= 1 and 0 < spec["busy_share"] <= 1
+        # a speculative step computes more positions than a plain one, and takes longer on a CPU
+        assert spec["computed_tokens_per_step"] > base["computed_tokens_per_step"]
+        # n-gram misses: a decode step emits fewer tokens than a draft gives, and verifies at most k+1
+        assert 1 <= spec["emitted_per_sequence_step"] <= spec["acceptance_length"] + 1e-9
+        assert spec["emitted_per_sequence_step"] <= spec["verified_per_sequence_step"] <= k + 1 + 1e-9
+        low, high = widened(tier["speedup_interval"]["throughput"])
+        print(f"c={c}: predicted {at[c]:.2f}, measured {tier['speedup_interval']['throughput']}, "
+              f"baseline busy {base['busy_share']:.2f}, inside the widened interval: {low <= at[c] <= high}")
+        assert 0 < at[c] < k + 1
+
+
+def test_the_live_advisor_at_concurrency_1_brackets_what_the_sweep_measured(measured, ngram_server):
+    """Under the same concurrency-1 traffic, with no GPU identified, the live advisor cannot know how
+    verifying k+1 positions costs on this node from one load (every sample is at the same tokens per
+    step): it says the range, the engine's busy share taken into it, and the sweep's measurement lies
+    inside it, widened as above. (Its point estimate is the range's optimistic end: not yet what the
+    sweep measured, which takes traffic at several loads or --gpu.)"""
+    import re
+
+    tier = next(t for t in measured["tiers"] if t["concurrency"] == 1)
+    interval = tier["speedup_interval"]["throughput"]
+    with Traffic(ngram_server, concurrency=1, max_tokens=MAX_TOKENS, stream=True):
+        time.sleep(3.0)
+        code, report, stderr = run_check(ngram_server.url, 10.0, "--method", "ngram")
+    verdict = report["verdict"]
+    print(verdict["expected_speedup"], verdict["reasons"])
+    assert any("busy" in r and "speculation can speed only that share" in r for r in verdict["reasons"])
+    assert "gpu_unidentified" in verdict["flags"] and verdict["confidence"] <= 0.5
+    (span,) = [re.search(r"lies between ([0-9.]+)× .* and ([0-9.]+)×", r) for r in verdict["reasons"]
+               if r.startswith("no GPU identified")]
+    low, high = float(span[1]), float(span[2])
+    assert low / WIDEN <= interval["estimate"] <= high * WIDEN, (low, high, interval)
