@@ -286,12 +286,7 @@ class Advisor:
                                          kv_capacity_tokens=_kv_limit(figures))
         extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         prompt, output = _per_request(figures)
-        # what a decode step emits and verifies per sequence, drafterless steps included: the
-        # window's, when its drafts are (the lifetime's acceptance has no such window)
-        per_step = None if stale_acceptance else figures.per_decode_step()
-        inputs = self.last_inputs.decision_inputs(length=length if per_step is None else per_step[0],
-                                                  verified_per_step=None if per_step is None else per_step[1],
-                                                  extra_level_error=extra, prompt_tokens=prompt,
+        inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
                                                   output_tokens=output)
         # Without its figures the decision fails where the whole one does only when the model prices
         # every batch and k they search: otherwise it is whole now, so the verdict is the same.

@@ -133,12 +133,6 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     """The verdict the judging reached, with its reasons and figures: pure, over what it judged (and
     the advisor's speculation config, sweep and GPU in use as that evaluation left them)."""
     tw, figures, running, length, k, state = j.tw, j.figures, j.running, j.length, j.k, j.state
-    # what the decision judged: the tokens a decode step emits per sequence, drafterless steps
-    # included (the same as L where every step drafts)
-    per_step = None if j.stale_acceptance else figures.per_decode_step()
-    per_draft = length
-    if per_step is not None:
-        length = per_step[0]
     decision = j.decision if j.decision is not None else perf.decide(j.inputs)
     bound, reasons, flags = opening(tw, figures, j.gpus, j.gpu, j.step_model, speculation, j.method, j.mig_unscaled,
                                     j.ttft_note)
@@ -165,10 +159,6 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                            crossover_quoted=sweep is None and crossover.state == "crosses")
     words = quoted.words(be_here, low_be, s_now, crossover.concurrency)
     reasons.insert(0, words["break_even_length"])
-    if per_step is not None and length < 0.97 * per_draft:
-        drafted = j.acceptance.drafts / (j.acceptance.drafts + figures.step_tokens.plain_decode)
-        reasons.insert(1, f"the drafter proposed for {drafted:.0%} of the decode steps: a step emits {length:.2f} "
-                          f"tokens per sequence on average, where a draft gives {per_draft:.2f}")
     n_verify = running * (k + 1)
     reasons.append(load_words(running, k, n_verify, step_model, gpu))
     reasons.append(words["expected_speedup"])
@@ -202,9 +192,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     if decision.request_speedup is not None and "prefill_tax" in flags:
         reasons.append(f"end to end, with {j.inputs.prompt_tokens:.0f} prompt and {j.inputs.output_tokens:.0f} "
                        f"output tokens per request: {decision.request_speedup:.2f}× (the prefill gains nothing)")
-    # the per-position rates describe the steps that drafted: where many did not, another k's figure
-    # and this one's are not alike, and no other k is named
-    best = decision.best_k if acc.per_position and (per_step is None or length >= 0.97 * per_draft) else None
+    best = decision.best_k if acc.per_position else None
     if best is not None and best.k != k and best.speedup > s_engine * (1 + settings.hysteresis):
         if best.k == 0:
             reasons.append("no shorter chain pays here either")

@@ -20,8 +20,7 @@ reads the same evaluations and asks of them:
   of its last agreeing evaluation, so ON never sits beside a speedup below 1) and says what is
   pending and what the current figures say.
 - **one change per dwell at a load that has not moved**: a second change at the load of the last
-  one (within SAME_LOAD), unless S̃ is far outside the band, waits until `dwell_s` has passed since
-  it. A load that moves is news, and is shown without that wait: a first verdict while the load
+  one (within SAME_LOAD) waits until `dwell_s` has passed since it. A load that moves is news, and is shown without that wait: a first verdict while the load
   fills, or a ramp through the crossover and back, is never held by a clock.
 
 Unknown (no reading, no traffic, a stalled engine) is shown at once, and the first judged verdict
@@ -55,9 +54,6 @@ DEFAULT_BAND = 0.05
 CONFIRM_AT_EDGE_S = 15.0
 MIN_CONFIRM_S = 10.0
 MAX_CONFIRM_S = 45.0
-# Evidence this far outside the band (|ln S̃| over this many band widths) is not waited for at an
-# unmoved load: the acceptance or the cost changed, not the noise.
-STRONG_BANDS = 3.0
 # The evidence and the shown figures are medians over the last minute at this load: a refit or a
 # noisy gauge does not move them, a change of acceptance or cost does (break-even and speedup
 # within a few %, the crossover within its coarser resolution).
@@ -184,11 +180,13 @@ class ShownVerdict:
 
     def _ready_at(self, speedup: float | None, running: float | None) -> float:
         """When the pending change may be shown: after its confirmation, and at an unmoved load not
-        before a dwell has passed since the last change (unless the evidence is strong)."""
+        before a dwell has passed since the last change. A step-time fit still learning a new load
+        can swing its estimate across the band within a minute (a synthetic step from 1 to 200
+        running did, 50 s after the banner turned off): at a load that has not moved, that is not
+        news until it has lasted."""
         assert self._candidate_since is not None
         ready = self._candidate_since + confirmation_s(speedup, self.band)
-        strong = speedup is not None and abs(math.log(speedup)) >= STRONG_BANDS * math.log1p(self.band)
-        if self.since is not None and not strong and _same_load(running, self.load_at_change):
+        if self.since is not None and _same_load(running, self.load_at_change):
             ready = max(ready, self.since + self.dwell_s)
         return ready
 

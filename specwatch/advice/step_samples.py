@@ -20,6 +20,11 @@ from specwatch.readings.window import EngineFigures
 GENERIC_KNEE_TOKENS = 256.0
 
 
+# Below this share of the window spent decoding, the engine idled between steps: its step time is
+# its step period, not the time between steps.
+BUSY = 0.95
+
+
 class StepSamples:
     """One target's step-time samples and the fit made from them: `record` each evaluation's
     figures, then ask `step_model` for the model to judge with."""
@@ -55,13 +60,18 @@ class StepSamples:
         tokens_per_step = figures.computed_tokens_per_step_mean
         if figures.steps_per_s is None or figures.steps_per_s <= 0 or tokens_per_step is None:
             return
-        # the engine's own step period (its inter-token latency) counts only the time it stepped;
-        # 1/steps per second counts its idle time too, and is a step time only while it never idles
-        period = figures.itl_mean_s
-        if period is None or period <= 0:
-            if not figures.running:  # an idle engine's step rate says nothing about step time
-                return
+        # 1/steps per second is the mean step exactly as the positions per step are a mean per step,
+        # while the engine never idles; where it does, it counts the idle time too, and the engine's
+        # own step period (its inter-token latency) is the step time. (That latency is a mean per
+        # decoding request, weighted by the batch: over a window in which the load stepped, it leans
+        # on the larger batch's steps, and the steps' rate times it passes 1. It is not used then.)
+        busy = figures.busy_share
+        if busy is not None and busy < BUSY and figures.itl_mean_s:
+            period = figures.itl_mean_s
+        elif figures.running:
             period = 1.0 / figures.steps_per_s
+        else:  # an idle engine's step rate says nothing about step time
+            return
         if self._last_time is not None and time - self._last_time < self.sample_interval_s:
             return
         step_time = period
