@@ -59,7 +59,7 @@ def test_the_predicted_curve_rests_on_the_engines_own_timing(measured):
     one prediction can be held to every run's interval yet."""
     predicted = measured["predicted"]
     assert predicted is not None, measured.get("predicted_note")
-    assert predicted["basis"] == "fitted" and "busy" in predicted["note"]
+    assert predicted["basis"] == "fitted" and "the baseline engine decoded" in predicted["note"]
     at = {p["concurrency"]: p["speedup"] for p in predicted["points"]}
     k = predicted["k"]
     for tier in measured["tiers"]:
