@@ -247,11 +247,7 @@ class ShownVerdict:
         recent.append((time, running, figures))
         while recent and recent[0][0] < time - FIGURE_SPAN_S:
             recent.popleft()
-        if running is None:
-            alike = [f for _, r, f in recent if r is None]
-        else:
-            band = max(1.0, SAME_LOAD * running)
-            alike = [f for _, r, f in recent if r is not None and abs(r - running) <= band]
+        alike = [f for _, r, f in recent if _same_load(r, running)]
         shown: dict[str, float | None] = {}
         for i, (name, tolerance) in enumerate(FIGURE_TOLERANCE.items()):
             values = [f[i] for f in alike if f[i] is not None]
