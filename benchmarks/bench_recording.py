@@ -60,6 +60,25 @@ class StepClock:
         return self.now
 
 
+DAY_GPUS = 8
+
+
+def write_day(path: Path, hours: float, notes: str) -> Path:
+    """The node's telemetry, `hours` long, written as a live recorder writes it (also the day whose
+    verdicts tests/verdict_hashes.py digests)."""
+    gpu, model = lookup("H100"), lookup_model("Llama-3.1-70B")
+    node = SyntheticNode(step=perf.prior_for_model(gpu, model, tp=8).hinge(), gpus=DAY_GPUS,
+                         per_position=(0.6, 0.4, 0.25, 0.15))
+    cycle = ramp(1, 256, 35)  # 17 levels up and down, 35 s each: about 20 minutes
+    load = [cycle[i % len(cycle)] for i in range(int(hours * 3600))]
+    header = RecordingHeader(data="synthetic", notes=notes, interval_s=1.0,
+                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 8})
+    with RecordingWriter(path, header, overwrite=True, clock=StepClock()) as writer:
+        for snapshot in generate(node, load, seed=1):
+            writer.write(snapshot)
+    return path
+
+
 def replay_split(path: Path, evaluate_every: float) -> dict[str, float]:
     """Where the headless replay's CPU goes, from one more replay with a CPU clock read around the
     Window's figures (Window.target) and the advisor's evaluation (Advisor._judge, which `update`
@@ -114,18 +133,9 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the recording at this path")
     args = parser.parse_args()
     seconds = int(args.hours * 3600)
-    gpu, model = lookup("H100"), lookup_model("Llama-3.1-70B")
-    node = SyntheticNode(step=perf.prior_for_model(gpu, model, tp=8).hinge(), gpus=8,
-                         per_position=(0.6, 0.4, 0.25, 0.15))
-    cycle = ramp(1, 256, 35)  # 17 levels up and down, 35 s each: about 20 minutes
-    load = [cycle[i % len(cycle)] for i in range(seconds)]
     path = args.keep or Path(tempfile.mkdtemp(prefix="specwatch-bench-")) / "24h.swrec"
-    header = RecordingHeader(data="synthetic", notes="benchmark", interval_s=1.0,
-                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 8})
     t = time.perf_counter()
-    with RecordingWriter(path, header, overwrite=True, clock=StepClock()) as writer:
-        for snapshot in generate(node, load, seed=1):
-            writer.write(snapshot)
+    write_day(path, args.hours, notes="benchmark")
     write_s = time.perf_counter() - t
     size = os.path.getsize(path)
 
@@ -208,7 +218,7 @@ def main() -> int:
 
     evaluations = seconds / args.evaluate_every
     result = {
-        "hours": args.hours, "snapshots": count, "gpus": node.gpus,
+        "hours": args.hours, "snapshots": count, "gpus": DAY_GPUS,
         "bytes": size, "bytes_per_snapshot": round(size / count, 1),
         "bytes_24h_equivalent": round(size * 86400 / seconds),
         "size_budget_met": size * 86400 / seconds <= BUDGET_BYTES,

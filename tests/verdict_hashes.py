@@ -22,42 +22,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specwatch import perf
 from specwatch.commands.replay import replay_monitor
-from specwatch.perf.hardware import lookup, lookup_model
-from specwatch.recording import RecordingHeader, RecordingWriter, open_snapshots
-from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
+from specwatch.recording import open_snapshots
 
 ROOT = Path(__file__).resolve().parent.parent
+# the day is bench_recording's own (its node and its writer's clock), shortened
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_recording import write_day  # noqa: E402
 BUNDLED = sorted((ROOT / "specwatch" / "data").glob("*.swrec"))
 GOLDEN = Path(__file__).resolve().parent / "data" / "verdict_hashes.json"
 DAY_HOURS = 2.0
-
-
-class StepClock:
-    """The writer's clock, one second per Snapshot (every write flushed, as live at 1 Hz)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
-def write_day(path: Path, hours: float) -> Path:
-    """bench_recording's synthetic node, `hours` long, written as a live recorder writes it."""
-    gpu, model = lookup("H100"), lookup_model("Llama-3.1-70B")
-    node = SyntheticNode(step=perf.prior_for_model(gpu, model, tp=8).hinge(), gpus=8,
-                         per_position=(0.6, 0.4, 0.25, 0.15))
-    cycle = ramp(1, 256, 35)
-    load = [cycle[i % len(cycle)] for i in range(int(hours * 3600))]
-    header = RecordingHeader(data="synthetic", notes="verdict digests", interval_s=1.0,
-                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 8})
-    with RecordingWriter(path, header, overwrite=True, clock=StepClock()) as writer:
-        for snapshot in generate(node, load, seed=1):
-            writer.write(snapshot)
-    return path
 
 
 def digests(path: Path) -> dict[str, str]:
@@ -83,7 +57,7 @@ def digests(path: Path) -> dict[str, str]:
 def all_digests(hours: float = DAY_HOURS) -> dict[str, dict[str, str]]:
     result = {p.name: digests(p) for p in BUNDLED}
     with tempfile.TemporaryDirectory(prefix="specwatch-digests-") as tmp:
-        result[f"synthetic-day-{hours:g}h"] = digests(write_day(Path(tmp) / "day.swrec", hours))
+        result[f"synthetic-day-{hours:g}h"] = digests(write_day(Path(tmp) / "day.swrec", hours, "verdict digests"))
     return result
 
 
