@@ -231,6 +231,7 @@ def predict(
     memory_bandwidth: Any = None,
     gpu_memory: Any = None,
     step_model: perf.StepTimeModel | None = None,
+    verifier: str | None = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -270,6 +271,9 @@ def predict(
     if (prompt is None) != (output is None):
         raise PredictInputError("give both --prompt-tokens and --output-tokens for the end-to-end speedup")
     draft_budget = None if draft_context is None else _non_negative(draft_context, "draft context")
+    verifier_name = (verifier or "multi-query").lower()
+    if verifier_name not in perf.VERIFIERS:
+        raise PredictInputError(f"unknown verifier {verifier!r}; known: {', '.join(perf.VERIFIERS)}")
 
     if draft_ratio is not None and (draft_params is not None or draft_model is not None):
         raise PredictInputError("give either --draft-params/--draft-model or --draft-ratio, not both")
@@ -327,11 +331,13 @@ def predict(
         context_per_sequence=context_per_sequence, waiting=waiting_count, tree_tokens=tree, max_running=cap,
         kv_budget_bytes=kv_budget, target_kv_bytes_per_token=prior.kv_bytes_per_token,
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
-        extra_level_error=extra_error,
+        extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
     ))
-    return _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
-                   draft_k, length, context_per_sequence, context, tree, cap, prompt, output, weight_bytes,
-                   draft_note, method_name)
+    result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
+                     draft_k, length, context_per_sequence, context, tree, cap, prompt, output, weight_bytes,
+                     draft_note, method_name)
+    result["inputs"]["verifier"] = verifier_name
+    return result
 
 
 # Uniform routing is a model of the expert reads, not a measurement: what it adds to the level error.

@@ -48,7 +48,7 @@ class StepSamples:
         self._fit: perf.StepTimeFit | None = None
         self._fit_time: float | None = None
         self._fit_prior_key: tuple | None = None
-        self._datasheet_prior: tuple[Any, Any, tuple[int, str], tuple[perf.HingeParameters, str]] | None = None
+        self._datasheet_prior: tuple[Any, Any, tuple[int, str], tuple[perf.StepTimePrior, str]] | None = None
         # The running batch sizes the samples came from: where the fit is measured.
         self.observed_batch: tuple[float, float] | None = None
 
@@ -94,10 +94,12 @@ class StepSamples:
         prior_knee, prior, prior_words = self._prior(gpu)
         return self._refitted(time, prior_knee, prior, shape_known=gpu is not None), prior_words
 
-    def _prior(self, gpu: GpuSpec | None) -> tuple[float, Callable[[], perf.HingeParameters], str]:
+    def _prior(self, gpu: GpuSpec | None) -> tuple[float, Callable[[], perf.HingeParameters | perf.StepTimePrior], str]:
         """The step-time prior: the datasheet one, or a roofline shape anchored on this node. Its
         knee, the prior itself as a function that makes it (a roofline prior takes the median level
-        of every sample: _refitted asks for it only to refit, or when there is no fit), and words."""
+        of every sample: _refitted asks for it only to refit, or when there is no fit), and words.
+        The datasheet prior is predict's own law (StepTimePrior, MoE expert reads included) until
+        there is a fit; the fit is a hinge regularised toward that law's hinge."""
         model = self.model
         if gpu is not None and model is not None:
             # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
@@ -106,12 +108,12 @@ class StepSamples:
                 try:
                     prior = perf.prior_for_model(gpu, model, tp=self.tp, dtype=self.dtype)
                     cached = self._datasheet_prior = (gpu, model, (self.tp, self.dtype),
-                                                      (prior.hinge(), f"datasheet prior for {model.name} on {gpu.name}"))
+                                                      (prior, f"datasheet prior for {model.name} on {gpu.name}"))
                 except ValueError:
                     cached = None
             if cached is not None:
-                hinge, words = cached[3]
-                return hinge.knee, lambda: hinge, words
+                law, words = cached[3]
+                return law.knee_tokens, lambda: law, words
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
         where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
         return knee, lambda: self.roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"
@@ -128,7 +130,8 @@ class StepSamples:
         return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
                                     kv_s_per_token=0.0, per_token_s=0.0)
 
-    def _refitted(self, time: float, prior_knee: float, prior: Callable[[], perf.HingeParameters],
+    def _refitted(self, time: float, prior_knee: float,
+                  prior: Callable[[], perf.HingeParameters | perf.StepTimePrior],
                   shape_known: bool) -> perf.StepTimeModel:
         """The live fit, refitted every refit interval (or when the prior's knee or shape changes)
         against `prior()`; the prior itself before there is a fit."""

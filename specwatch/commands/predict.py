@@ -50,6 +50,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--max-running", "max_running", "the engine's cap on running requests under speculation"),
     ("--prompt-tokens", "prompt_tokens", "prompt tokens per request (with --output-tokens: end-to-end speedup)"),
     ("--output-tokens", "output_tokens", "output tokens per request"),
+    ("--verifier", "verifier", "how the engine verifies: multi-query (one KV read per sequence; default) or "
+                               "batch-expansion (vLLM V0 before its multi-query scorer: a KV read per position)"),
 )
 
 

@@ -33,7 +33,10 @@ from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTi
 
 __all__ = [
     "VERIFY_ATTENTION_PER_POSITION",
+    "BATCH_EXPANSION_ATTENTION_PER_POSITION",
+    "VERIFIERS",
     "DRAFT_FORWARD_OVERHEAD_S",
+    "HEAD_FORWARD_OVERHEAD_S",
     "KV_MEMORY_UTILISATION",
     "UNKNOWN_METHOD_WORDS",
     "DraftPricing",
@@ -48,13 +51,25 @@ __all__ = [
 
 # Attention for v query positions per sequence reads each sequence's KV once, but decode kernels
 # (paged/FlashAttention split-KV) do extra work per query row: each extra position costs about a
-# tenth of the single-query KV read (reference/model.md §5.4: ν ≈ 1–2 for the whole verify step at
-# long context).
+# tenth of the single-query KV read. This is a kernel factor: MagicDec's measured verify-to-decode
+# ratio at long context, where the step is all KV read, is about 1–2 for the whole verify step
+# (reference/model.md §5.4), and a tenth per position at k = 4–7 sits at its low end.
 VERIFY_ATTENTION_PER_POSITION = 0.1
+# vLLM's V0 engine before its multi-query scorer (PRs #8839/#9298, autumn 2024; the scorer was also
+# off under CUDA graphs and for n-gram) verified by *batch expansion*: each of the k+1 positions
+# became a sequence of its own, so every position read the sequence's KV again. PR #5691 measured
+# the scoring step of Llama-7B on one A100 at k = 5 taking 1.37–1.55× the multi-query scorer's
+# time at batch 32–128, which is what a full KV read per extra position gives there.
+BATCH_EXPANSION_ATTENTION_PER_POSITION = 1.0
+VERIFIERS = {"multi-query": VERIFY_ATTENTION_PER_POSITION, "batch-expansion": BATCH_EXPANSION_ATTENTION_PER_POSITION}
 # A separate draft model's forward pays a fixed cost that does not shrink with its size: kernel
 # launches, sampling, the proposer's bookkeeping, about what the target's step pays (measured
 # small-draft costs in vLLM sit well above their bytes ratio).
 DRAFT_FORWARD_OVERHEAD_S = STEP_OVERHEAD_S
+# A draft head's forward (EAGLE, MTP, Medusa) has a fixed cost of its own besides its share of the
+# target's GEMMs: one layer's launches (LAYER_OVERHEAD_S), the LM head's top-1 and the proposer's
+# per-draft bookkeeping, about 50 µs a forward. Left out, a batch-1 calibration folds it into L.
+HEAD_FORWARD_OVERHEAD_S = 50.0e-6
 # vLLM's gpu_memory_utilization default: the share of GPU memory that weights + KV may take.
 KV_MEMORY_UTILISATION = 0.9
 # The one assumption made, everywhere, when the speculation method is not known.
@@ -92,8 +107,8 @@ class DraftPricing:
             return self.scale * (seconds(self.model.step_time(tokens, context)) - self.model.overhead_s
                                  + DRAFT_FORWARD_OVERHEAD_S)
         # a head: one decoder layer and the LM head over these tokens, a fixed share of the target's
-        # step without its KV reads (the head's own KV is one layer's worth)
-        return self.scale * self.ratio * seconds(target.step_time(tokens, 0.0))
+        # step without its KV reads (the head's own KV is one layer's worth), and its own fixed cost
+        return self.scale * (self.ratio * seconds(target.step_time(tokens, 0.0)) + HEAD_FORWARD_OVERHEAD_S)
 
     def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
                    draft_context_tokens: float | None = None) -> float:
@@ -170,11 +185,13 @@ def seconds(step_time: float | np.ndarray) -> float | np.ndarray:
     return step_time if isinstance(step_time, np.ndarray) and step_time.ndim else float(step_time)
 
 
-def verify_attention_s(kv_read_s: float | np.ndarray, positions: float) -> float | np.ndarray:
+def verify_attention_s(kv_read_s: float | np.ndarray, positions: float,
+                       per_position: float = VERIFY_ATTENTION_PER_POSITION) -> float | np.ndarray:
     """Extra attention time for verifying `positions` query positions per sequence over the same
-    KV (`kv_read_s`: the single-query KV read time of the batch, or of each batch of a grid)."""
+    KV (`kv_read_s`: the single-query KV read time of the batch, or of each batch of a grid);
+    `per_position` is the verifier's kernel factor (VERIFIERS)."""
     kv_read = np.maximum(0.0, kv_read_s) if isinstance(kv_read_s, np.ndarray) else max(0.0, kv_read_s)
-    return max(0.0, positions - 1.0) * VERIFY_ATTENTION_PER_POSITION * kv_read
+    return max(0.0, positions - 1.0) * per_position * kv_read
 
 
 @dataclass(frozen=True)

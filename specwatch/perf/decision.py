@@ -36,6 +36,7 @@ from specwatch.perf.costs import (
     request_speedup,
     seconds,
     verify_attention_s,
+    VERIFY_ATTENTION_PER_POSITION,
 )
 from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
 from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
@@ -93,6 +94,7 @@ class DecisionInputs:
     draft_context_per_sequence: float | None = None  # a draft's KV budget (default: the full context)
     observed_with_speculation: bool = False  # the running count was taken with speculation on
     fitted_on_speculative_steps: bool = False  # the fit already holds the verification attention
+    verify_attention_per_position: float = VERIFY_ATTENTION_PER_POSITION  # the verifier's kernel factor
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     k_max: int | None = None  # best k searched over 1..k_max (default k)
@@ -190,7 +192,7 @@ class _Model:
         attention = 0.0
         if not i.fitted_on_speculative_steps:
             kv_read = plain - seconds(step_time(b, 0.0))
-            attention = verify_attention_s(kv_read, positions)
+            attention = verify_attention_s(kv_read, positions, i.verify_attention_per_position)
         draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
         draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
         return plain, verify, attention, draft
@@ -358,7 +360,7 @@ class _HingeModel(_Model):
         if not i.fitted_on_speculative_steps:
             above = b - knee
             kv_read = plain - (base + kv * 0.0 + per_token * b + slope * (above if above > 0.0 else 0.0))
-            attention = verify_attention_s(kv_read, positions)
+            attention = verify_attention_s(kv_read, positions, i.verify_attention_per_position)
         kind = self._draft_kind
         if kind == "lookup":
             draft = 0.0

@@ -24,6 +24,8 @@ __all__ = [
     "BANDWIDTH_EFFICIENCY",
     "FLOPS_EFFICIENCY",
     "STEP_OVERHEAD_S",
+    "STEP_FIXED_OVERHEAD_S",
+    "LAYER_OVERHEAD_S",
     "PER_TOKEN_OVERHEAD_S",
     "SMALL_GEMM_FRACTION",
     "ALLREDUCE_LATENCY_S",
@@ -33,6 +35,7 @@ __all__ = [
     "HingeParameters",
     "StepTimePrior",
     "WEIGHT_FORMATS",
+    "WEIGHT_ONLY_GEMM_EFFICIENCY",
     "datasheet_prior",
     "prior_for_model",
     "StepSample",
@@ -57,8 +60,14 @@ __all__ = [
 BANDWIDTH_EFFICIENCY = 0.8
 FLOPS_EFFICIENCY = 0.7
 # Fixed cost of one engine step beyond reading the weights: scheduling, kernel launches (with CUDA
-# graphs), sampling set-up. About 1 ms in vLLM on a single GPU; rough, the online fit replaces it.
+# graphs), sampling set-up. About 1 ms in vLLM on a single GPU for a 32-layer model; rough, the
+# online fit replaces it. When the depth is known it is split into a part per step (the scheduler,
+# input preparation, sampling set-up) and a part per layer: with CUDA graphs each layer's 8–10
+# kernels leave a launch-and-tail gap of 2–3 µs each, about 15 µs a layer, so an 80-layer model
+# pays about 1.6 ms where a 32-layer one pays 0.9 ms.
 STEP_OVERHEAD_S = 1.0e-3
+STEP_FIXED_OVERHEAD_S = 0.4e-3
+LAYER_OVERHEAD_S = 15.0e-6
 # Cost per token in the step that is not a GEMM: sampling, rejection, bookkeeping. Rough.
 PER_TOKEN_OVERHEAD_S = 2.0e-6
 # Below the knee a decode GEMM is bound by the weight read, but the math does not hide under it
@@ -171,6 +180,7 @@ class StepTimePrior:
     allreduce_count: int = 0  # all-reduces per step (2 per layer when tp > 1)
     allreduce_bytes_per_token: float = 0.0  # ring bytes per token per all-reduce
     link_bandwidth: float | None = None
+    small_gemm_fraction: float = 0.0  # share of the GEMM math not hidden under the weight read
 
     def weight_bytes(self, n_tokens: float | np.ndarray) -> float | np.ndarray:
         n = np.asarray(n_tokens, dtype=float)
@@ -193,7 +203,10 @@ class StepTimePrior:
         c = np.asarray(context_tokens, dtype=float)
         read = np.asarray(self.weight_bytes(n)) / self.bandwidth
         math_time = self.flops_per_token * n / self.flops
-        gemm = (read**SOFT_MAX_POWER + math_time**SOFT_MAX_POWER) ** (1.0 / SOFT_MAX_POWER)
+        # Below the knee a share of the math shows on top of the read; past it the math is the
+        # whole GEMM cost, counted once.
+        exposed = read + self.small_gemm_fraction * math_time
+        gemm = (exposed**SOFT_MAX_POWER + math_time**SOFT_MAX_POWER) ** (1.0 / SOFT_MAX_POWER)
         value = self.overhead_s + gemm + c * self.kv_bytes_per_token / self.bandwidth
         value = value + self._comm_time(n) + self.per_token_s * n
         return _as_output(value)
@@ -215,16 +228,24 @@ class StepTimePrior:
         link_term = 0.0
         if self.allreduce_count and self.link_bandwidth:
             link_term = self.allreduce_count * self.allreduce_bytes_per_token / self.link_bandwidth
+        read_s = (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth
+        math_per_token = self.flops_per_token / self.flops
+        hidden = 1.0 - self.small_gemm_fraction
+        # max(W + f·g·N, g·N) as a hinge: f·g per token throughout, (1 − f)·g more past W/((1 − f)·g).
         return HingeParameters(
-            base_s=self.overhead_s
-            + (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth
-            + self.allreduce_count * ALLREDUCE_LATENCY_S,
-            knee=self.knee_tokens,
-            slope_s_per_token=self.flops_per_token / self.flops,
+            base_s=self.overhead_s + read_s + self.allreduce_count * ALLREDUCE_LATENCY_S,
+            knee=read_s / (hidden * math_per_token) if hidden > 0 else self.knee_tokens,
+            slope_s_per_token=hidden * math_per_token,
             kv_s_per_token=self.kv_bytes_per_token / self.bandwidth,
-            per_token_s=self.per_token_s + link_term,
+            per_token_s=self.per_token_s + link_term + self.small_gemm_fraction * math_per_token,
         )
 
+
+# Weight-only quantised GEMMs (W8A16, W4A16: AWQ, GPTQ through Marlin-class kernels) dequantise
+# every weight in the main loop and, on Hopper, run on mma.sync rather than wgmma: past their knee
+# they reach about 0.7 of a BF16 GEMM's rate (Marlin's own curves fall back to FP16 speed only by
+# batch 128 on Ampere, below it on Hopper). Below the knee they are read-bound as any GEMM.
+WEIGHT_ONLY_GEMM_EFFICIENCY = 0.7
 
 # Bytes per weight and compute precision for the serving dtypes predict accepts. Weight-only
 # quantisation (w8a16, w4a16) reads fewer bytes but computes in bf16, so its knee moves left.
@@ -275,6 +296,8 @@ def datasheet_prior(
     if not (0 < active <= params):
         raise ValueError("active params must be positive and at most the total params")
     bytes_per_weight, precision = WEIGHT_FORMATS[dtype.lower()]
+    weight_only = precision == "bf16" and bytes_per_weight < 2.0
+    gemm_rate = WEIGHT_ONLY_GEMM_EFFICIENCY if weight_only else 1.0
     total_bytes = bytes_per_weight * params / tp
     if experts and experts_per_token and active < params:
         # Solve shared + routed/E·k_e = active, shared + routed = total for the routed share.
@@ -285,7 +308,9 @@ def datasheet_prior(
         experts = experts_per_token = None
     allreduces = 2 * layers if (tp > 1 and layers) else 0
     ring_bytes = (2.0 * (tp - 1) / tp) * hidden_size * 2.0 if (tp > 1 and hidden_size) else 0.0
+    overhead = STEP_FIXED_OVERHEAD_S + LAYER_OVERHEAD_S * layers if layers else STEP_OVERHEAD_S
     return StepTimePrior(
+        overhead_s=overhead,
         shared_weight_bytes=total_bytes - expert_bytes,
         expert_weight_bytes=expert_bytes,
         experts=experts,
@@ -293,9 +318,9 @@ def datasheet_prior(
         flops_per_token=2.0 * active / tp,
         kv_bytes_per_token=kv_bytes_per_token / tp,
         bandwidth=gpu.memory_bandwidth * bandwidth_efficiency,
-        flops=gpu.peak_flops(precision) * flops_efficiency,
-        per_token_s=PER_TOKEN_OVERHEAD_S + SMALL_GEMM_FRACTION * (2.0 * active / tp) / (
-            gpu.peak_flops(precision) * flops_efficiency),
+        flops=gpu.peak_flops(precision) * flops_efficiency * gemm_rate,
+        per_token_s=PER_TOKEN_OVERHEAD_S,
+        small_gemm_fraction=SMALL_GEMM_FRACTION,
         allreduce_count=allreduces,
         allreduce_bytes_per_token=ring_bytes,
         link_bandwidth=gpu.interconnect_bandwidth,
