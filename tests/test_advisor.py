@@ -269,3 +269,18 @@ def test_the_roofline_prior_is_made_from_the_samples_at_each_refit_and_only_then
     assert len({count for _, _, count in fitted}) > 1  # the samples grew between refits
     for prior, median_level, _ in fitted:
         assert prior.base_s == median_level and prior.slope_s_per_token == median_level / prior.knee
+
+
+def test_the_prefill_the_steps_carry_is_priced_in_them():
+    # 8000 uncached prompt tokens per 100 output tokens: the steps prefill 80 prompt tokens per token
+    # they emit, and the decision prices its steps with that prefill in them.
+    node = dataclasses.replace(NODE, prompt_tokens_per_request=8000, output_tokens_per_request=100,
+                               prompt_cached_fraction=0.0)
+    window = Window(10.0)
+    advisor = Advisor(AdvisorConfig(method="ngram"))
+    for snap in generate(node, [16.0] * 30, seed=0):
+        window.add(snap)
+        advisor.update(window.target(node.url), snap.gpus)
+    inputs = advisor.last_inputs
+    assert inputs is not None and inputs.prompt_per_output == pytest.approx(80.0, rel=0.1)
+    assert inputs.decision_inputs(length=2.0).prompt_per_output == inputs.prompt_per_output

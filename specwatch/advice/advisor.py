@@ -97,6 +97,7 @@ class AdvisorInputs:
     pricing: perf.DraftPricing | None = None
     waiting: float = 0.0
     kv_capacity_tokens: float | None = None  # only when the KV cache limits the batch (full, requests waiting)
+    prompt_per_output: float = 0.0  # prompt tokens the steps prefilled per token they emitted (chunked prefill)
 
     def decision_inputs(self, *, length: float | None = None, running: float | None = None,
                         extra_level_error: float = 0.0, **overrides: Any) -> perf.DecisionInputs:
@@ -109,10 +110,20 @@ class AdvisorInputs:
             context_per_sequence=self.context_per_sequence, waiting=self.waiting,
             **kv_capacity_inputs(self.kv_capacity_tokens),
             observed_with_speculation=True, fitted_on_speculative_steps=fitted,
-            extra_level_error=extra_level_error,
+            extra_level_error=extra_level_error, prompt_per_output=self.prompt_per_output,
         )
         values.update(overrides)
         return perf.DecisionInputs(**values)
+
+
+def _prompt_per_output(figures: EngineFigures) -> float:
+    """Prompt tokens (cached prefix excluded) the window's steps prefilled per token they emitted:
+    the traffic's mix, which sets the prefill chunks that share each step with the decodes (0 when
+    the counters do not say)."""
+    tokens = figures.step_tokens
+    if tokens is None or not tokens.emitted > 0:
+        return 0.0
+    return tokens.prompt_computed / tokens.emitted
 
 
 def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:
@@ -283,7 +294,8 @@ class Advisor:
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
                                          running, context_per_seq, stale_acceptance, prior_words,
                                          pricing=pricing, waiting=figures.waiting or 0.0,
-                                         kv_capacity_tokens=_kv_limit(figures))
+                                         kv_capacity_tokens=_kv_limit(figures),
+                                         prompt_per_output=_prompt_per_output(figures))
         extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
         prompt, output = _per_request(figures)
         inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,

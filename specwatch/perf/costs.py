@@ -45,6 +45,8 @@ __all__ = [
     "Capacity",
     "capacity",
     "prefill_time_s",
+    "prefill_chunk",
+    "throughput_speedup",
     "request_speedup",
 ]
 
@@ -58,7 +60,7 @@ VERIFY_ATTENTION_PER_POSITION = 0.1
 # vLLM's V0 engine before its multi-query scorer (PRs #8839/#9298, autumn 2024; the scorer was also
 # off under CUDA graphs and for n-gram) verified by *batch expansion*: each of the k+1 positions
 # became a sequence of its own, so every position read the sequence's KV again. PR #5691 measured
-# the scoring step of Llama-7B on one A100 at k = 5 taking 1.37–1.55× the multi-query scorer's
+# the scoring step of Llama-7B on one A100 at k = 5 taking 1.36–1.55× the multi-query scorer's
 # time at batch 32–128, which is what a full KV read per extra position gives there.
 BATCH_EXPANSION_ATTENTION_PER_POSITION = 1.0
 VERIFIERS = {"multi-query": VERIFY_ATTENTION_PER_POSITION, "batch-expansion": BATCH_EXPANSION_ATTENTION_PER_POSITION}
@@ -236,6 +238,33 @@ def capacity(
         spec = min(spec, max_running)
     fits = batch is None or batch <= plain
     return Capacity(plain, spec, fits, f"KV holds {plain:.0f} sequences plain, {spec:.0f} with speculation")
+
+
+def prefill_chunk(tokens: float | np.ndarray, prefill_tokens: float | np.ndarray,
+                  token_budget: float | None) -> float | np.ndarray:
+    """Prompt tokens a step carries beside `tokens` decode (or verified) positions: the prefill the
+    load brings, cut to what the engine's token budget (max_num_batched_tokens) leaves. vLLM V1
+    schedules the running decodes first, each with its k+1 verified positions, and fills the rest of
+    the budget with prefill chunks; so speculation takes budget from the prefill once the budget binds."""
+    if token_budget is None:
+        return prefill_tokens
+    room = token_budget - tokens
+    if isinstance(room, np.ndarray) or isinstance(prefill_tokens, np.ndarray):
+        return np.clip(room, 0.0, prefill_tokens)
+    return min(max(room, 0.0), prefill_tokens)
+
+
+def throughput_speedup(b_plain: float, b_spec: float, emitted: float, plain_s: float, spec_s: float,
+                       positions: float, prompt_per_output: float, token_budget: float | None) -> float:
+    """Requests the engine completes per second with speculation over without, when prefill shares
+    the step. Each request brings `prompt_per_output` prompt tokens per output token, so a mode that
+    emits more tokens per step must also prefill more per step; where the budget cannot hold that
+    prefill beside the verified positions, the prefill sets the pace (and first tokens wait)."""
+    plain_chunk = prefill_chunk(b_plain, prompt_per_output * b_plain, token_budget)
+    spec_chunk = prefill_chunk(b_spec * positions, prompt_per_output * b_spec * emitted, token_budget)
+    plain_rate = min(b_plain, plain_chunk / prompt_per_output) / plain_s
+    spec_rate = min(b_spec * emitted, spec_chunk / prompt_per_output) / spec_s
+    return spec_rate / plain_rate
 
 
 def prefill_time_s(model: StepTimeModel, prompt_tokens: float) -> float:

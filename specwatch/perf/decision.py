@@ -32,9 +32,11 @@ from specwatch.perf.costs import (
     Capacity,
     DraftPricing,
     capacity,
+    prefill_chunk,
     prefill_time_s,
     request_speedup,
     seconds,
+    throughput_speedup,
     verify_attention_s,
     VERIFY_ATTENTION_PER_POSITION,
 )
@@ -95,6 +97,11 @@ class DecisionInputs:
     observed_with_speculation: bool = False  # the running count was taken with speculation on
     fitted_on_speculative_steps: bool = False  # the fit already holds the verification attention
     verify_attention_per_position: float = VERIFY_ATTENTION_PER_POSITION  # the verifier's kernel factor
+    # prompt tokens (cached prefix excluded) per output token of the traffic: each step carries the
+    # prefill its completions bring (chunked prefill), in proportion to the tokens it emits; and the
+    # engine's token budget per step (max_num_batched_tokens; None: not known, no cut)
+    prompt_per_output: float = 0.0
+    token_budget: float | None = None
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     k_max: int | None = None  # best k searched over 1..k_max (default k)
@@ -118,6 +125,7 @@ class Decision:
     request_speedup: float | None
     assumptions: tuple[str, ...]
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    throughput_speedup: float | None = None  # prompt and output tokens per second, when prefill shares the step
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -136,6 +144,7 @@ class Decision:
             "capacity": {"plain": self.capacity.plain, "speculative": self.capacity.speculative,
                          "fits": self.capacity.fits},
             "request_speedup": self.request_speedup,
+            "throughput_speedup": self.throughput_speedup,
             "assumptions": list(self.assumptions),
         }
 
@@ -165,6 +174,19 @@ class _Model:
         # few hundred step times a decision prices (the same arithmetic).
         step_model = inputs.step_model
         self._step_time = (step_model.parameters if isinstance(step_model, StepTimeFit) else step_model).step_time
+        # the prefill each step carries: m·b prompt tokens on a plain step, m·b·L on a speculative one
+        # (it emits L tokens a sequence, so its completions bring L times the prompts), where L is this
+        # decision's acceptance length; the break-even and the crossover keep that prefill
+        self._prompt_per_output = inputs.prompt_per_output if inputs.prompt_per_output > 0 else 0.0
+        self._emitted = inputs.length if inputs.length is not None else 1.0
+
+    def _plain_chunk(self, b):
+        m = self._prompt_per_output
+        return prefill_chunk(b, m * b, self.i.token_budget) if m else 0.0
+
+    def _spec_chunk(self, b, positions: float):
+        m = self._prompt_per_output
+        return prefill_chunk(b * positions, m * b * min(self._emitted, positions), self.i.token_budget) if m else 0.0
 
     def positions(self, k: int) -> float:
         known = self._positions.get(k)
@@ -173,7 +195,7 @@ class _Model:
         return known
 
     def plain(self, b: float) -> float:
-        return seconds(self._step_time(b, b * self.i.context_per_sequence))
+        return seconds(self._step_time(b + self._plain_chunk(b), b * self.i.context_per_sequence))
 
     def parts(self, b: float, k: int) -> dict[str, float]:
         plain, verify, attention, draft = self._parts(b, k)
@@ -187,14 +209,19 @@ class _Model:
         step_time = self._step_time
         context = b * i.context_per_sequence
         positions = self.positions(k)
-        plain = seconds(step_time(b, context))
-        verify = seconds(step_time(b * positions, context))
+        plain_tokens = b + self._plain_chunk(b)
+        plain = seconds(step_time(plain_tokens, context))
+        verify = seconds(step_time(b * positions + self._spec_chunk(b, positions), context))
         attention = 0.0
         if not i.fitted_on_speculative_steps:
-            kv_read = plain - seconds(step_time(b, 0.0))
+            kv_read = plain - seconds(step_time(plain_tokens, 0.0))
             attention = verify_attention_s(kv_read, positions, i.verify_attention_per_position)
-        draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
-        draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
+        if i.draft.kind == "ratio" and self._prompt_per_output:
+            # r of a plain step as the engine runs it, its prefill chunk in it (as _HingeModel prices it)
+            draft = i.draft.scale * k * i.draft.ratio * plain
+        else:
+            draft_context = None if i.draft_context_per_sequence is None else b * i.draft_context_per_sequence
+            draft = i.draft.drafting_s(i.step_model, b, k, positions, context, draft_context)
         return plain, verify, attention, draft
 
     def excess_without_caps(self, k: int, length: float):
@@ -248,7 +275,14 @@ class _Model:
         return _held_to(demand, plain_cap), _held_to(demand, spec_cap), cap
 
     def speedup(self, demand: float, waiting: float, k: int, length: float) -> float:
-        return _speedup(self.steps(demand, waiting, k), length)
+        if not self._prompt_per_output:
+            return _speedup(self.steps(demand, waiting, k), length)
+        # the prefill a speculative step carries follows the tokens it emits at this length
+        decision_length, self._emitted = self._emitted, length
+        try:
+            return _speedup(self.steps(demand, waiting, k), length)
+        finally:
+            self._emitted = decision_length
 
     def steps(self, demand: float, waiting: float, k: int) -> tuple[float, float, float, float]:
         """What S at this demand is made of, whatever L: (plain batch, speculative batch, plain step
@@ -428,7 +462,7 @@ def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, f
 def _model(inputs: DecisionInputs) -> _Model:
     """The step times of this configuration: written out for a hinge of plain floats."""
     hinge = _hinge_terms(inputs.step_model)
-    if hinge is not None and type(inputs.context_per_sequence) is float:
+    if hinge is not None and type(inputs.context_per_sequence) is float and not inputs.prompt_per_output > 0:
         return _HingeModel(inputs, hinge)
     return _Model(inputs)
 
@@ -563,7 +597,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
                        f"fit the GPUs' KV memory (about {cap.plain:.0f} do): the batch is capped there")
     terms = {**parts, "plain_at_plain_batch_s": plain_here, "batch_plain": b_plain, "batch_speculative": b_spec}
 
-    expected = crossover = best = request = None
+    expected = crossover = best = request = throughput = None
     sigma = level_error(inputs.step_model, (b_plain, b_spec * _positions(inputs, k)), inputs.extra_level_error)
     if inputs.length is None:
         state, confidence = "unknown", 0.0
@@ -590,6 +624,20 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         else:
             carried = max(contributions, key=lambda name: abs(contributions[name]))
         terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
+        if inputs.prompt_per_output > 0:
+            positions = _positions(inputs, k)
+            throughput = throughput_speedup(b_plain, b_spec, length, steps_here[2], steps_here[3], positions,
+                                            inputs.prompt_per_output, inputs.token_budget)
+            m = inputs.prompt_per_output
+            wanted = m * b_spec * length
+            held = prefill_chunk(b_spec * positions, wanted, inputs.token_budget)
+            words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
+                     f"about {m * b_plain:.0f} prompt tokens and a speculative one {held:.0f}")
+            if held < wanted * 0.995:
+                words += (f"; the step's token budget ({inputs.token_budget:.0f}) leaves the prefill "
+                          f"{held / wanted:.0%} of what the speculative engine's completions need, so first "
+                          f"tokens wait and requests complete {throughput:.2f}× as fast")
+            reasons.append(words)
         if figures:
             crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
             best = _best_k(inputs, model, k, length, steps_here, demand, waiting)
@@ -609,7 +657,9 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         request_speedup=request,
         assumptions=tuple(assumptions),
         reasons=tuple(reasons),
+        throughput_speedup=throughput,
     )
+
 
 
 def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
@@ -622,7 +672,8 @@ def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
         estimate = lengths.at(candidate) if candidate != k else (length, False)
         if estimate is None:
             continue
-        value = _speedup(steps_here if candidate == k else model.steps(demand, waiting, candidate), estimate[0])
+        value = _speedup(steps_here, estimate[0]) if candidate == k else \
+            model.speedup(demand, waiting, candidate, estimate[0])
         if value > choice.speedup:
             choice = KChoice(candidate, estimate[0], value, estimate[1])
     return choice

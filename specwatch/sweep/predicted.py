@@ -30,6 +30,7 @@ class PredictionInputs:
     draft_params: float | None = None
     k: int | None = None
     step_model: perf.StepTimeModel | None = None  # a measured step time, instead of the datasheet or a fit
+    prompt_per_output: float = 0.0  # prompt tokens per output token whose prefill shares the steps, when known
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -248,7 +249,8 @@ def predicted_curve(
                                           verified_per_step=verified if per_step else None,
                                           fitted_on_speculative_steps=_fitted_on_speculative_steps(
                                               step_model, inputs, basis, free),
-                                          max_batch=max(float(high), PREDICTED_MAX_BATCH))
+                                          max_batch=max(float(high), PREDICTED_MAX_BATCH),
+                                          prompt_per_output=inputs.prompt_per_output)
     try:
         speedups = perf.decide_many(decision_inputs, grid)
         # the model's crossover is searched past the tiers too: where it lies beyond them is worth knowing
