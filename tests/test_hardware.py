@@ -148,6 +148,30 @@ def test_model_table():
     assert not hw.MODELS["Qwen2.5-72B"].is_moe
 
 
+def test_moe_rows():
+    # KV bytes per token by hand: 2 (K, V) × layers × KV heads × head_dim × 2 bytes; MLA: layers × latent × 2
+    assert hw.MODELS["Qwen3-235B-A22B"].kv_bytes_per_token == 2 * 94 * 4 * 128 * 2 == 192_512
+    assert hw.MODELS["gpt-oss-120b"].kv_bytes_per_token == 2 * 36 * 8 * 64 * 2 == 73_728
+    assert hw.MODELS["MiniMax-M2"].kv_bytes_per_token == 2 * 62 * 8 * 128 * 2 == 253_952
+    assert hw.MODELS["Kimi-K2"].kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
+    assert hw.MODELS["DeepSeek-R1"].kv_bytes_per_token == 70_272
+    assert not hw.MODELS["MiniMax-M2"].kv_replicated_under_tp
+    assert hw.MODELS["MiniMax-M2"].kv_bytes_per_token_per_gpu(8) == 253_952 / 8
+    shapes = {"DeepSeek-V3": (256, 8), "Kimi-K2": (384, 8), "MiniMax-M2": (256, 8), "Qwen3-30B-A3B": (128, 8),
+              "Qwen3-235B-A22B": (128, 8), "gpt-oss-20b": (32, 4), "gpt-oss-120b": (128, 4),
+              "Llama-4-Scout-17B-16E": (16, 1), "Llama-4-Maverick-17B-128E": (128, 1)}
+    for name, (experts, top_k) in shapes.items():
+        spec = hw.MODELS[name]
+        assert (spec.experts, spec.experts_per_token) == (experts, top_k), name
+        assert "config.json of huggingface.co/" in spec.source and "model card" in spec.source
+    for spec in hw.MODELS.values():
+        if spec.is_moe:
+            assert spec.experts_per_token < spec.experts
+            # shared + routed = total and shared + routed·k/E = active leave shared ≥ 0 only here
+            assert spec.params * spec.experts_per_token / spec.experts <= spec.active_params < spec.params
+        assert spec.to_dict()["kv_bytes_per_token"] == spec.kv_bytes_per_token
+
+
 @pytest.mark.parametrize(
     "name,expected",
     [
@@ -158,6 +182,21 @@ def test_model_table():
         ("Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B"),
         ("mixtral-8x7b", "Mixtral-8x7B"),
         ("turboderp/Qwama-0.5B-Instruct", "Qwen2.5-0.5B"),
+        ("deepseek-ai/DeepSeek-V3", "DeepSeek-V3"),
+        ("deepseek-ai/DeepSeek-V3-0324", "DeepSeek-V3"),
+        ("deepseek-r1", "DeepSeek-R1"),
+        ("deepseek-ai/DeepSeek-R1-0528", "DeepSeek-R1"),
+        ("moonshotai/Kimi-K2-Instruct", "Kimi-K2"),
+        ("moonshotai/Kimi-K2-Instruct-0905", "Kimi-K2"),
+        ("MiniMaxAI/MiniMax-M2", "MiniMax-M2"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+        ("gpt-oss-20b", "gpt-oss-20b"),
+        ("Qwen/Qwen3-30B-A3B", "Qwen3-30B-A3B"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen3-30B-A3B"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen3-235B-A22B"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "Llama-4-Scout-17B-16E"),
+        ("llama-4-scout", "Llama-4-Scout-17B-16E"),
+        ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "Llama-4-Maverick-17B-128E"),
     ],
 )
 def test_lookup_model(name, expected):

@@ -115,8 +115,10 @@ def test_json_output_and_exit_statuses():
         "request_speedup",
         "break_even_length",
         "crossover_concurrency",
+        "batch",
         "reasons",
     }
+    assert payload["verdict"]["batch"] == {"asked": 1, "plain": 1, "speculative": 1, "capped": False, "why": None}
     assert set(payload["bound"]) == {"state", "signals"}
 
     status, out, _ = _run(H100_70B_NGRAM + ["--batch", "1024", "--acceptance-length", "2.5"])

@@ -162,6 +162,8 @@ class Advisor:
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
         self.hysteresis = Hysteresis(c.hysteresis)
         self.ttft = TtftWatch()
+        # an MoE model's expert reads are priced under uniform routing: its error joins every decision's
+        self._moe = bool(c.model is not None and c.model.is_moe)
         # Evaluations judged so far: an explanation (assess) is good until the next one.
         self._judged_count = 0
         # What the last verdict rested on, for `tune` to build a schedule from.
@@ -296,7 +298,7 @@ class Advisor:
                                          pricing=pricing, waiting=figures.waiting or 0.0,
                                          kv_capacity_tokens=_kv_limit(figures),
                                          prompt_per_output=_prompt_per_output(figures))
-        extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed)
+        extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed, moe=self._moe)
         prompt, output = _per_request(figures)
         inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
                                                   output_tokens=output)
@@ -343,7 +345,7 @@ class Advisor:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
                 waiting=figures.waiting or 0.0, **kv_capacity_inputs(_kv_limit(figures)),
-                extra_level_error=extra_level_error(None, gpu, False, pricing.assumed)))
+                extra_level_error=extra_level_error(None, gpu, False, pricing.assumed, moe=self._moe)))
         except ValueError as exc:
             reasons.insert(0, f"no decision from these readings: {exc}")
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=self.gpu_identity.in_use,

@@ -23,6 +23,9 @@ ACCEPTANCE_SPREAD = 0.5
 STALE_ACCEPTANCE_ERROR = 0.3
 # What an assumed draft cost adds: r could be anything from a lookup's 0 to a draft model's 0.3.
 METHOD_ASSUMED_ERROR = 0.2
+# Uniform routing is a model of an MoE's expert reads, not a measurement: what it adds to the level
+# error of every answer for an MoE model (predict's and the advisor's alike).
+MOE_ROUTING_ERROR = 0.2
 MAX_CONFIDENCE = 0.99
 UNCONFIGURED_CONFIDENCE_CAP = 0.6
 # The most an answer whose sign depends on hardware nobody identified can claim: a coin flip.
@@ -116,9 +119,11 @@ def node_level_error(level_error: float, engine_speedup: float, node_speedup: fl
     return level_error * busy_share * engine_speedup / node_speedup
 
 
-def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, method_assumed: bool = False) -> float:
+def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, method_assumed: bool = False,
+                      moe: bool = False) -> float:
     """What this node's readings add to the step model's level error (σ of ln S): an unidentified
-    GPU, few drafts behind L (its relative error shrinks as 1/√drafts), lifetime acceptance."""
+    GPU, few drafts behind L (its relative error shrinks as 1/√drafts), lifetime acceptance, an MoE
+    model's routing (uniform routing is assumed)."""
     parts = []
     if gpu is None:
         parts.append(perf.decision.UNKNOWN_GPU_ERROR)
@@ -130,6 +135,8 @@ def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, me
         parts.append(STALE_ACCEPTANCE_ERROR)
     if method_assumed:
         parts.append(METHOD_ASSUMED_ERROR)
+    if moe:
+        parts.append(MOE_ROUTING_ERROR)
     return math.sqrt(sum(p * p for p in parts))
 
 

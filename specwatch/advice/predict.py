@@ -9,11 +9,24 @@ command's flags and exit statuses live in `specwatch.commands.predict`. No I/O h
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from specwatch import perf
+from specwatch.advice.judging import MOE_ROUTING_ERROR
+from specwatch.advice.predict_inputs import (
+    TP_CHOICES,
+    MemoryFit,
+    PredictInputError,
+    Target,
+    check_routing,
+    memory_fit,
+    non_negative as _non_negative,
+    parse_quantity,
+    positive as _positive,
+    positive_int as _positive_int,
+    resolve_target,
+)
 from specwatch.advice.verdict import hold_words
 from specwatch.perf.hardware import (
     GpuSpec,
@@ -25,47 +38,9 @@ from specwatch.perf.hardware import (
     lookup_model,
 )
 
-__all__ = ["PredictInputError", "predict", "parse_quantity"]
+__all__ = ["PredictInputError", "predict", "parse_quantity", "MOE_ROUTING_ERROR"]
 
 SCHEMA = "specwatch.predict/1"
-
-
-
-class PredictInputError(ValueError):
-    """Bad or inconsistent predict input; the message says what to fix."""
-
-
-_SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "kib": 1024.0, "mib": 1024.0**2, "gib": 1024.0**3}
-
-
-def parse_quantity(text: Any, what: str) -> float:
-    """A number as people write it: 70e9, 70B, 0.5b, 500M, 320KiB (B = billion, KiB = 1024 bytes)."""
-    if isinstance(text, bool):
-        raise PredictInputError(f"{what} must be a number, got {text!r}")
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-        if not match or match.group(2).lower() not in _SUFFIXES:
-            raise PredictInputError(f"{what} must be a number (suffixes K, M, B, T, KiB, MiB, GiB allowed), got {text!r}")
-        value = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
-    if not math.isfinite(value):
-        raise PredictInputError(f"{what} must be finite, got {text!r}")
-    return value
-
-
-def _positive(value: Any, what: str) -> float:
-    number = parse_quantity(value, what)
-    if number <= 0:
-        raise PredictInputError(f"{what} must be positive, got {value!r}")
-    return number
-
-
-def _positive_int(value: Any, what: str) -> int:
-    number = parse_quantity(value, what)
-    if number < 1 or number != int(number):
-        raise PredictInputError(f"{what} must be a whole number ≥ 1, got {value!r}")
-    return int(number)
 
 
 def _resolve_gpu(gpu: str | GpuSpec | None, peak_flops: Any, memory_bandwidth: Any) -> GpuSpec:
@@ -90,46 +65,6 @@ def _resolve_gpu(gpu: str | GpuSpec | None, peak_flops: Any, memory_bandwidth: A
             "(or give --peak-flops and --memory-bandwidth)"
         )
     return spec
-
-
-@dataclass(frozen=True)
-class _Target:
-    name: str
-    params: float
-    active_params: float
-    kv_bytes_per_token: float | None
-    layers: int | None
-    hidden_size: int | None
-    experts: int | None
-    experts_per_token: int | None
-    spec: ModelSpec | None
-
-
-def _resolve_target(
-    model: str | ModelSpec | None, params: Any, active_params: Any, kv_bytes_per_token: Any
-) -> _Target:
-    if model is not None and params is not None:
-        raise PredictInputError("give either --model or --params, not both")
-    if model is not None:
-        spec = model if isinstance(model, ModelSpec) else lookup_model(str(model))
-        if spec is None:
-            raise PredictInputError(
-                f"unknown model {model!r}; known models: {', '.join(known_model_names())} (or give --params)"
-            )
-        kv = spec.kv_bytes_per_token if kv_bytes_per_token is None else parse_quantity(kv_bytes_per_token, "KV bytes per token")
-        active = spec.active_params if active_params is None else _positive(active_params, "active params")
-        return _Target(spec.name, spec.params, active, kv, spec.layers, spec.hidden_size, spec.experts,
-                       spec.experts_per_token, spec)
-    if params is None:
-        raise PredictInputError(f"give --model (known: {', '.join(known_model_names())}) or --params")
-    total = _positive(params, "params")
-    active = total if active_params is None else _positive(active_params, "active params")
-    if active > total:
-        raise PredictInputError("active params cannot exceed params")
-    kv = None if kv_bytes_per_token is None else parse_quantity(kv_bytes_per_token, "KV bytes per token")
-    if kv is not None and kv < 0:
-        raise PredictInputError("KV bytes per token must be ≥ 0")
-    return _Target(f"{total / 1e9:g}B params", total, active, kv, None, None, None, None, None)
 
 
 def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha: Any = None) -> float | None:
@@ -161,13 +96,6 @@ def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha:
     return None
 
 
-def _non_negative(value: Any, what: str) -> float:
-    number = parse_quantity(value, what)
-    if number < 0:
-        raise PredictInputError(f"{what} must be ≥ 0, got {value!r}")
-    return number
-
-
 def _fmt(value: float) -> str:
     """Numbers for reasons: 2 decimals below 10, whole numbers above."""
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.0f}"
@@ -185,7 +113,8 @@ def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtyp
         if spec is None:
             raise PredictInputError(f"unknown draft model {name!r}; known models: {', '.join(known_model_names())}")
         params = params or spec.params
-        kv = spec.kv_bytes_per_token if kv is None else kv
+        if kv is None:  # datasheet_prior splits it across tp: a replicated (MLA) cache is not split
+            kv = spec.kv_bytes_per_token * (tp if spec.kv_replicated_under_tp else 1)
     if kv is None:
         kv = 0.0
         note = "draft KV cache not priced (give --draft-model or --draft-kv-bytes-per-token)"
@@ -205,6 +134,8 @@ def predict(
     model: str | ModelSpec | None = None,
     params: Any = None,
     active_params: Any = None,
+    experts: Any = None,
+    experts_per_token: Any = None,
     kv_bytes_per_token: Any = None,
     dtype: str = "bf16",
     tp: Any = 1,
@@ -238,13 +169,18 @@ def predict(
 
     `context` is the mean context length per sequence (prompt plus generated tokens so far); the
     batch's KV reads are batch × context tokens. `step_model` replaces the datasheet prior with a
-    measured step time (e.g. the fit a recording gave). Returns {schema, inputs, verdict, bound, details};
-    `verdict` has the DESIGN §5 fields. Raises PredictInputError on bad input.
+    measured step time (e.g. the fit a recording gave). `experts` and `experts_per_token` (both or
+    neither) make the target an MoE whose expert reads grow with the tokens a step routes; with
+    `model` they replace the table's. Returns {schema, inputs, verdict, bound, details}; `verdict`
+    has the DESIGN §5 fields and the batch the answer is for. When the GPUs cannot hold the weights
+    and one sequence's KV, the state is "unknown" and the reason names the smallest tp that would.
+    Raises PredictInputError on bad input.
     """
+    check_routing(experts, experts_per_token)  # a half-given routing (--experts alone) before a missing --gpu
     gpu_spec = _resolve_gpu(gpu, peak_flops, memory_bandwidth)
     if gpu_memory is not None:
         gpu_spec = replace(gpu_spec, memory_bytes=_positive(gpu_memory, "GPU memory"))
-    target = _resolve_target(model, params, active_params, kv_bytes_per_token)
+    target = resolve_target(model, params, active_params, kv_bytes_per_token, experts, experts_per_token)
     if batch is None:
         raise PredictInputError("--batch (running sequences) is required")
     if k is None:
@@ -303,7 +239,9 @@ def predict(
             gpu_spec,
             params=target.params,
             active_params=target.active_params,
-            kv_bytes_per_token=target.kv_bytes_per_token or 0.0,
+            # the whole model's figure, which it splits across tp: an MLA latent every rank holds whole
+            # is handed over times tp, so that the prior's per-GPU KV bytes are the whole latent
+            kv_bytes_per_token=target.kv_for_prior(tp_degree),
             tp=tp_degree,
             dtype=dtype_name,
             layers=target.layers,
@@ -314,17 +252,26 @@ def predict(
     except ValueError as error:
         raise PredictInputError(str(error)) from None
 
-    weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params / tp_degree
-    draft_weight_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count / tp_degree
-                          if draft_prior is not None and draft_count else 0.0)
-    kv_budget = None
+    model_weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params
+    draft_model_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count
+                         if draft_prior is not None and draft_count else 0.0)
+    kv_budget = fit = None
     if gpu_spec.memory_bytes is not None:
-        kv_budget = gpu_spec.memory_bytes * perf.KV_MEMORY_UTILISATION - weight_bytes - draft_weight_bytes
+        kv_budget = (gpu_spec.memory_bytes * perf.KV_MEMORY_UTILISATION - model_weight_bytes / tp_degree
+                     - draft_model_bytes / tp_degree)
+        fit = memory_fit(gpu_spec.memory_bytes, perf.KV_MEMORY_UTILISATION, model_weight_bytes + draft_model_bytes,
+                         target, context_per_sequence, tp_degree)
     extra_error = 0.0
     if gpu_spec.approximate:
         extra_error = math.hypot(extra_error, perf.decision.APPROXIMATE_GPU_ERROR)
-    if target.experts:
+    if target.moe:
         extra_error = math.hypot(extra_error, MOE_ROUTING_ERROR)
+    if fit is not None and not fit.fits:
+        # a setup that cannot load gets no verdict: the speedup of a batch it cannot hold means nothing
+        result = _refused(fit, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
+                          draft_k, length, context_per_sequence, tree, cap, prompt, output, method_name)
+        result["inputs"]["verifier"] = verifier_name
+        return result
     fitted = isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
     decision = perf.decide(perf.DecisionInputs(
         step_model=prior if step_model is None else step_model, k=draft_k, fitted_on_speculative_steps=fitted, draft=pricing, running=batch_size, length=length,
@@ -334,40 +281,157 @@ def predict(
         extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
     ))
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
-                     draft_k, length, context_per_sequence, context, tree, cap, prompt, output, weight_bytes,
-                     draft_note, method_name)
+                     draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
     result["inputs"]["verifier"] = verifier_name
     return result
 
 
-# Uniform routing is a model of the expert reads, not a measurement: what it adds to the level error.
-MOE_ROUTING_ERROR = 0.2
+
+def _count(value: float) -> str:
+    """A batch as people read it: whole numbers whole, a fraction of a few sequences to one decimal."""
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
 
 
-def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: perf.StepTimePrior,
+def _answered_batch(decision: perf.Decision, batch_size: float, cap: int | None) -> dict[str, Any]:
+    """The batch each mode's answer is for, and why it is below the one asked for when it is: the KV
+    memory holds fewer sequences (`decide` judges at the batch each mode holds), or --max-running."""
+    plain, spec = decision.terms["batch_plain"], decision.terms["batch_speculative"]
+    capped = plain < batch_size * (1 - 1e-9) or spec < batch_size * (1 - 1e-9)
+    why = None
+    if plain < batch_size * (1 - 1e-9):
+        why = f"KV memory holds {_count(plain)} of the {batch_size:g} asked for"
+    elif capped and cap is not None and spec >= cap * (1 - 1e-9):
+        why = f"--max-running holds speculation to {_count(spec)} of the {batch_size:g} asked for"
+    elif capped:
+        why = f"with speculation's lookahead slots KV memory holds {_count(spec)} of the {batch_size:g} asked for"
+    words = (f"batch {_count(plain)}" if _count(plain) == _count(spec)
+             else f"batch {_count(plain)} plain, {_count(spec)} with speculation")
+    return {"asked": batch_size, "plain": plain, "speculative": spec, "capped": capped, "why": why, "words": words}
+
+
+def _inputs(gpu_spec: GpuSpec, target: Target, dtype_name: str, tp_degree: int, batch_size: float, waiting: float,
+            draft_k: int, length: float | None, method_name: str | None, pricing: perf.DraftPricing,
+            context_per_sequence: float, tree: int | None, cap: int | None, prompt: float | None,
+            output: float | None) -> dict[str, Any]:
+    return {
+        "gpu": gpu_spec.key,
+        "gpu_name": gpu_spec.name,
+        "model": target.name,
+        "params": target.params,
+        "active_params": target.active_params,
+        "experts": target.experts,
+        "experts_per_token": target.experts_per_token,
+        "kv_bytes_per_token": target.kv_bytes_per_token,
+        "kv_replicated_under_tp": target.kv_replicated,
+        "dtype": dtype_name,
+        "tp": tp_degree,
+        "batch": batch_size,
+        "waiting": waiting,
+        "k": draft_k,
+        "acceptance_length": length,
+        "method": method_name or pricing.method,
+        "method_assumed": method_name is None,
+        "draft_ratio": pricing.ratio,
+        "context_per_sequence": context_per_sequence,
+        "tree_tokens": tree,
+        "max_running": cap,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+    }
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.0f}" if value >= 10e9 else f"{value / 1e9:.1f}"
+
+
+def _refusal_words(fit: MemoryFit, gpu_spec: GpuSpec, context_per_sequence: float) -> str:
+    usable = f"{_gb(fit.usable_bytes)} GB usable of {_gb(gpu_spec.memory_bytes or 0.0)} GB ({gpu_spec.name})"
+    raise_tp = (f"raise --tp to at least {fit.min_tp}" if fit.min_tp is not None
+                else f"no --tp up to {TP_CHOICES[-1]} holds it")
+    if fit.weight_bytes > fit.usable_bytes:
+        return (f"{_gb(fit.weight_bytes)} GB of weights per GPU do not fit in {usable}: {raise_tp} or quantise "
+                "(--dtype)")
+    return (f"{_gb(fit.weight_bytes)} GB of weights per GPU leave {_gb(fit.usable_bytes - fit.weight_bytes)} GB of "
+            f"the {usable} for KV, and one sequence of {max(context_per_sequence, 1.0):.0f} tokens needs "
+            f"{_gb(fit.one_sequence_kv_bytes)} GB: {raise_tp}, shorten --context or quantise (--dtype)")
+
+
+def _refused(fit: MemoryFit, gpu_spec: GpuSpec, target: Target, prior: perf.StepTimePrior,
+             pricing: perf.DraftPricing, dtype_name: str, tp_degree: int, batch_size: float, waiting: float,
+             draft_k: int, length: float | None, context_per_sequence: float, tree: int | None, cap: int | None,
+             prompt: float | None, output: float | None, method_name: str | None) -> dict[str, Any]:
+    """No verdict for a setup whose GPUs cannot hold the weights and one sequence's KV."""
+    reasons = [_refusal_words(fit, gpu_spec, context_per_sequence)]
+    reasons.extend(_model_notes(target, prior, tp_degree, None, None))
+    verdict = {
+        "speculation": "unknown",
+        "confidence": 0.0,
+        "expected_speedup": None,
+        "request_speedup": None,
+        "break_even_length": None,
+        "crossover_concurrency": None,
+        "batch": {"asked": batch_size, "plain": None, "speculative": None, "capped": None, "why": None},
+        "reasons": reasons,
+    }
+    details = {"memory": fit.to_dict(), "step_model": prior.hinge().to_dict(), "knee_tokens": prior.knee_tokens}
+    inputs = _inputs(gpu_spec, target, dtype_name, tp_degree, batch_size, waiting, draft_k, length, method_name,
+                     pricing, context_per_sequence, tree, cap, prompt, output)
+    return {"schema": SCHEMA, "inputs": inputs, "verdict": verdict, "bound": perf.combine_bound([]).to_dict(),
+            "details": details}
+
+
+def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plain_tokens: float | None,
+                 verify_tokens: float | None) -> list[str]:
+    """What the model's shape does to the answer: MoE expert reads (priced or not), an MLA cache."""
+    notes = []
+    if target.moe:
+        experts, top_k = target.experts, target.experts_per_token
+        words = (f"MoE: a step of N tokens reads E·(1 − (1 − k/E)^N) of the E = {experts} experts per layer "
+                 f"(k = {top_k} per token, uniform routing)")
+        if plain_tokens is not None and verify_tokens is not None:
+            touched = [1.0 - (1.0 - top_k / experts) ** max(n, 1.0) for n in (plain_tokens, verify_tokens)]
+            words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
+                      f"{verify_tokens:.0f}, so verification reads more weights")
+        notes.append(words + f"; real routing is skewed, which adds {MOE_ROUTING_ERROR:g} to the level error")
+    elif target.experts_unpriced:
+        notes.append(f"active params ({target.active_params / 1e9:.4g}B) are below params "
+                     f"({target.params / 1e9:.4g}B) but no --experts/--experts-per-token were given: the expert "
+                     "reads are not priced, every weight is taken as read every step as in a dense model (which "
+                     "hides the extra experts verification reads); give both to price them")
+    if target.kv_replicated and target.kv_bytes_per_token:
+        notes.append(f"MLA: the KV cache is a latent of {target.kv_bytes_per_token / 1e3:.1f} kB a token"
+                     + (f", which each of the {tp_degree} GPUs holds whole (it is not split across tensor-parallel "
+                        "ranks)" if tp_degree > 1 else ""))
+    return notes
+
+
+def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: perf.StepTimePrior,
             pricing: perf.DraftPricing, dtype_name: str, tp_degree: int, batch_size: float, waiting: float,
             draft_k: int, length: float | None, context_per_sequence: float, context: Any, tree: int | None,
-            cap: int | None, prompt: float | None, output: float | None, weight_bytes: float,
+            cap: int | None, prompt: float | None, output: float | None,
             draft_note: str | None, method_name: str | None) -> dict[str, Any]:
     terms = decision.terms
     positions = tree or draft_k + 1
+    answered = _answered_batch(decision, batch_size, cap)
     tokens_per_step = terms["batch_speculative"] * positions
     knee = prior.knee_tokens
     rho = terms["speculative_s"] / max(terms["plain_s"], 1e-12)
     be = decision.break_even_length
     low_be = decision.low_load_break_even
-    kv_time = batch_size * context_per_sequence * prior.kv_bytes_per_token / prior.bandwidth
+    kv_time = terms["batch_plain"] * context_per_sequence * prior.kv_bytes_per_token / prior.bandwidth
     kv_share = kv_time / terms["plain_at_plain_batch_s"]
     bound = perf.combine_bound([perf.tokens_per_step_signal(tokens_per_step, knee)])
     words = pricing.words
-    running = f"{batch_size:g} running"
+    running = f"{_count(terms['batch_plain']) if answered['capped'] else f'{batch_size:g}'} running"
     reasons: list[str] = []
     side = "past" if tokens_per_step > knee else "below"
     reasons.append(
-        f"{running} × {positions} tokens = {tokens_per_step:.0f} tokens per step, {side} the {gpu_spec.name} knee of "
-        f"about {knee:.0f}: a speculative step costs {rho:.2f}× a plain one"
+        f"{_count(terms['batch_speculative'])} running × {positions} tokens = {tokens_per_step:.0f} tokens per step, "
+        f"{side} the {gpu_spec.name} knee of about {knee:.0f}: a speculative step costs {rho:.2f}× a plain one"
         + (f", so break-even rises to {_fmt(be)}" if side == "past" else "")
     )
+    if answered["capped"]:
+        reasons.insert(0, f"the answer is for {answered['words']}: {answered['why']}")
     details: dict[str, Any] = {
         "low_load_break_even_length": low_be,
         "verify_ratio": terms["verify_s"] / max(terms["plain_s"], 1e-12),
@@ -404,7 +468,11 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: 
                            + (", and the draft model prefills too)" if pricing.kind == "model" else ")"))
         crossover = decision.crossover
         details["crossover_state"] = crossover.state
-        if crossover.state == "crosses":
+        if crossover.state == "crosses" and expected > 1 and crossover.concurrency < terms["batch_plain"]:
+            # not monotonic (an MoE: a few sequences' verification wakes experts a plain step leaves idle)
+            reasons.append(f"the speedup dips below 1 from about {crossover.concurrency:.0f} running sequences and "
+                           "climbs back above it by this load")
+        elif crossover.state == "crosses":
             reasons.append(f"speculation stops paying above about {crossover.concurrency:.0f} running sequences")
         elif crossover.state == "never_pays":
             reasons.append("it does not pay even with a single running sequence")
@@ -439,12 +507,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: 
         reasons.append(draft_note)
     if gpu_spec.approximate:
         reasons.append(f"{gpu_spec.name} figures are approximate (no datasheet): calibrate on the node")
-    if target.experts:
-        reasons.append(f"MoE: a step of N tokens reads E·(1 − (1 − {target.experts_per_token}/{target.experts})^N) "
-                       "experts per layer (uniform routing), so verifying k+1 tokens per sequence reads more weights")
-    if gpu_spec.memory_bytes is not None and weight_bytes > gpu_spec.memory_bytes:
-        reasons.append(f"{weight_bytes / 1e9:.0f} GB of weights per GPU do not fit in "
-                       f"{gpu_spec.memory_bytes / 1e9:.0f} GB: raise --tp or quantise")
+    reasons.extend(_model_notes(target, prior, tp_degree, terms["batch_plain"], tokens_per_step))
     verdict = {
         "speculation": decision.state,
         "confidence": round(decision.confidence, 3),
@@ -452,28 +515,11 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: _Target, prior: 
         "request_speedup": decision.request_speedup,
         "break_even_length": be,
         "crossover_concurrency": decision.crossover.concurrency if decision.crossover else None,
+        # the batch each mode's answer is for: below the one asked for where the KV memory (or
+        # --max-running) holds fewer sequences
+        "batch": {key: answered[key] for key in ("asked", "plain", "speculative", "capped", "why")},
         "reasons": reasons,
     }
-    inputs = {
-        "gpu": gpu_spec.key,
-        "gpu_name": gpu_spec.name,
-        "model": target.name,
-        "params": target.params,
-        "active_params": target.active_params,
-        "kv_bytes_per_token": target.kv_bytes_per_token,
-        "dtype": dtype_name,
-        "tp": tp_degree,
-        "batch": batch_size,
-        "waiting": waiting,
-        "k": draft_k,
-        "acceptance_length": length,
-        "method": method_name or pricing.method,
-        "method_assumed": method_name is None,
-        "draft_ratio": pricing.ratio,
-        "context_per_sequence": context_per_sequence,
-        "tree_tokens": tree,
-        "max_running": cap,
-        "prompt_tokens": prompt,
-        "output_tokens": output,
-    }
+    inputs = _inputs(gpu_spec, target, dtype_name, tp_degree, batch_size, waiting, draft_k, length, method_name,
+                     pricing, context_per_sequence, tree, cap, prompt, output)
     return {"schema": SCHEMA, "inputs": inputs, "verdict": verdict, "bound": bound.to_dict(), "details": details}

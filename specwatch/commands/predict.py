@@ -28,8 +28,13 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--gpu-memory", "gpu_memory", "GPU memory in bytes (e.g. 48GiB): KV capacity for a custom GPU"),
     ("--model", "model", f"known architecture: {', '.join(known_model_names())}"),
     ("--params", "params", "total parameters, e.g. 70e9 or 70B (instead of --model)"),
-    ("--active-params", "active_params", "parameters used per token (MoE); default: --params"),
-    ("--kv-bytes-per-token", "kv_bytes_per_token", "BF16 KV-cache bytes per context token, whole model"),
+    ("--active-params", "active_params", "parameters used per token (MoE), shared experts included; default: "
+                                         "--params"),
+    ("--experts", "experts", "routed experts per MoE layer (with --experts-per-token and --active-params below "
+                             "--params: the expert reads are priced; with --model it replaces the table's)"),
+    ("--experts-per-token", "experts_per_token", "routed experts each token uses (top-k, below --experts)"),
+    ("--kv-bytes-per-token", "kv_bytes_per_token", "BF16 KV-cache bytes per context token, whole model (an MLA "
+                                                   "model from the table keeps it whole on every GPU)"),
     ("--tp", "tp", "tensor-parallel degree (default 1)"),
     ("--batch", "batch", "running sequences (concurrency)"),
     ("--waiting", "waiting", "requests waiting (the node is full): judged on throughput at the batch each mode holds"),
@@ -63,19 +68,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def _count(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+
+def _batch_words(verdict: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """The batch the speedup is for: the one asked for, or the one the KV memory holds, said so."""
+    batch = verdict.get("batch") or {}
+    if not batch.get("capped"):
+        return f"batch {inputs['batch']:g}"
+    plain, spec = batch["plain"], batch["speculative"]
+    words = f"batch {_count(plain)}" if _count(plain) == _count(spec) else \
+        f"batch {_count(plain)} plain, {_count(spec)} speculative"
+    return f"{words} ({batch['why']})"
+
+
 def _summary(result: dict[str, Any]) -> str:
     verdict = result["verdict"]
     inputs = result["inputs"]
     lines = [f"speculation: {verdict['speculation']} (confidence {verdict['confidence']:.2f})"]
     numbers = []
     if verdict["expected_speedup"] is not None:
-        numbers.append(f"expected speedup {verdict['expected_speedup']:.2f}× at batch {inputs['batch']:g}")
+        numbers.append(f"expected speedup {verdict['expected_speedup']:.2f}× at {_batch_words(verdict, inputs)}")
     if verdict.get("request_speedup") is not None:
         numbers.append(f"end to end {verdict['request_speedup']:.2f}×")
-    numbers.append(f"break-even L {verdict['break_even_length']:.2f}")
+    if verdict["break_even_length"] is not None:
+        numbers.append(f"break-even L {verdict['break_even_length']:.2f}")
     if verdict["crossover_concurrency"] is not None:
         numbers.append(f"crossover ≈ {verdict['crossover_concurrency']:.0f} running")
-    lines.append(" · ".join(numbers))
+    if numbers:
+        lines.append(" · ".join(numbers))
     lines.append(f"bound: {result['bound']['state']}")
     lines.extend(f"- {reason}" for reason in verdict["reasons"])
     return "\n".join(lines)

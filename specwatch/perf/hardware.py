@@ -2,8 +2,9 @@
 
 The performance model (specwatch.perf) needs two things about a node that no metric reports: the
 GPU's datasheet roofs (dense tensor FLOP/s and DRAM bytes/s) and the served model's shape (parameter
-count, layers, KV bytes per context token). Both live here as frozen tables with their sources, so
-a number can be traced back to the datasheet it came from.
+count, layers, KV bytes per context token). Both are frozen tables with their sources, so a number
+can be traced back to the datasheet it came from; the model table lives in specwatch.perf.models
+and is re-exported here.
 
 All FLOP/s figures are **dense** (no 2:4 sparsity): NVIDIA datasheets print the sparse figure with
 an asterisk, and the dense one is half of it. Bandwidth is bytes per second (decimal units, as on
@@ -15,6 +16,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+
+# The model table lives in specwatch.perf.models; its names are read from here too.
+from specwatch.perf.models import MODELS, ModelSpec, known_model_names, lookup_model
 
 __all__ = [
     "GpuSpec",
@@ -502,117 +506,3 @@ def scale_for_clock(spec: GpuSpec, current_sm_clock_mhz: float, max_sm_clock_mhz
     return replace(spec, bf16_flops=bf16, fp8_flops=fp8,
                    clock_fraction=spec.clock_fraction * bf16 / spec.bf16_flops)
 
-
-# --------------------------------------------------------------------------------------------------
-# Model architectures
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """The shape of a served model, as far as the step-time model needs it."""
-
-    name: str
-    params: float  # total parameters
-    active_params: float  # parameters used per token (= params for dense models)
-    layers: int
-    hidden_size: int
-    attention_heads: int
-    kv_heads: int
-    head_dim: int
-    source: str
-    experts: int | None = None  # routed experts per MoE layer
-    experts_per_token: int | None = None  # top-k routing
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """BF16 KV-cache bytes per context token: K and V, every layer, every KV head."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * 2
-
-    @property
-    def is_moe(self) -> bool:
-        return self.experts is not None and self.experts_per_token is not None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "params": self.params,
-            "active_params": self.active_params,
-            "layers": self.layers,
-            "hidden_size": self.hidden_size,
-            "attention_heads": self.attention_heads,
-            "kv_heads": self.kv_heads,
-            "head_dim": self.head_dim,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "experts": self.experts,
-            "experts_per_token": self.experts_per_token,
-            "source": self.source,
-        }
-
-
-def _hf(repo: str) -> str:
-    return f"config.json of huggingface.co/{repo} (num_hidden_layers, hidden_size, num_attention_heads, " \
-           "num_key_value_heads); parameter count from the model card"
-
-
-_MODEL_LIST: tuple[ModelSpec, ...] = (
-    ModelSpec("Llama-3.1-8B", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, _hf("meta-llama/Llama-3.1-8B")),
-    ModelSpec("Llama-3.1-70B", 70.6e9, 70.6e9, 80, 8192, 64, 8, 128, _hf("meta-llama/Llama-3.1-70B")),
-    ModelSpec("Llama-3.1-405B", 405.9e9, 405.9e9, 126, 16384, 128, 8, 128, _hf("meta-llama/Llama-3.1-405B")),
-    ModelSpec("Llama-3.2-1B", 1.24e9, 1.24e9, 16, 2048, 32, 8, 64, _hf("meta-llama/Llama-3.2-1B")),
-    ModelSpec("Llama-3.2-3B", 3.21e9, 3.21e9, 28, 3072, 24, 8, 128, _hf("meta-llama/Llama-3.2-3B")),
-    ModelSpec("Llama-2-7B", 6.74e9, 6.74e9, 32, 4096, 32, 32, 128, _hf("meta-llama/Llama-2-7b-hf") + " (MHA)"),
-    ModelSpec("Qwen2.5-0.5B", 0.49e9, 0.49e9, 24, 896, 14, 2, 64, _hf("Qwen/Qwen2.5-0.5B")),
-    ModelSpec("Qwen2.5-7B", 7.62e9, 7.62e9, 28, 3584, 28, 4, 128, _hf("Qwen/Qwen2.5-7B")),
-    ModelSpec("Qwen2.5-72B", 72.7e9, 72.7e9, 80, 8192, 64, 8, 128, _hf("Qwen/Qwen2.5-72B")),
-    ModelSpec("TinyLlama-1.1B", 1.1e9, 1.1e9, 22, 2048, 32, 4, 64, _hf("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T")),
-    ModelSpec(
-        "Mixtral-8x7B",
-        46.7e9,
-        12.9e9,
-        32,
-        4096,
-        32,
-        8,
-        128,
-        _hf("mistralai/Mixtral-8x7B-v0.1") + "; 8 experts, top-2 (num_local_experts, num_experts_per_tok)",
-        experts=8,
-        experts_per_token=2,
-    ),
-)
-
-MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _MODEL_LIST}
-
-# Names people type for the same weights (instruct tunes and point releases share the architecture).
-_MODEL_ALIASES: dict[str, str] = {
-    "llama-3-8b": "Llama-3.1-8B",
-    "llama-3-70b": "Llama-3.1-70B",
-    "llama-3.3-70b": "Llama-3.1-70B",
-    "qwama-0.5b": "Qwen2.5-0.5B",  # turboderp/Qwama-0.5B-Instruct: a Qwen2-0.5B with the Llama-3 vocabulary
-    "qwen2-0.5b": "Qwen2.5-0.5B",
-}
-
-
-def known_model_names() -> list[str]:
-    return [spec.name for spec in _MODEL_LIST]
-
-
-def _model_key(name: str) -> str:
-    key = name.strip().lower()
-    key = key.split("/")[-1]  # "meta-llama/Llama-3.1-8B-Instruct" → "llama-3.1-8b-instruct"
-    for suffix in ("-instruct", "-chat", "-hf", "-it"):
-        if key.endswith(suffix):
-            key = key[: -len(suffix)]
-    return key.replace("_", "-").replace("meta-", "")
-
-
-def lookup_model(name: str) -> ModelSpec | None:
-    """Find a model architecture by name, case-insensitive; Hugging Face ids and -Instruct suffixes work."""
-    if not isinstance(name, str) or not name.strip():
-        return None
-    key = _model_key(name)
-    for spec in _MODEL_LIST:
-        if key == spec.name.lower():
-            return spec
-    alias = _MODEL_ALIASES.get(key)
-    return MODELS[alias] if alias else None

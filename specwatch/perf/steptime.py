@@ -333,7 +333,8 @@ def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str =
         gpu,
         params=model.params,
         active_params=model.active_params,
-        kv_bytes_per_token=model.kv_bytes_per_token,
+        # datasheet_prior divides the KV bytes by tp; a cache every rank holds whole (MLA) is not split
+        kv_bytes_per_token=model.kv_bytes_per_token * (tp if model.kv_replicated_under_tp else 1),
         tp=tp,
         dtype=dtype,
         layers=model.layers,

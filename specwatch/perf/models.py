@@ -1,0 +1,249 @@
+"""Common model shapes, as data: the served model's parameter count, depth, attention shape (KV
+bytes per context token) and MoE routing, each row with the Hugging Face config.json and model card
+it comes from. `specwatch.perf.hardware` re-exports these names beside the GPU table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["ModelSpec", "MODELS", "lookup_model", "known_model_names"]
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a served model, as far as the step-time model needs it."""
+
+    name: str
+    params: float  # total parameters
+    active_params: float  # parameters used per token (= params for dense models)
+    layers: int
+    hidden_size: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    source: str
+    experts: int | None = None  # routed experts per MoE layer
+    experts_per_token: int | None = None  # top-k routing
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the cache holds one compressed latent
+    # per layer and token, kv_lora_rank + qk_rope_head_dim wide, instead of K and V per KV head.
+    kv_latent_dim: int | None = None
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """BF16 KV-cache bytes per context token, whole model: K and V, every layer, every KV head;
+        for MLA the latent (kv_lora_rank + qk_rope_head_dim), every layer."""
+        if self.kv_latent_dim is not None:
+            return self.layers * self.kv_latent_dim * 2
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+    @property
+    def kv_replicated_under_tp(self) -> bool:
+        """Whether every tensor-parallel rank holds the whole KV cache. K and V split by heads across
+        the ranks; MLA's latent is one vector per layer shared by every head, so vLLM keeps all of it
+        on every rank."""
+        return self.kv_latent_dim is not None
+
+    def kv_bytes_per_token_per_gpu(self, tp: int = 1) -> float:
+        """KV bytes per context token on one GPU of `tp`: split across the ranks, or the whole of it
+        where the cache is replicated (MLA)."""
+        return float(self.kv_bytes_per_token) if self.kv_replicated_under_tp else self.kv_bytes_per_token / tp
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts is not None and self.experts_per_token is not None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "params": self.params,
+            "active_params": self.active_params,
+            "layers": self.layers,
+            "hidden_size": self.hidden_size,
+            "attention_heads": self.attention_heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_latent_dim": self.kv_latent_dim,
+            "kv_replicated_under_tp": self.kv_replicated_under_tp,
+            "experts": self.experts,
+            "experts_per_token": self.experts_per_token,
+            "source": self.source,
+        }
+
+
+def _hf(repo: str) -> str:
+    return f"config.json of huggingface.co/{repo} (num_hidden_layers, hidden_size, num_attention_heads, " \
+           "num_key_value_heads); parameter count from the model card"
+
+
+def _hf_moe(repo: str, shape: str, params: str) -> str:
+    return f"config.json of huggingface.co/{repo}: {shape}; {params} from the model card"
+
+
+# Mixture-of-experts models. The step-time prior solves shared + routed = total and
+# shared + routed·k/E = active for the routed share, so a shared expert (always on) is part of the
+# shared weights through the active count: it needs no field of its own. Dense layers before the
+# first MoE layer (DeepSeek's first_k_dense_replace) or between them (Llama-4-Maverick) are shared
+# weights too; the union of experts a step touches is the same fraction in every MoE layer.
+_DEEPSEEK_V3 = ModelSpec(
+    "DeepSeek-V3", 671e9, 37e9, 61, 7168, 128, 128, 128,
+    _hf_moe("deepseek-ai/DeepSeek-V3",
+            "num_hidden_layers 61, hidden_size 7168, num_attention_heads 128, MLA with kv_lora_rank 512 + "
+            "qk_rope_head_dim 64 (the cache holds this 576-wide latent per layer, replicated on every TP rank), "
+            "v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, "
+            "first_k_dense_replace 3", "671B total / 37B activated (the 14B MTP module left out)"),
+    experts=256, experts_per_token=8, kv_latent_dim=512 + 64,
+)
+_MOE_MODELS: tuple[ModelSpec, ...] = (
+    _DEEPSEEK_V3,
+    replace(_DEEPSEEK_V3, name="DeepSeek-R1",
+            source=_DEEPSEEK_V3.source.replace("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
+            + " (R1 is DeepSeek-V3's architecture, retrained)"),
+    ModelSpec(
+        "Kimi-K2", 1.04e12, 32e9, 61, 7168, 64, 64, 128,
+        _hf_moe("moonshotai/Kimi-K2-Instruct",
+                "num_hidden_layers 61, hidden_size 7168, num_attention_heads 64, MLA with kv_lora_rank 512 + "
+                "qk_rope_head_dim 64 (576-wide latent per layer, replicated on every TP rank), v_head_dim 128, "
+                "n_routed_experts 384, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1",
+                "1.04T total / 32B activated"),
+        experts=384, experts_per_token=8, kv_latent_dim=512 + 64,
+    ),
+    ModelSpec(
+        "MiniMax-M2", 230e9, 10e9, 62, 3072, 48, 8, 128,
+        _hf_moe("MiniMaxAI/MiniMax-M2",
+                "num_hidden_layers 62, hidden_size 3072, num_attention_heads 48, num_key_value_heads 8, head_dim 128, "
+                "num_local_experts 256, num_experts_per_tok 8, no shared expert", "230B total / 10B activated"),
+        experts=256, experts_per_token=8,
+    ),
+    ModelSpec(
+        "Qwen3-30B-A3B", 30.5e9, 3.3e9, 48, 2048, 32, 4, 128,
+        _hf_moe("Qwen/Qwen3-30B-A3B",
+                "num_hidden_layers 48, hidden_size 2048, num_attention_heads 32, num_key_value_heads 4, head_dim 128, "
+                "num_experts 128, num_experts_per_tok 8, no shared expert", "30.5B total / 3.3B activated"),
+        experts=128, experts_per_token=8,
+    ),
+    ModelSpec(
+        "Qwen3-235B-A22B", 235e9, 22e9, 94, 4096, 64, 4, 128,
+        _hf_moe("Qwen/Qwen3-235B-A22B",
+                "num_hidden_layers 94, hidden_size 4096, num_attention_heads 64, num_key_value_heads 4, head_dim 128, "
+                "num_experts 128, num_experts_per_tok 8, no shared expert", "235B total / 22B activated"),
+        experts=128, experts_per_token=8,
+    ),
+    ModelSpec(
+        "gpt-oss-20b", 20.9e9, 3.6e9, 24, 2880, 64, 8, 64,
+        _hf_moe("openai/gpt-oss-20b",
+                "num_hidden_layers 24, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
+                "num_local_experts 32, experts_per_token 4; every other layer attends through a 128-token sliding "
+                "window, which the KV figure (full attention in every layer) does not take off; the released "
+                "experts are MXFP4 (about 4.25 bits: --dtype w4a16 is the nearest)", "20.9B total / 3.6B active"),
+        experts=32, experts_per_token=4,
+    ),
+    ModelSpec(
+        "gpt-oss-120b", 116.8e9, 5.1e9, 36, 2880, 64, 8, 64,
+        _hf_moe("openai/gpt-oss-120b",
+                "num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
+                "num_local_experts 128, experts_per_token 4; every other layer attends through a 128-token sliding "
+                "window, which the KV figure (full attention in every layer) does not take off; the released "
+                "experts are MXFP4 (about 4.25 bits: --dtype w4a16 is the nearest)", "116.8B total / 5.1B active"),
+        experts=128, experts_per_token=4,
+    ),
+    ModelSpec(
+        "Llama-4-Scout-17B-16E", 109e9, 17e9, 48, 5120, 40, 8, 128,
+        _hf_moe("meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                "text_config num_hidden_layers 48, hidden_size 5120, num_attention_heads 40, num_key_value_heads 8, "
+                "head_dim 128, num_local_experts 16, num_experts_per_tok 1 plus a shared expert in every layer; "
+                "3 of 4 layers attend in 8192-token chunks, which the KV figure (full attention) does not take off",
+                "109B total / 17B active"),
+        experts=16, experts_per_token=1,
+    ),
+    ModelSpec(
+        "Llama-4-Maverick-17B-128E", 400e9, 17e9, 48, 5120, 40, 8, 128,
+        _hf_moe("meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+                "text_config num_hidden_layers 48, hidden_size 5120, num_attention_heads 40, num_key_value_heads 8, "
+                "head_dim 128, num_local_experts 128, num_experts_per_tok 1 plus a shared expert, "
+                "interleave_moe_layer_step 2 (MoE in every other layer, dense FFNs between: their weights are "
+                "shared weights, and the union of experts touched is the same in each MoE layer); 3 of 4 layers "
+                "attend in 8192-token chunks, which the KV figure does not take off", "400B total / 17B active"),
+        experts=128, experts_per_token=1,
+    ),
+)
+
+_MODEL_LIST: tuple[ModelSpec, ...] = (
+    ModelSpec("Llama-3.1-8B", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, _hf("meta-llama/Llama-3.1-8B")),
+    ModelSpec("Llama-3.1-70B", 70.6e9, 70.6e9, 80, 8192, 64, 8, 128, _hf("meta-llama/Llama-3.1-70B")),
+    ModelSpec("Llama-3.1-405B", 405.9e9, 405.9e9, 126, 16384, 128, 8, 128, _hf("meta-llama/Llama-3.1-405B")),
+    ModelSpec("Llama-3.2-1B", 1.24e9, 1.24e9, 16, 2048, 32, 8, 64, _hf("meta-llama/Llama-3.2-1B")),
+    ModelSpec("Llama-3.2-3B", 3.21e9, 3.21e9, 28, 3072, 24, 8, 128, _hf("meta-llama/Llama-3.2-3B")),
+    ModelSpec("Llama-2-7B", 6.74e9, 6.74e9, 32, 4096, 32, 32, 128, _hf("meta-llama/Llama-2-7b-hf") + " (MHA)"),
+    ModelSpec("Qwen2.5-0.5B", 0.49e9, 0.49e9, 24, 896, 14, 2, 64, _hf("Qwen/Qwen2.5-0.5B")),
+    ModelSpec("Qwen2.5-7B", 7.62e9, 7.62e9, 28, 3584, 28, 4, 128, _hf("Qwen/Qwen2.5-7B")),
+    ModelSpec("Qwen2.5-72B", 72.7e9, 72.7e9, 80, 8192, 64, 8, 128, _hf("Qwen/Qwen2.5-72B")),
+    ModelSpec("TinyLlama-1.1B", 1.1e9, 1.1e9, 22, 2048, 32, 4, 64, _hf("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T")),
+    ModelSpec(
+        "Mixtral-8x7B",
+        46.7e9,
+        12.9e9,
+        32,
+        4096,
+        32,
+        8,
+        128,
+        _hf("mistralai/Mixtral-8x7B-v0.1") + "; 8 experts, top-2 (num_local_experts, num_experts_per_tok)",
+        experts=8,
+        experts_per_token=2,
+    ),
+    *_MOE_MODELS,
+)
+
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _MODEL_LIST}
+
+# Names people type for the same weights (instruct tunes and point releases share the architecture).
+_MODEL_ALIASES: dict[str, str] = {
+    "llama-3-8b": "Llama-3.1-8B",
+    "llama-3-70b": "Llama-3.1-70B",
+    "llama-3.3-70b": "Llama-3.1-70B",
+    "qwama-0.5b": "Qwen2.5-0.5B",  # turboderp/Qwama-0.5B-Instruct: a Qwen2-0.5B with the Llama-3 vocabulary
+    "qwen2-0.5b": "Qwen2.5-0.5B",
+    "deepseek-v3-0324": "DeepSeek-V3",
+    "deepseek-v3.1": "DeepSeek-V3",
+    "deepseek-v3.1-terminus": "DeepSeek-V3",
+    "deepseek-r1-0528": "DeepSeek-R1",
+    "kimi-k2-instruct-0905": "Kimi-K2",
+    "kimi-k2-thinking": "Kimi-K2",
+    "llama-4-scout": "Llama-4-Scout-17B-16E",
+    "llama-4-maverick": "Llama-4-Maverick-17B-128E",
+}
+
+
+def known_model_names() -> list[str]:
+    return [spec.name for spec in _MODEL_LIST]
+
+
+# Suffixes of fine-tunes, point releases and weight formats that keep the architecture, taken off
+# the end of a name until none is left ("Qwen3-30B-A3B-Instruct-2507-FP8" → "qwen3-30b-a3b").
+_MODEL_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base", "-fp8", "-2507", "-thinking")
+
+
+def _model_key(name: str) -> str:
+    key = name.strip().lower()
+    key = key.split("/")[-1]  # "meta-llama/Llama-3.1-8B-Instruct" → "llama-3.1-8b-instruct"
+    stripped = True
+    while stripped:
+        stripped = False
+        for suffix in _MODEL_SUFFIXES:
+            if key.endswith(suffix):
+                key = key[: -len(suffix)]
+                stripped = True
+    return key.replace("_", "-").replace("meta-", "")
+
+
+def lookup_model(name: str) -> ModelSpec | None:
+    """Find a model architecture by name, case-insensitive; Hugging Face ids and -Instruct suffixes work."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    key = _model_key(name)
+    for spec in _MODEL_LIST:
+        if key == spec.name.lower():
+            return spec
+    alias = _MODEL_ALIASES.get(key)
+    return MODELS[alias] if alias else None
