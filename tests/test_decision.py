@@ -266,13 +266,14 @@ def test_predict_check_watch_sweep_and_tune_give_the_same_expected_speedup():
     # predict, given the same step time, load and acceptance (on 2 GPUs: one 80 GB A100 cannot hold
     # the 70B's 141 GB of BF16 weights, and predict gives no verdict for a setup that cannot load)
     predicted = predict(lookup("A100"), model="Llama-3.1-70B", tp=2, batch=running, k=4, acceptance_length=length,
-                        method="ngram", step_model=fitted)
+                        method="ngram", step_model=fitted, prompt_per_output=advisor.last_inputs.prompt_per_output)
     assert predicted["verdict"]["expected_speedup"] == pytest.approx(said, rel=1e-9)
 
     # sweep's predicted curve at the same concurrency
     tiers = [{"concurrency": running, "speculative": {"k": 4, "acceptance_length": length},
               "baseline": {"prompt_tokens_mean": 0.0}}]
-    curve, note = predicted_curve(tiers, PredictionInputs(method="ngram", k=4, step_model=fitted), max_tokens=0.0)
+    curve, note = predicted_curve(tiers, PredictionInputs(method="ngram", k=4, step_model=fitted,
+                                                                    prompt_per_output=advisor.last_inputs.prompt_per_output), max_tokens=0.0)
     assert curve is not None, note
     assert curve["points"][0]["speedup"] == pytest.approx(said, rel=1e-9)
     assert math.isfinite(curve["points"][0]["speedup"])

@@ -113,6 +113,7 @@ def test_json_output_and_exit_statuses():
         "confidence",
         "expected_speedup",
         "request_speedup",
+        "throughput_speedup",
         "break_even_length",
         "crossover_concurrency",
         "batch",

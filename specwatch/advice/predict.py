@@ -163,6 +163,8 @@ def predict(
     gpu_memory: Any = None,
     step_model: perf.StepTimeModel | None = None,
     verifier: str | None = None,
+    max_num_batched_tokens: Any = None,
+    prompt_per_output: Any = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -210,6 +212,17 @@ def predict(
     verifier_name = (verifier or "multi-query").lower()
     if verifier_name not in perf.VERIFIERS:
         raise PredictInputError(f"unknown verifier {verifier!r}; known: {', '.join(perf.VERIFIERS)}")
+    budget = None if max_num_batched_tokens is None else _positive(max_num_batched_tokens, "max num batched tokens")
+    # the traffic's prompt tokens per output token: their prefill shares the steps (chunked prefill)
+    if prompt_per_output is not None:
+        mix = _non_negative(prompt_per_output, "prompt per output")
+    elif prompt is not None and output:
+        mix = prompt / output
+    else:
+        mix = 0.0
+    if budget is not None and mix == 0.0:
+        raise PredictInputError("--max-num-batched-tokens needs the traffic's shape: give --prompt-tokens and "
+                                "--output-tokens")
 
     if draft_ratio is not None and (draft_params is not None or draft_model is not None):
         raise PredictInputError("give either --draft-params/--draft-model or --draft-ratio, not both")
@@ -279,12 +292,15 @@ def predict(
         kv_budget_bytes=kv_budget, target_kv_bytes_per_token=prior.kv_bytes_per_token,
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
         extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
+        prompt_per_output=mix, token_budget=budget,
     ))
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                      draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
     result["inputs"]["verifier"] = verifier_name
+    result["inputs"]["prompt_per_output"] = mix
+    result["inputs"]["max_num_batched_tokens"] = budget
+    result["verdict"]["throughput_speedup"] = decision.throughput_speedup
     return result
-
 
 
 def _count(value: float) -> str:

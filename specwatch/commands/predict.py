@@ -55,6 +55,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--max-running", "max_running", "the engine's cap on running requests under speculation"),
     ("--prompt-tokens", "prompt_tokens", "prompt tokens per request (with --output-tokens: end-to-end speedup)"),
     ("--output-tokens", "output_tokens", "output tokens per request"),
+    ("--max-num-batched-tokens", "max_num_batched_tokens", "the engine's token budget per step (vLLM's "
+                                                           "max_num_batched_tokens): prefill chunks and verified "
+                                                           "positions share it (needs --prompt-tokens/--output-tokens)"),
     ("--verifier", "verifier", "how the engine verifies: multi-query (one KV read per sequence; default) or "
                                "batch-expansion (vLLM V0 before its multi-query scorer: a KV read per position)"),
 )
@@ -92,6 +95,8 @@ def _summary(result: dict[str, Any]) -> str:
         numbers.append(f"expected speedup {verdict['expected_speedup']:.2f}× at {_batch_words(verdict, inputs)}")
     if verdict.get("request_speedup") is not None:
         numbers.append(f"end to end {verdict['request_speedup']:.2f}×")
+    if verdict.get("throughput_speedup") is not None:
+        numbers.append(f"requests per second {verdict['throughput_speedup']:.2f}×")
     if verdict["break_even_length"] is not None:
         numbers.append(f"break-even L {verdict['break_even_length']:.2f}")
     if verdict["crossover_concurrency"] is not None:
