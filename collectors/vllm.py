@@ -42,7 +42,7 @@ from specwatch.collectors.engines import (
     claims,
 )
 from specwatch.telemetry.exposition import ExpositionError, parse_payload
-from specwatch.telemetry.urls import split_url
+from specwatch.telemetry.urls import redact, split_url
 from specwatch.telemetry.snapshot import (
     FROM_METRICS,
     FROM_SERVER_INFO,
@@ -160,11 +160,12 @@ def make_client(
 
 
 def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
-    """(state, message) for a transport failure, in the operator's words."""
-    where = f"{engine_label} at {url}"
+    """(state, message) for a transport failure, in the operator's words; the URL and the error's own
+    text redacted (the caller may pass the URL it requested, credentials and all)."""
+    where = redact(f"{engine_label} at {url}")
     if isinstance(exc, httpx.TimeoutException):
         return "timeout", f"{where}: no answer within the timeout ({type(exc).__name__})"
-    text = str(exc)
+    text = redact(str(exc))
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ssl.SSLError):

@@ -81,7 +81,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from specwatch.commands.options import CommandError, ExitCode, print_error
+    from specwatch.commands.options import CommandError, ExitCode, print_error, read_url_files
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in BY_NAME:
@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_numpy_single_threaded()
         args = build_parser(command or None).parse_args(argv)
         command = args.command
+        read_url_files(args)  # --url-file: its URLs join --url's before the command sees them
         return int(BY_NAME[args.command].run(args))
     except CommandError as exc:
         print_error(command, exc.message)

@@ -15,6 +15,7 @@ from specwatch.commands.options import (
     add_advisor_arguments,
     advisor_config,
     add_connection_arguments,
+    add_url_file_argument,
     connection_settings,
     live_session,
     node_url,
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "few nodes): a specwatch agent's /metrics (`specwatch export`, e.g. host:9464) gives its "
                         "verdict; a bare vLLM or SGLang server (e.g. host:8000) is judged here, which takes two "
                         "readings a refresh apart")
+    add_url_file_argument(p, "node URL")
     p.add_argument("--job", default=DEFAULT_FLEET_JOB, metavar="NAME",
                    help="the scrape job of the agents, to list the ones Prometheus cannot reach "
                         "(default %(default)s)")

@@ -30,7 +30,7 @@ class ExitCode(IntEnum):
     OK = 0  # done; for check and predict: no change recommended
     CHANGE = 1  # check, predict: a change is recommended (turn speculation on or off)
     NOT_ENOUGH_DATA = 2  # check, predict, tune: the data cannot support an answer yet
-    UNREADABLE = 3  # the target, a file, the token or CA file, or the listen address could not be used
+    UNREADABLE = 3  # the target, a file, the token, URL or CA file, or the listen address could not be used
     INCOMPLETE = 4  # sweep: it stopped before every tier was measured (partial results are kept)
     WRITE_FAILED = 5  # record: a write failed; the file is valid up to its last flush
     USAGE = 64  # a usage error: an unknown flag, a bad flag value, an unknown GPU or model (sysexits EX_USAGE)
@@ -52,17 +52,24 @@ class UsageError(CommandError):
 
 
 def print_error(command: str, message: str, file: TextIO | None = None) -> None:
-    """The one spelling of a command's message on stderr: `specwatch <command>: message`."""
+    """The one spelling of a command's message on stderr: `specwatch <command>: message`, with the
+    credentials of any URL in it redacted (specwatch.telemetry.urls.redact)."""
+    from specwatch.telemetry.urls import redact
+
     prefix = f"specwatch {command}" if command else "specwatch"
-    print(f"{prefix}: {message}", file=file or sys.stderr)
+    print(f"{prefix}: {redact(message)}", file=file or sys.stderr)
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with usage errors ending in ExitCode.USAGE instead of argparse's own 2 (which
-    `check` uses for "not enough data"), as one line spelt like every other message."""
+    `check` uses for "not enough data"), as one line spelt like every other message. What the
+    message echoes of the command line (a bad value, an unrecognized argument) is redacted: a
+    mistyped URL still carries its password."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        from specwatch.telemetry.urls import redact
+
+        self.exit(ExitCode.USAGE, f"{self.prog}: {redact(message)} (see {self.prog} --help)\n")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
@@ -189,6 +196,67 @@ def add_connection_arguments(p: Any, token_env: str, what: str = "") -> None:
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
 
 
+def add_url_file_argument(p: Any, what: str) -> None:
+    """--url-file PATH (repeatable): the URLs of a file, one a line, as if each were given with --url
+    (after those), so that credentials in them stay out of the process list. `what` names them in
+    messages (the --url flag's own name: "vLLM URL", "node URL"). Read by `read_url_files`."""
+    p.set_defaults(url_file_what=what)
+    p.add_argument("--url-file", action="append", dest="url_files", metavar="PATH",
+                   help="file of URLs, one a line (# starts a comment), used as if each were given with --url; "
+                        "keeps credentials out of the process list")
+
+
+def read_url_files(args: argparse.Namespace) -> None:
+    """Append the URLs of every --url-file to `args.urls`, read as --url reads them. A file that
+    cannot be read, or holds no URL, is CommandError(UNREADABLE); a bad URL in it is a UsageError
+    naming the file and line, with the URL's credentials redacted. A file readable by other users is
+    a warning on stderr when it holds credentials."""
+    from specwatch.telemetry.urls import split_url
+
+    paths = getattr(args, "url_files", None) or []
+    what = getattr(args, "url_file_what", "URL")
+    urls = list(getattr(args, "urls", None) or [])
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise CommandError(f"cannot read the URL file {path}: {reason}", ExitCode.UNREADABLE) from None
+        found = []
+        for number, line in enumerate(lines, 1):
+            text = line.split(" #", 1)[0].split("\t#", 1)[0].strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                split_url(text, what)
+            except ValueError as exc:
+                raise UsageError(f"--url-file {path}, line {number}: {exc}") from None
+            found.append(text)
+        if not found:
+            raise CommandError(f"the URL file {path} holds no URL", ExitCode.UNREADABLE)
+        if any("@" in url for url in found):
+            warn_if_shared(args, path, "URL file")
+        urls.extend(found)
+    if paths:
+        args.urls = urls
+
+
+def warn_if_shared(args: argparse.Namespace, path: str, what: str) -> None:
+    """A warning on stderr when the file at `path`, which holds a secret, is readable by its group or
+    by everyone (POSIX permissions; nothing is said where there are none)."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if os.name == "posix" and mode & (stat.S_IRGRP | stat.S_IROTH):
+        print_error(getattr(args, "command", None) or "",
+                    f"warning: the {what} {path} is readable by other users (chmod 600 {path})")
+
+
 def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
     """What the operator knows that the telemetry may not say: the method, the draft's cost and
     size, the GPU, the served model and the tensor-parallel degree. `overriding` names what the flags
@@ -218,6 +286,7 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--url", action="append", dest="urls", metavar="URL", type=vllm_url,
                    help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
+    add_url_file_argument(p, "vLLM URL")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
     p.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="per-request timeout (default %(default)s)")
@@ -260,6 +329,8 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
         verify = verify_from_flags(args.insecure, args.ca_file)
     except (TokenError, ValueError) as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+    if args.token_file is not None:
+        warn_if_shared(args, args.token_file, "token file")
     return ConnectionSettings(token, verify)
 
 

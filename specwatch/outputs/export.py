@@ -38,6 +38,7 @@ from specwatch.outputs.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFI
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.monitor import Monitor, TargetState
 from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
+from specwatch.telemetry.urls import redact
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
@@ -92,19 +93,20 @@ def check_listen(value: str, allow_remote: bool) -> tuple[str, int]:
 
 
 def public_url(url: str) -> str:
-    """A URL safe to put in a label: no user-info (user:password@), no query string, no fragment."""
+    """A URL safe to put in a label: no user-info (user:password@), no query string, no fragment;
+    whatever urlsplit makes of a malformed one still goes through the one redaction."""
     try:
         parts = urlsplit(url)
+        if not parts.scheme:
+            return redact(url.split("@")[-1].split("?")[0])
+        netloc = parts.hostname or ""
+        if ":" in netloc:
+            netloc = f"[{netloc}]"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
     except ValueError:
         return "invalid-url"
-    if not parts.scheme:
-        return url.split("@")[-1].split("?")[0]
-    netloc = parts.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return redact(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
 
 
 def public_source_name(name: str) -> str:

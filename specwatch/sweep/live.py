@@ -211,12 +211,12 @@ class LiveSweep:
         self.progress(_progress_line(endpoint.side, concurrency, figures))
         self.on_tier(self.record)
         if run.server_dead:
-            self.record.stopped = f"{endpoint.side}: {run.dead_message}"
+            self.record.stopped = redact(f"{endpoint.side}: {run.dead_message}")  # stored: no credentials
             return False
         if stats.requests_ok == 0:
             why = stats.first_failure or "no request finished"
-            self.record.stopped = (f"{endpoint.side}: every request at concurrency {concurrency} failed "
-                                   f"({stats.requests_failed}); the first: {why}")
+            self.record.stopped = redact(f"{endpoint.side}: every request at concurrency {concurrency} failed "
+                                         f"({stats.requests_failed}); the first: {why}")
             return False
         return True
 
@@ -275,7 +275,7 @@ async def sweep_two_servers(sweep: LiveSweep, baseline: Endpoint, speculative: E
         await sweep.prepare(baseline)
         await sweep.prepare(speculative)
     except SweepError as exc:
-        sweep.record.stopped = str(exc)
+        sweep.record.stopped = redact(str(exc))
         return sweep.record
     await run_tiers(sweep, {baseline.side: baseline, speculative.side: speculative})
     return sweep.record
