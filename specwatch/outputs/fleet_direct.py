@@ -27,7 +27,7 @@ import httpx
 
 from specwatch.collectors.prometheus import PromSample, QueryResult
 from specwatch.collectors.transport import PayloadTooLarge, deadline_s, get_bounded
-from specwatch.collectors.vllm import describe_http_error, describe_status, make_client
+from specwatch.collectors.vllm import describe_http_error, describe_status, make_client, url_has_credentials
 from specwatch.outputs.export import known_configuration
 from specwatch.outputs.export_schema import NODE
 from specwatch.outputs.fleet import FleetReading, FleetRow, NodeDetail, SourceDetail, TargetDetail, fleet_rows, node_detail
@@ -162,7 +162,8 @@ class DirectFleet:
             return self._failed(target, *describe_http_error(exc, target.shown, "node"))
         if response.status_code != 200:
             return self._failed(target, *describe_status(response.status_code, target.shown,
-                                                         token_sent=self._token_sent, engine_label="node"))
+                                                         token_sent=self._token_sent, engine_label="node",
+                                                         url_credentials=url_has_credentials(target.metrics_url)))
         target.state, target.message, target.last_good = "ok", "", self.clock()
         return response.content.decode("utf-8", errors="replace")
 
