@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from specwatch.collectors.vllm import describe_http_error, describe_status
+from specwatch.collectors.vllm import describe_http_error, describe_status, url_has_credentials
 from specwatch.telemetry.urls import split_url
 
 QUERY_PATH = "/api/v1/query"
@@ -99,7 +99,7 @@ class PrometheusClient:
                                                f"{body.get('errorType', 'error')}: {body.get('error', '')}")
         if response.status_code in (401, 403):
             return QueryResult(*describe_status(response.status_code, self.shown_url, self._token_sent, where,
-                                                QUERY_PATH))
+                                                QUERY_PATH, url_credentials=url_has_credentials(self.url)))
         if response.status_code != 200:
             return QueryResult("http_error", f"{where}: HTTP {response.status_code} at {QUERY_PATH} "
                                              "(is this the Prometheus base URL?)")

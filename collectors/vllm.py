@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -184,13 +185,30 @@ def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM"
     return "network_error", f"{where}: {type(exc).__name__}: {text or 'connection failed'}"
 
 
+def url_has_credentials(url: str) -> bool:
+    """Whether a URL carries user-info (user:password@), which httpx sends as basic auth."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
+
+
 def describe_status(status: int, url: str, token_sent: bool = False, where: str | None = None,
-                    path: str = "/metrics", engine_label: str = "vLLM") -> tuple[str, str]:
+                    path: str = "/metrics", engine_label: str = "vLLM",
+                    url_credentials: bool = False) -> tuple[str, str]:
     """(state, message) for an HTTP status other than 200. A 401 or 403 says whether a token went
-    with the request: "none was sent" and "it was rejected" need different fixes."""
+    with the request: "none was sent" and "it was rejected" need different fixes. `url_credentials`:
+    the URL requested carried user:password (sent as basic auth), which the message names without
+    repeating them."""
     where = where or f"{engine_label} at {url}"
     if status in (401, 403):
         word = "unauthorised" if status == 401 else "forbidden"
+        if url_credentials:
+            also = " (and the bearer token)" if token_sent else ""
+            return f"http_{status}", (f"{where}: HTTP {status} {word}: the server refused the URL's credentials"
+                                      f"{also}, sent as basic auth (check the user and password in the URL, "
+                                      f"or use --token-env NAME or --token-file PATH)")
         if token_sent:
             return f"http_{status}", (f"{where}: HTTP {status} {word}: the bearer token was sent and rejected "
                                       f"(check the token, or its permission to read {path})")
@@ -255,7 +273,8 @@ async def _scrape_target(
     elapsed = time.perf_counter() - started
     if response.status_code != 200:
         state, message = describe_status(response.status_code, target.url,
-                                         token_sent="authorization" in client.headers, engine_label=target.label)
+                                         token_sent="authorization" in client.headers, engine_label=target.label,
+                                         url_credentials=url_has_credentials(target.metrics_url))
         return TargetSample(target.url, state, message, version=target.info.version,
                             payload_bytes=len(response.content))
     body = response.content

@@ -63,13 +63,31 @@ def footnotes(gpus: tuple[GpuSample, ...]) -> list[str]:
     return [f"{'/'.join(labels)}: {why}" for why, labels in reasons.items() if labels]
 
 
+def told_line(view: DashboardView) -> Text | None:
+    """The GPU the advisor reasons with when the operator named it (--gpu) rather than NVML or DCGM."""
+    told = view.gpu_told
+    if told is None:
+        return None
+    line = Text("advisor's GPU: ", style="dim", no_wrap=True, overflow="ellipsis")
+    line.append(f"{told.name} (from --gpu)", style="bold")
+    if view.gpus:
+        line.append(", not the GPUs read here", style="dim")
+    return line
+
+
 def no_gpus(view: DashboardView) -> RenderableType:
     lines = [Text("No GPU readings.", style="bold")]
     for s in view.sources:
         if s.state != "ok":
             lines.append(Text(f"{s.name}: {s.message or s.state}"))
-    lines.append(Text("The verdict uses the engine's own metrics alone; the bound state is then less certain.",
-                      style="dim"))
+    told = told_line(view)
+    if told is not None:
+        lines.append(told)
+        lines.append(Text("The roofs and ridge are that GPU's datasheet's; activity, power and memory are not read.",
+                          style="dim"))
+    else:
+        lines.append(Text("The verdict uses the engine's own metrics alone; the bound state is then less certain.",
+                          style="dim"))
     return Group(*lines)
 
 
@@ -189,19 +207,21 @@ class GpuPanel(Panel):
                 and self.is_mounted and self.app.size.height < self.summary_below_rows)
 
     def layout_key(self, view: DashboardView) -> object:
+        told = view.gpu_told is not None
         if not view.gpus:
-            return ("none", len(view.sources))
+            return ("none", len(view.sources), told)
         if self.summarised(view):
-            return ("summary", len(footnotes(view.gpus)))
+            return ("summary", len(footnotes(view.gpus)), told)
         return (len(view.gpus), len(footnotes(view.gpus)),
-                any(is_performance_limited(g.throttle_reasons) for g in view.gpus))
+                any(is_performance_limited(g.throttle_reasons) for g in view.gpus), told)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         if not view.gpus:
             return no_gpus(view)
+        told = [line for line in (told_line(view),) if line is not None]
         if self.summarised(view):
-            return Group(*summary_rows(view.gpus, width), *footnotes_lines(view.gpus))
-        return Group(*gpu_rows(view.gpus, width), *extra_lines(view.gpus, width))
+            return Group(*summary_rows(view.gpus, width), *footnotes_lines(view.gpus), *told)
+        return Group(*gpu_rows(view.gpus, width), *extra_lines(view.gpus, width), *told)
 
 
 def footnotes_lines(gpus: tuple[GpuSample, ...]) -> list[Text]:

@@ -38,10 +38,15 @@ ABOUT = (
 KEY_WIDTH = 11
 
 
-def key_rows(replay: bool, recorder: bool) -> list[tuple[str, str]]:
+def key_rows(replay: bool, recorder: bool, jumps: bool | None = None) -> list[tuple[str, str]]:
+    """The keys of this session. `jumps`: n / N work, which takes the replay of one recording file
+    (the demo's playlist of scenarios has no index of verdict changes); None: whenever `replay`."""
+    jumps = replay if jumps is None else jumps
     rows = []
     for key, words in KEYS:
         if not replay and words.startswith("replay:"):
+            continue
+        if key == "n / N" and not jumps:
             continue
         if key == "+ / -" and replay:
             words = "replay: faster / slower"
@@ -51,12 +56,12 @@ def key_rows(replay: bool, recorder: bool) -> list[tuple[str, str]]:
     return rows
 
 
-def help_text(replay: bool, recorder: bool) -> RenderableType:
+def help_text(replay: bool, recorder: bool, jumps: bool | None = None) -> RenderableType:
     """The keys as a table whose descriptions wrap under themselves, then the prose as paragraphs."""
     keys = Table.grid(padding=(0, 1))
     keys.add_column(width=1 + KEY_WIDTH, no_wrap=True)
     keys.add_column(ratio=1, overflow="fold")
-    for key, words in key_rows(replay, recorder):
+    for key, words in key_rows(replay, recorder, jumps):
         keys.add_row(f"  {key}", words)
     return Group(Text("Keys"), keys, *(part for paragraph in ABOUT for part in (Text(""), Text(paragraph))))
 
@@ -80,9 +85,9 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, replay: bool = False, recorder: bool = False) -> None:
+    def __init__(self, replay: bool = False, recorder: bool = False, jumps: bool | None = None) -> None:
         super().__init__()
-        self._text = help_text(replay, recorder)
+        self._text = help_text(replay, recorder, jumps)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:

@@ -189,6 +189,9 @@ class DashboardView:
     down_since: float | None = None
     # The other targets of a multi-target watch that cannot be read now, by URL.
     others_down: tuple[str, ...] = ()
+    # The GPU the operator told the advisor (--gpu, or a recording's header), which it reasons with
+    # instead of any GPU read from NVML or DCGM; None: the GPU comes from the readings.
+    gpu_told: GpuSpec | None = None
 
     @cached_property
     def health(self) -> dict | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -34,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls (default %(default)s)")
     p.add_argument("--notes", default="", help="free text stored in the recording's header")
-    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists (without it, an existing "
+                                                        "FILE is refused)")
     add_source_arguments(p)
 
 
@@ -47,13 +49,20 @@ def run(args: argparse.Namespace) -> int:
         # a recording is a file that is flushed, fsynced and closed valid; stdout cannot promise that
         raise UsageError("-o - is not supported: record writes a file (give a path; `specwatch check "
                          "--json` prints to stdout)")
+    if not args.force and os.path.lexists(args.output):
+        # said before anything is read, and with the flag that overwrites it
+        raise CommandError(f"{args.output} already exists: pass --force to overwrite it, or choose another name",
+                           ExitCode.UNREADABLE)
     session = live_session(args, interval_s=args.interval, window_s=args.interval)
     header = RecordingHeader(data="real", targets=tuple(session.urls), notes=args.notes, interval_s=args.interval,
                              advisor=advisor_settings(args))
     try:
         writer = RecordingWriter(args.output, header, overwrite=args.force)
     except RecordingError as exc:
-        raise CommandError(str(exc), ExitCode.UNREADABLE) from None
+        message = str(exc)
+        if "already exists" in message and not args.force:  # created meanwhile, between the check and here
+            message = f"{args.output} already exists: pass --force to overwrite it, or choose another name"
+        raise CommandError(message, ExitCode.UNREADABLE) from None
     outcome = _RecordOutcome()
     try:
         asyncio.run(_record(session.source, args, writer, outcome))

@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """OK with a schedule; NOT_ENOUGH_DATA when the data cannot support one; UNREADABLE when the
-    source cannot be read."""
+    source cannot be read, or its engine is stalled (as check)."""
     from specwatch.advice.tune import format_tune, tune_report, validate_with_vllm
 
     if args.from_file:
@@ -60,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
     state = monitor.states.get(url)
     advisor = monitor.advisor_of(url)
     inputs = advisor.last_inputs if advisor else None
+    if state is not None and "engine_stalled" in state.verdict.flags:
+        # requests running and nothing moving: no figure of this window (acceptance, step time) is a
+        # reading, and a schedule from before the stall would be answered as if it were
+        why = state.verdict.reasons[0].removeprefix("engine stalled: ") if state.verdict.reasons else ""
+        print_error("tune", f"no schedule: the engine is stalled: {why or 'no engine step in the window'}")
+        return ExitCode.UNREADABLE
     if state is None or inputs is None or not inputs.per_position:
         reason = state.verdict.reasons[0] if state and state.verdict.reasons else "no verdict"
         print_error("tune", f"no schedule: the data hold no per-position acceptance ({reason})")

@@ -91,7 +91,9 @@ class SpecwatchApp(App[int]):
         # Ctrl-C quits as in any terminal program (Textual's own default only says how to quit)
         Binding("ctrl+c", "quit", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
-        Binding("space,p", "toggle_pause", "pause"),
+        # one key, two words: the footer says what the key will do (check_action shows one of them)
+        Binding("space,p", "pause", "pause"),
+        Binding("space,p", "resume", "resume"),
         Binding("plus,equals_sign", "interval(-1)", "faster", key_display="+"),
         Binding("minus", "interval(1)", "slower", key_display="-"),
         Binding("t", "next_target", "target", show=False),
@@ -306,6 +308,8 @@ class SpecwatchApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("seek", "speed", "step", "verdict_jump") and not self.replay:
             return False
+        if action in ("pause", "resume"):
+            return self.paused == (action == "resume")
         return True
 
     def changed(self) -> None:
@@ -323,7 +327,16 @@ class SpecwatchApp(App[int]):
         self.paused = not self.paused
         self.panels_on_screen.frozen = self.view() if self.paused else None
         self.controller.paused_changed(self.paused)
+        self.refresh_bindings()  # the footer's "pause" becomes "resume", and back
         self.changed()
+
+    def action_pause(self) -> None:
+        if not self.paused:
+            self.action_toggle_pause()
+
+    def action_resume(self) -> None:
+        if self.paused:
+            self.action_toggle_pause()
 
     def action_interval(self, step: int) -> None:
         """Poll faster (step -1) or slower (step 1); a replay plays faster or slower."""

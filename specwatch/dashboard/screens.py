@@ -73,7 +73,9 @@ def compose_dashboard(header: HeaderBar) -> ComposeResult:
 def show_help(app: SpecwatchApp) -> None:
     """The help screen over the dashboard: the keys of this session (a replay's, a recorder's) and
     what the panels show. Its panels get the latest view once it closes."""
-    app.push_screen(HelpScreen(replay=app.replay, recorder=app.recording_control.recorder is not None),
+    indexable = getattr(app.controller, "indexable_recording", None)  # n / N: one recording file's replay
+    app.push_screen(HelpScreen(replay=app.replay, recorder=app.recording_control.recorder is not None,
+                               jumps=indexable is not None and indexable() is not None),
                     callback=lambda _: app.call_after_refresh(app.refresh_visible))
 
 

@@ -11,7 +11,7 @@ the Verdict, and the advisor's assumed knee and unconfigured k come in the Dashb
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from typing import Any, Callable
 
 from specwatch import perf
 from specwatch.advice.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
@@ -193,9 +193,18 @@ class ViewState:
             down_since=self._down_since.get(url) if url else None,
             others_down=tuple(t.url for t in snapshot.targets if not t.ok and t.url != url)
             if snapshot is not None else (),
+            gpu_told=self._gpu_told(monitor, url),
         )
         self.dirty = False
         return self._view
+
+    @staticmethod
+    def _gpu_told(monitor: Monitor, url: str | None) -> Any:
+        """The GPU spec the target's advisor was told (--gpu), not read; None when it reads its GPU."""
+        advisor = monitor.advisor_of(url) if url else None
+        if advisor is not None:
+            return advisor.gpu_identity.told
+        return getattr(monitor.advisor_config, "gpu", None)
 
     @staticmethod
     def _speculation(monitor: Monitor, snapshot: Snapshot | None, url: str | None) -> SpeculationConfig | None:

@@ -203,9 +203,10 @@ class SpecwatchCollector(Collector):
                 })
             for s in VERDICT_STATES:
                 verdict.add_metric(key + [s], 1.0 if v.speculation == s else 0.0)
-            if state.reachable:
-                # a server that does not answer has no known configuration: absent, not "0"
-                configured.add_metric(key, 1.0 if v.configured else 0.0)
+            known = known_configuration(state) if state.reachable else None
+            if known is not None:
+                # a server that does not answer, or not read yet, has no known configuration: absent, not "0"
+                configured.add_metric(key, 1.0 if known else 0.0)
             change.add_metric(key, 1.0 if v.change_recommended else 0.0)
             confidence.add_metric(key, float(v.confidence))
             for family, value in ((speedup, v.expected_speedup), (length, v.acceptance_length),
@@ -423,3 +424,15 @@ def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, threa
     from prometheus_client import start_http_server
 
     return start_http_server(port, addr=host, registry=registry)
+
+
+def known_configuration(state: Any) -> bool | None:
+    """Whether speculation is configured on a target (a Monitor's TargetState), as far as its readings
+    tell: the verdict's word once it judged, else the spec-decode families of the readings it has
+    (one reading shows them, before any rate can be judged); None before any reading. A verdict that
+    could not judge yet says False by default, which is not "not configured"."""
+    verdict = state.verdict
+    if verdict.speculation != "unknown" or verdict.configured:
+        return bool(verdict.configured)
+    window = getattr(state, "window", None)
+    return bool(window.speculation_configured) if window is not None else None

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -39,6 +38,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from specwatch.outputs import export_schema as schema
+from specwatch.outputs.fleet_columns import COLUMNS, column_widths, fit_columns, last_good_words, short_target, \
+    shown_columns
 from specwatch.collectors.prometheus import PrometheusClient, PromSample, QueryResult
 from specwatch.outputs.export_schema import FLAG, GPU, GPU_NAME, KIND, NODE, NOT_CONFIGURED_STATES, SIGNAL, SOURCE, STATE, \
     TARGET
@@ -124,7 +125,7 @@ class FleetRow:
         if self.sources_down:
             return RANK_SOURCE_DOWN, "source down: " + ", ".join(self.sources_down)
         if self.verdict == "unknown":
-            return RANK_UNKNOWN, "no verdict"
+            return RANK_UNKNOWN, "no verdict yet"
         if self.change_recommended:
             return RANK_WOULD_PAY, "would pay: turn on"
         if self.verdict == "hold":
@@ -422,36 +423,6 @@ def _pct(value: float | None) -> str:
 
 
 VERDICT_STYLE = {"on": "bold green", "off": "bold red", "hold": "bold yellow", "unknown": "dim"}
-# "attention" comes right after the verdict so that why a row needs someone is on screen at 80
-# columns; the figures behind the verdict follow (a narrow terminal scrolls to them).
-COLUMNS = ("node", "target", "verdict", "attention", "L", "break-even", "running / crossover", "bound")
-
-
-def short_target(target: str) -> str:
-    """The target as the table shows it: the scheme is the same on every row and costs columns."""
-    return target.removeprefix("http://")
-
-
-def last_good_words(when: float | None, now: float) -> str:
-    """When a target that cannot be read now last answered, in the words the table and the detail
-    share: a target never read says so in two words, which keeps the table's reason within 80
-    columns."""
-    if not _finite(when):
-        return "never read"
-    seconds = max(0.0, now - when)  # type: ignore[operator]
-    if seconds < 120:
-        ago = f"{seconds:.0f} s ago"
-    elif seconds < 7200:
-        ago = f"{seconds / 60:.0f} min ago"
-    else:
-        ago = time.strftime("%H:%M", time.localtime(when))
-    return f"last good reading {ago}"
-
-
-def _cell_width(cell: Any) -> int:
-    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
-
-
 def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     """The table's cells for one row, in COLUMNS order."""
     now = time.time() if now is None else now
@@ -608,15 +579,6 @@ class NodeScreen(Screen[None]):
             self.query_one(VerdictBanner).show(view)
 
 
-def shown_columns(rows: Sequence[FleetRow], cells: Sequence[Sequence[Any]]) -> list[int]:
-    """The indices of COLUMNS the table shows: all of them, but the target when every row's target
-    cell repeats its node (URLs read directly name each node by its address), whose 20-odd columns
-    the attention words need at 80 columns."""
-    target = COLUMNS.index("target")
-    repeats = bool(rows) and all(str(c[target]) == row.node for row, c in zip(rows, cells))
-    return [i for i in range(len(COLUMNS)) if not (repeats and i == target)]
-
-
 class FleetApp(App[None]):
     """The table of nodes. Refreshes every `refresh_s` in a worker; Enter drills into a node.
 
@@ -691,21 +653,32 @@ class FleetApp(App[None]):
         if reading.message:
             line.append(f" · {reading.message}", style="yellow")
         status.update(line)
+        self._fill_table()
+
+    def on_resize(self) -> None:
+        if self.reading is not None and self.reading.ok:
+            self.call_after_refresh(self._fill_table)  # the columns that fit the new width
+
+    def _fill_table(self) -> None:
+        reading = self.reading
+        assert reading is not None
         table = self.query_one(DataTable)
         selected = self._selected_key()
         cells = [row_cells(row, reading.read_at) for row in reading.rows]
         shown = shown_columns(reading.rows, cells)
-        cells = [[row_of_cells[i] for i in shown] for row_of_cells in cells]
-        labels = [COLUMNS[i] for i in shown]
         # Each column as wide as its widest cell, set here: left to the table, the widths are measured
         # on a later idle turn of its own, and a table that missed that turn kept its columns at the
-        # headers' width, the node names cut (seen under load).
-        widths = [max([cell_len(label)] + [_cell_width(row[i]) for row in cells]) for i, label in enumerate(labels)]
+        # headers' width, the node names cut (seen under load). Those that do not fit are left out.
+        widths = column_widths(shown, cells)
+        room = table.size.width or self.size.width
+        if len(reading.rows) + 1 > (table.size.height or self.size.height):  # room for a vertical scrollbar
+            room -= table.styles.scrollbar_size_vertical
+        shown, widths = fit_columns(shown, widths, room)
         table.clear(columns=True)
-        for label, width in zip(labels, widths):
-            table.add_column(label, width=width)
+        for i in shown:
+            table.add_column(COLUMNS[i], width=widths[i])
         for row, row_of_cells in zip(reading.rows, cells):
-            table.add_row(*row_of_cells, key=row.key)
+            table.add_row(*(row_of_cells[i] for i in shown), key=row.key)
         if selected is not None:
             for i, row in enumerate(reading.rows):
                 if row.key == selected:

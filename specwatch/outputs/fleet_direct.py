@@ -27,7 +27,8 @@ import httpx
 
 from specwatch.collectors.prometheus import PromSample, QueryResult
 from specwatch.collectors.transport import PayloadTooLarge, deadline_s, get_bounded
-from specwatch.collectors.vllm import describe_http_error, describe_status, make_client
+from specwatch.collectors.vllm import describe_http_error, describe_status, make_client, url_has_credentials
+from specwatch.outputs.export import known_configuration
 from specwatch.outputs.export_schema import NODE
 from specwatch.outputs.fleet import FleetReading, FleetRow, NodeDetail, SourceDetail, TargetDetail, fleet_rows, node_detail
 from specwatch.telemetry.urls import split_url
@@ -54,12 +55,15 @@ def agent_samples(text: str) -> tuple[PromSample, ...] | None:
     return samples if any(s.name == AGENT_MARKER for s in samples) else None
 
 
-def engine_row(node: str, target: str, verdict: Any, read_state: str, last_good: float | None) -> FleetRow:
-    """A row from a verdict judged here (a bare engine), with the figures an agent would export."""
+def engine_row(node: str, target: str, state: Any, read_state: str, last_good: float | None) -> FleetRow:
+    """A row from a verdict judged here (a bare engine, its Monitor's TargetState), with the figures an
+    agent would export. Before its first verdict (one reading: no rates yet) the row says "no verdict
+    yet", and "not configured" only where the readings show no spec-decode families."""
     if read_state != "ok":
         # nothing is known about a server that does not answer: as the agent exports it
         return FleetRow(node=node, target=target, read_state=read_state, last_good=last_good)
-    return FleetRow(node=node, target=target, verdict=verdict.speculation, configured=verdict.configured,
+    verdict = state.verdict
+    return FleetRow(node=node, target=target, verdict=verdict.speculation, configured=known_configuration(state),
                     read_state=read_state, last_good=last_good, change_recommended=verdict.change_recommended,
                     confidence=verdict.confidence, expected_speedup=verdict.expected_speedup,
                     acceptance_length=verdict.acceptance_length, break_even_length=verdict.break_even_length,
@@ -158,7 +162,8 @@ class DirectFleet:
             return self._failed(target, *describe_http_error(exc, target.shown, "node"))
         if response.status_code != 200:
             return self._failed(target, *describe_status(response.status_code, target.shown,
-                                                         token_sent=self._token_sent, engine_label="node"))
+                                                         token_sent=self._token_sent, engine_label="node",
+                                                         url_credentials=url_has_credentials(target.metrics_url)))
         target.state, target.message, target.last_good = "ok", "", self.clock()
         return response.content.decode("utf-8", errors="replace")
 
@@ -176,13 +181,12 @@ class DirectFleet:
         if sample.ok:
             target.last_good = self.clock()
         state = session.monitor.states.get(sample.url)
-        verdict = state.verdict if state is not None else None
         target.engine_sample = sample
-        if verdict is None:
+        if state is None:
             target.rows = (FleetRow(node=target.node, target=target.shown, read_state=sample.state,
                                     last_good=target.last_good),)
         else:
-            target.rows = (engine_row(target.node, target.shown, verdict, sample.state, target.last_good),)
+            target.rows = (engine_row(target.node, target.shown, state, sample.state, target.last_good),)
 
     async def _drop_session(self, target: DirectTarget) -> None:
         session, target.session, target.kind = target.session, None, UNKNOWN
