@@ -5,6 +5,7 @@ so importing this module stays cheap."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import difflib
 import importlib
 import os
@@ -83,6 +84,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from specwatch.commands.options import CommandError, ExitCode, print_error, read_url_files
 
+    tolerate_narrow_encodings()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in BY_NAME:
         # a word where a command goes is a mistyped command (`specwatch chek`), not the dashboard's flags
@@ -133,6 +135,38 @@ def load_numpy_single_threaded() -> None:
     finally:
         if not chosen:
             os.environ.pop(name, None)
+
+
+# What the output's non-ASCII characters read as on a stream that cannot encode them
+# (PYTHONIOENCODING=ascii, a C locale); anything else becomes "?".
+ASCII_FORMS = {"×": "x", "≤": "<=", "≥": ">=", "≈": "~", "−": "-", "–": "-", "—": "-", "…": "...", "·": "-",
+               "→": "->", "←": "<-", "±": "+/-", "°": " deg", "µ": "u", "▶": ">", "•": "*"}
+
+
+def _ascii_forms(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start:exc.end]
+    return "".join(ASCII_FORMS.get(ch, "?") for ch in text), exc.end
+
+
+codecs.register_error("specwatch.ascii", _ascii_forms)
+
+
+def tolerate_narrow_encodings() -> None:
+    """stdout and stderr that cannot encode the output's "×", "≤" or "—" (PYTHONIOENCODING=ascii,
+    LANG=C on an old Python) write an ASCII form of them instead of ending in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or getattr(stream, "errors", "strict") != "strict" or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            "×≤—".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            try:
+                stream.reconfigure(errors="specwatch.ascii")
+            except (ValueError, OSError):
+                pass
 
 
 class QuietPipe:

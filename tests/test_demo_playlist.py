@@ -147,7 +147,7 @@ async def test_the_dashboard_plays_the_playlist_the_headless_demo_tells(tmp_path
 
     bundle = _small_bundle(tmp_path)
     monkeypatch.setattr(replay_command, "_bundled_files", lambda: bundle)
-    monkeypatch.setattr(replay_command, "require_terminal", lambda: None)
+    monkeypatch.setattr(replay_command, "require_terminal", lambda *_: None)
     built = {}
 
     def capture(source, monitor, **kwargs):

@@ -80,6 +80,7 @@ def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
 
     monkeypatch.setattr(app_module, "run_app", run_headless)
     monkeypatch.setattr(options, "stdout_is_terminal", lambda: True)  # pytest captures stdout
+    monkeypatch.setattr(options, "terminal_is_dumb", lambda: False)  # a CI runner may set TERM=dumb
     with Traffic(dev_server, concurrency=2):
         code = cli.main(["watch", "--url", dev_server.url, "--interval", "1", "--window", "6", *QUIET])
     assert code == 0

@@ -159,6 +159,7 @@ def test_ctrl_c_quits_the_dashboard():
             return app.is_running
 
     assert asyncio.run(drive()) is False
+    # (the status it exits with, 130 for Ctrl-C and 0 for q: test_ctrl_c_in_a_dashboard_exits_130_and_q_exits_0)
 
 
 # ==================================================================================================
@@ -432,11 +433,122 @@ def test_the_dashboards_refuse_a_stdout_that_is_not_a_terminal(tmp_path, capsys)
     scenario = str(list_scenarios()[0].path)
     r = specwatch("demo")
     assert r.returncode == ExitCode.USAGE and r.stdout == ""
-    assert one_line(r.stderr).startswith("specwatch demo: the dashboard needs a terminal")
-    for argv in (["watch", *QUIET, "--url", "127.0.0.1:9"], ["replay", scenario], ["fleet"]):
+    line = one_line(r.stderr)
+    assert line.startswith("specwatch demo: the dashboard needs a terminal")
+    assert "`specwatch demo --headless`" in line and "check" not in line
+    # each dashboard names its own plain form
+    for argv, plain in ((["watch", *QUIET, "--url", "127.0.0.1:9"], "`specwatch check`"),
+                        (["replay", scenario], "`specwatch replay --headless FILE`"),
+                        (["fleet"], "`specwatch fleet --json`")):
         assert run_main(argv) == ExitCode.USAGE
-        err = capsys.readouterr().err
-        assert "`specwatch check`" in one_line(err) and "`specwatch record -o FILE`" in err
+        line = one_line(capsys.readouterr().err)
+        assert plain in line, line
+        assert ("`specwatch record -o FILE`" in line) == (argv[0] == "watch"), line
+        assert ("`specwatch check`" in line) == (argv[0] == "watch"), line
+
+
+# ==================================================================================================
+# a terminal: TERM=dumb, NO_COLOR, an ASCII-only stdout, Ctrl-C and q in a dashboard
+# ==================================================================================================
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str], keys: bytes = b"", until: bytes = b"",
+                  timeout_s: float = 60.0) -> tuple[int, bytes]:
+    """`python -m specwatch ARGV` with a pty as its terminal: everything it wrote there, and its status.
+    With `keys`, they are typed once `until` has appeared on the screen (the dashboard is up)."""
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "specwatch", *argv], stdin=slave, stdout=slave, stderr=slave,
+                            env={**os.environ, "COLUMNS": "100", "LINES": "30", **env})
+    os.close(slave)
+    shown, typed = b"", not keys
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal's other end closed with the process
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            if not typed and until in shown:
+                os.write(master, keys)
+                typed = True
+            if proc.poll() is not None and not ready:
+                break
+        return proc.wait(timeout=30), shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+PREDICT = ["predict", "--gpu", "H100", "--model", "Llama-3.1-8B", "--batch", "8", "--k", "4",
+           "--acceptance-length", "2.5"]
+
+
+@pytest.mark.parametrize("env", [{"TERM": "dumb"}, {"TERM": "xterm-256color", "NO_COLOR": "1"}])
+def test_plain_output_on_a_dumb_or_colourless_terminal_has_no_escapes(v0_server, env):
+    status, shown = on_a_terminal(PREDICT, env)
+    assert status == ExitCode.OK and b"expected speedup" in shown and b"\x1b" not in shown
+    status, shown = on_a_terminal(["check", "--url", v0_server.url, "--window", "0.2", *QUIET], env)
+    assert b"specwatch check" in shown and b"\x1b" not in shown and b"Traceback" not in shown
+
+
+def test_a_dashboard_refuses_term_dumb_and_names_its_plain_form():
+    status, shown = on_a_terminal(["demo"], {"TERM": "dumb"})
+    assert status == ExitCode.USAGE and b"\x1b" not in shown
+    text = shown.decode()
+    assert "the dashboard needs a terminal that can draw, and TERM is dumb" in one_line(text)
+    assert "`specwatch demo --headless`" in text
+
+
+def test_an_ascii_only_stdout_gets_ascii_forms_not_a_traceback(v0_server):
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    r = specwatch(*PREDICT, env=env)
+    assert r.returncode == ExitCode.OK and "Traceback" not in r.stderr, r.stderr
+    assert "expected speedup 1.93x at batch 8" in r.stdout  # "×" read as "x"
+    r = specwatch("check", "--url", v0_server.url, "--window", "0.2", *QUIET, env=env)
+    usual = specwatch("check", "--url", v0_server.url, "--window", "0.2", *QUIET)
+    assert r.returncode == usual.returncode and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.startswith("specwatch check") and r.stdout.isascii()
+    r = specwatch("replay", "--headless", str(list_scenarios()[0].path), env=env)
+    assert r.returncode == ExitCode.OK and "Traceback" not in r.stderr and r.stdout.isascii()
+
+
+@pytest.mark.parametrize("argv, key, status", [
+    (["demo"], b"\x03", ExitCode.INTERRUPTED), (["demo"], b"q", ExitCode.OK),
+    (["fleet", "--prometheus", "http://127.0.0.1:9"], b"\x03", ExitCode.INTERRUPTED)])
+def test_ctrl_c_in_a_dashboard_exits_130_and_q_exits_0(argv, key, status):
+    seen = b"REPLAY" if argv[0] == "demo" else b"connection refused"  # the screen is drawn
+    code, shown = on_a_terminal(argv, {"TERM": "xterm-256color"}, keys=key, until=seen)
+    assert seen in shown, shown[-2000:]
+    assert b"Traceback" not in shown
+    assert code == status
+
+
+# ==================================================================================================
+# sweep against servers that cannot be read
+# ==================================================================================================
+
+
+def test_sweep_against_unreachable_servers_exits_3_and_writes_nothing(tmp_path):
+    from http_fixtures import refused_port
+
+    port = refused_port()
+    r = specwatch("sweep", "--baseline", f"127.0.0.1:{port}", "--speculative", f"127.0.0.1:{port}",
+                  "--tiers", "1", "--requests", "2", "--quiet", cwd=tmp_path,
+                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == ExitCode.UNREADABLE == 3
+    line = one_line(r.stderr)
+    assert "connection refused" in line and "nothing was measured and nothing written" in line
+    assert list(tmp_path.iterdir()) == []  # no report folder, empty or not
 
 
 def test_ctrl_c_ends_export_with_130(v0_server):

@@ -775,8 +775,10 @@ def test_an_unreachable_server_ends_the_sweep_before_it_starts(tmp_path):
             closed_port = s.getsockname()[1]
         code, _, stderr = run_cli(["--baseline", baseline.url, "--speculative", f"127.0.0.1:{closed_port}",
                                    "--tiers", "1", "--requests", "2", "-o", str(tmp_path / "o")])
-    assert code == ExitCode.INCOMPLETE
+    assert code == ExitCode.UNREADABLE  # nothing measured: the target could not be used, not a partial sweep
     assert f"127.0.0.1:{closed_port}: connection refused (is the server running?)" in stderr
+    assert "nothing was measured and nothing written" in stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_argument_problems_are_reported_not_raised(tmp_path):

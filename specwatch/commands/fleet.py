@@ -74,10 +74,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         return asyncio.run(_print_json(client, args))
     from specwatch.outputs.fleet import FleetApp
+    from textual.binding import Binding
 
-    require_terminal()
-    FleetApp(client, job=args.job, refresh_s=args.refresh).run()
-    return ExitCode.OK
+    class FleetDashboard(FleetApp):
+        """The fleet table, quit by Ctrl-C with the status of an interrupted command (q quits 0)."""
+
+        BINDINGS = [Binding("ctrl+c", "interrupt", "quit", show=False, priority=True)]
+
+        def action_interrupt(self) -> None:
+            self.exit(return_code=ExitCode.INTERRUPTED)
+
+    require_terminal("fleet")
+    app = FleetDashboard(client, job=args.job, refresh_s=args.refresh)
+    app.run()
+    return ExitCode.INTERRUPTED if app.return_code == ExitCode.INTERRUPTED else ExitCode.OK
 
 
 def _prometheus_client(args: argparse.Namespace) -> Any:

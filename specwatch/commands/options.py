@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import dataclass
 from enum import IntEnum
@@ -88,12 +89,28 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def require_terminal() -> None:
-    """The dashboards draw with escape codes: into a file or a pipe that is noise, so they refuse
-    (a usage error) and name the commands that write plain output."""
+def terminal_is_dumb() -> bool:
+    """TERM=dumb: a terminal that cannot move the cursor or take colour escapes."""
+    return os.environ.get("TERM", "").strip().lower() == "dumb"
+
+
+# What each dashboard's plain form is, for a stdout that cannot show the dashboard.
+PLAIN_FORMS = {
+    "watch": "`specwatch check` (the verdict as text or --json) or `specwatch record -o FILE`",
+    "replay": "`specwatch replay --headless FILE` (the verdict timeline as text, or --json)",
+    "demo": "`specwatch demo --headless` (the verdict timeline as text, or --json)",
+    "fleet": "`specwatch fleet --json` (one reading of the fleet as JSON)",
+}
+
+
+def require_terminal(command: str = "watch") -> None:
+    """The dashboards draw with escape codes: into a file or a pipe that is noise, and a TERM=dumb
+    terminal cannot show them, so they refuse (a usage error) and name the command's plain form."""
+    plain = PLAIN_FORMS.get(command, PLAIN_FORMS["watch"])
     if not stdout_is_terminal():
-        raise UsageError("the dashboard needs a terminal, and stdout is not one; for a file or a pipe use "
-                         "`specwatch check` (the verdict as text or --json) or `specwatch record -o FILE`")
+        raise UsageError(f"the dashboard needs a terminal, and stdout is not one; for a file or a pipe use {plain}")
+    if terminal_is_dumb():
+        raise UsageError(f"the dashboard needs a terminal that can draw, and TERM is dumb; use {plain}")
 
 
 # ==================================================================================================

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a --speed out of range
         raise UsageError(str(exc)) from None
     monitor = replay_monitor(source.header, args)
-    require_terminal()
+    require_terminal("replay")
     return run_app(source, monitor, title="specwatch replay")
 
 
@@ -290,7 +290,7 @@ def _run_demo_tui(scenarios: list[Scenario], args: argparse.Namespace) -> int:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    require_terminal()
+    require_terminal("demo")
     return run_app(source, monitor, title="specwatch demo")
 
 

@@ -190,7 +190,8 @@ def _prompts(args: argparse.Namespace) -> tuple[list[Any], str]:
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run `specwatch sweep` from parsed flags: OK when every tier ran; INCOMPLETE when it stopped
     early or a bench folder held no usable results (what was measured is written); UNREADABLE for a
-    prompt, token or CA file it cannot use; USAGE for bad flags. `out`/`err` default to stdout/stderr."""
+    prompt, token or CA file it cannot use, or a server that stopped the sweep before any tier was
+    measured (nothing is written); USAGE for bad flags. `out`/`err` default to stdout/stderr."""
     from specwatch import sweep as sw
     from specwatch.sweep import loadgen
 
@@ -319,6 +320,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     finally:
         if gpu_poller is not None:
             gpu_poller.close()
+    if record.stopped is not None and not record.rounds:
+        # no tier measured at all (a server that could not be read, or did not start): nothing
+        # to report, so no report folder either — only what the target said
+        print_error("sweep", f"{record.stopped}; nothing was measured and nothing written", err)
+        return ExitCode.UNREADABLE
     return finish(record, _server_method(record))
 
 

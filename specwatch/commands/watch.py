@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if sweep is not None:
         # each verdict checks the sweep measured its target before using its crossover
         session.monitor.sweep = SweepIdentity.from_sweep(sweep)
-    require_terminal()
+    require_terminal("watch")
     return run_app(session.source, session.monitor, title="specwatch", recorder=live_recorder(args),
                    sweep=sweep, history_minutes=args.history)
 

@@ -60,6 +60,9 @@ from specwatch.widgets.header import LONG_INTERVAL_S, HeaderBar
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView, SourceInfo, SweepMarker
 
+# The status of a command stopped by Ctrl-C (commands.options.ExitCode.INTERRUPTED, a layer above).
+INTERRUPTED = 130
+
 # what callers import from here: the app, run_app, its messages and the live intervals
 __all__ = ["INTERVALS", "PollFailed", "SnapshotIngested", "SourceEnded", "SpecwatchApp", "VerdictChanged",
            "run_app", "source_is_synthetic"]
@@ -88,8 +91,9 @@ class SpecwatchApp(App[int]):
 
     BINDINGS = [
         Binding("q", "quit", "quit"),
-        # Ctrl-C quits as in any terminal program (Textual's own default only says how to quit)
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        # Ctrl-C quits as in any terminal program (Textual's own default only says how to quit),
+        # with the status an interrupted command has (130), where q quits with 0
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         # one key, two words: the footer says what the key will do (check_action shows one of them)
         Binding("space,p", "pause", "pause"),
@@ -374,10 +378,14 @@ class SpecwatchApp(App[int]):
         latest = self.view_state.latest
         self.recording_control.toggle(latest.time if latest else None)
 
-    async def action_quit(self) -> None:
+    async def action_quit(self, return_code: int = 0) -> None:
         self.workers.cancel_group(self, "poll")
         await self._close()
-        self.exit(0)
+        self.exit(return_code=return_code)
+
+    async def action_interrupt(self) -> None:
+        """Ctrl-C: quit as q does, with the status of an interrupted command."""
+        await self.action_quit(INTERRUPTED)
 
     async def on_unmount(self) -> None:
         await self.recording_control.finish()  # however the app ends, the file is finished
@@ -424,7 +432,7 @@ def run_app(
     sweep: Any | None = None,
     history_minutes: float = 10.0,
 ) -> int:
-    """Run the dashboard until the operator quits; returns the exit status (0)."""
+    """Run the dashboard until the operator quits; returns the exit status (0 for q, 130 for Ctrl-C)."""
     app = SpecwatchApp(source, monitor, title=title, recorder=recorder, record_path=record_path, sweep=sweep,
                        history_minutes=history_minutes, freeze_heap=True)
     result = app.run()

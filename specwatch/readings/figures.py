@@ -5,7 +5,8 @@ semantics), and one engine's figures over a span.
 Counters are turned into increases the way Prometheus' increase() does: pair by pair, and a counter
 that went down (or a server whose start time changed) restarted from zero, so its increase over that
 pair is its new value. A restarted server therefore never yields a negative rate. Histogram
-quantiles come from bucket deltas, interpolated linearly inside the bucket, as histogram_quantile().
+quantiles come from bucket deltas, interpolated linearly inside the bucket, as histogram_quantile(),
+and held to Markov's bound from the sum and count (a q-quantile ≤ mean/(1 − q)).
 
 Nothing here does I/O or reads a clock.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "counter_increase",
     "histogram_increase",
     "histogram_quantile",
+    "markov_bound",
     "HistogramDeltas",
     "SummedHistograms",
     "HistogramTotals",
@@ -143,7 +145,10 @@ def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False)
 
 
 def histogram_quantile(q: float, h: Histogram | None) -> float | None:
-    """The q-quantile of a (delta) histogram, as PromQL's histogram_quantile() computes it."""
+    """The q-quantile of a (delta) histogram, as PromQL's histogram_quantile() computes it, held to
+    what the histogram's sum and count say (markov_bound): linear interpolation inside a wide bucket
+    can put a quantile far above every observation (all in le="0.3" with a mean of 0.04 ms reads as a
+    p50 of 150 ms), and a figure no set of observations with that mean can have is not shown."""
     if h is None or not h.buckets or h.count <= 0:
         return None
     total = h.buckets[-1][1]
@@ -155,12 +160,28 @@ def histogram_quantile(q: float, h: Histogram | None) -> float | None:
         if count >= rank:
             if math.isinf(le):
                 # the quantile is past the last finite bound: report that bound, as Prometheus does
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+                value = prev_le
+            elif count == prev_count:
+                value = le
+            else:
+                value = prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+            break
         prev_le, prev_count = le, count
-    return prev_le
+    else:
+        value = prev_le
+    bound = markov_bound(q, h)
+    return value if bound is None or value <= bound else bound
+
+
+def markov_bound(q: float, h: Histogram | None) -> float | None:
+    """The most the q-quantile of non-negative observations can be, given their mean: by Markov's
+    inequality P(X ≥ t) ≤ mean/t, so the q-quantile is at most mean/(1 − q) (p50 ≤ 2×, p90 ≤ 10×,
+    p99 ≤ 100× the mean). None where the mean is not known: no observations, q ≥ 1, or a sum that is
+    not a positive finite number (an exposition without its _sum line reads as a sum of 0, and no
+    latency or length is 0 on every observation)."""
+    if h is None or h.count <= 0 or not 0.0 <= q < 1.0 or not 0.0 < h.sum < math.inf:
+        return None
+    return (h.sum / h.count) / (1.0 - q)
 
 
 def _add_histograms(a: Histogram | None, b: Histogram) -> Histogram:
