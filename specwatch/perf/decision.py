@@ -375,8 +375,9 @@ class _HingeModel(_Model):
         if type(b) is not float and type(b) is not int:
             return super().plain(b)
         base, knee, slope, kv, per_token = self._hinge
-        above = b - knee
-        return base + kv * (b * self.i.context_per_sequence) + per_token * b + slope * (above if above > 0.0 else 0.0)
+        n = b + self._plain_chunk(b) if self._prompt_per_output else b
+        above = n - knee
+        return base + kv * (b * self.i.context_per_sequence) + per_token * n + slope * (above if above > 0.0 else 0.0)
 
     def _parts(self, b: float, k: int) -> tuple[float, float, float, float]:
         if type(b) is not float and type(b) is not int:
@@ -385,15 +386,19 @@ class _HingeModel(_Model):
         base, knee, slope, kv, per_token = self._hinge
         context = b * i.context_per_sequence
         positions = self.positions(k)
-        above = b - knee
-        plain = base + kv * context + per_token * b + slope * (above if above > 0.0 else 0.0)
+        n = b
         tokens = b * positions
+        if self._prompt_per_output:  # the prefill chunks the steps carry
+            n = b + self._plain_chunk(b)
+            tokens = tokens + self._spec_chunk(b, positions)
+        above = n - knee
+        plain = base + kv * context + per_token * n + slope * (above if above > 0.0 else 0.0)
         above = tokens - knee
         verify = base + kv * context + per_token * tokens + slope * (above if above > 0.0 else 0.0)
         attention = 0.0
         if not i.fitted_on_speculative_steps:
-            above = b - knee
-            kv_read = plain - (base + kv * 0.0 + per_token * b + slope * (above if above > 0.0 else 0.0))
+            above = n - knee
+            kv_read = plain - (base + kv * 0.0 + per_token * n + slope * (above if above > 0.0 else 0.0))
             attention = verify_attention_s(kv_read, positions, i.verify_attention_per_position)
         kind = self._draft_kind
         if kind == "lookup":
@@ -409,7 +414,7 @@ class _HingeModel(_Model):
     def speedup_on_grid(self, grid: np.ndarray, k: int, length: float) -> np.ndarray | None:
         i = self.i
         if self._draft_kind != "lookup" or not i.fitted_on_speculative_steps or grid.dtype != np.float64 \
-                or grid.ndim != 1:
+                or grid.ndim != 1 or self._prompt_per_output:
             return super().speedup_on_grid(grid, k, length)
         cap = self.capacity(k)
         if cap.plain is not None or cap.speculative is not None:
@@ -462,7 +467,7 @@ def _lookup_steps_on_grid(grid_bytes: bytes, hinge: tuple[float, float, float, f
 def _model(inputs: DecisionInputs) -> _Model:
     """The step times of this configuration: written out for a hinge of plain floats."""
     hinge = _hinge_terms(inputs.step_model)
-    if hinge is not None and type(inputs.context_per_sequence) is float and not inputs.prompt_per_output > 0:
+    if hinge is not None and type(inputs.context_per_sequence) is float:
         return _HingeModel(inputs, hinge)
     return _Model(inputs)
 
