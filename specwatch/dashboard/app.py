@@ -381,7 +381,7 @@ class SpecwatchApp(App[int]):
     async def action_quit(self, return_code: int = 0) -> None:
         self.workers.cancel_group(self, "poll")
         await self._close()
-        self.exit(return_code=return_code)
+        self.exit(result=return_code, return_code=return_code)
 
     async def action_interrupt(self) -> None:
         """Ctrl-C: quit as q does, with the status of an interrupted command."""
