@@ -30,5 +30,7 @@ class _CheckoutFinder:
         return spec_from_file_location(name, package / "__init__.py", submodule_search_locations=[str(package)])
 
 
+# First in line: an editable install of another checkout has its own finder for these two names, and
+# this checkout's specwatch must not run with that checkout's collectors and widgets.
 if _BESIDE and not any(isinstance(f, type) and f.__name__ == "_CheckoutFinder" for f in sys.meta_path):
-    sys.meta_path.append(_CheckoutFinder)
+    sys.meta_path.insert(0, _CheckoutFinder)
