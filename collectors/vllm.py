@@ -117,9 +117,14 @@ class VllmTarget:
 
     @property
     def label(self) -> str:
-        """How messages name the server: the engine forced, else the one last read, else vLLM."""
-        engine = self.engine if self.engine != AUTO else (self.detected or VLLM)
-        return LABELS.get(engine, engine)
+        """How messages name the server: the engine forced, else the one last read, else "the server"
+        (before its first payload it may be vLLM or SGLang)."""
+        engine = self.engine if self.engine != AUTO else self.detected
+        return LABELS.get(engine, engine) if engine else SERVER_LABEL
+
+
+# How messages name a server whose engine is not known yet (neither forced nor read off a payload).
+SERVER_LABEL = "the server"
 
 
 def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
@@ -159,7 +164,7 @@ def make_client(
     )
 
 
-def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
+def describe_http_error(exc: BaseException, url: str, engine_label: str = "the server") -> tuple[str, str]:
     """(state, message) for a transport failure, in the operator's words."""
     where = f"{engine_label} at {url}"
     if isinstance(exc, httpx.TimeoutException):
@@ -184,7 +189,7 @@ def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM"
 
 
 def describe_status(status: int, url: str, token_sent: bool = False, where: str | None = None,
-                    path: str = "/metrics", engine_label: str = "vLLM") -> tuple[str, str]:
+                    path: str = "/metrics", engine_label: str = "the server") -> tuple[str, str]:
     """(state, message) for an HTTP status other than 200. A 401 or 403 says whether a token went
     with the request: "none was sent" and "it was rejected" need different fixes."""
     where = where or f"{engine_label} at {url}"
@@ -196,7 +201,8 @@ def describe_status(status: int, url: str, token_sent: bool = False, where: str 
         return f"http_{status}", (f"{where}: HTTP {status} {word}: no token was sent "
                                   "(set one with --token-env NAME or --token-file PATH)")
     if status == 404:
-        return "http_404", f"{where}: HTTP 404 at {path} (is this a {engine_label} server? check the URL)"
+        what = "the server you meant" if engine_label == SERVER_LABEL else f"a {engine_label} server"
+        return "http_404", f"{where}: HTTP 404 at {path} (is this {what}? check the URL)"
     if 500 <= status < 600:
         return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
     return "http_error", f"{where}: unexpected HTTP {status}"
