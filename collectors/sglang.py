@@ -36,6 +36,8 @@ k and the method come from /get_server_info (the server's arguments): speculativ
 EAGLE3, NEXTN = MTP, STANDALONE = a draft model, NGRAM), speculative_num_steps (the chain depth, k),
 speculative_eagle_topk and speculative_num_draft_tokens; with topk > 1 the drafts form a tree of
 num_draft_tokens verified tokens per step, not k + 1, which SpeculationConfig.token_tree records.
+Where it cannot be read (the endpoint disabled, or a proxy that passes only /metrics), the operator's
+--k and --method stand in: --k then sets the draft-token counter as the server's k would.
 
 Tensor- and pipeline-parallel ranks repeat the same scheduler gauges: rank 0 of each is read. The
 tokenizer's counters and histograms (tokens, requests, TTFT, per-token latency) are server-wide, not
@@ -283,9 +285,12 @@ async def scrape_sglang(client: Any, target: Any, text: str, payload_bytes: int,
     if probe_info and not info.probed:
         # before reading the gauges: whether the server speculates, and its k, decide what they mean
         await probe_sglang_info(client, target)
+    resolved = resolve_speculation(info.speculation, declared)
+    info_read = info.server_info is not None
     try:
+        # unread, the server's arguments are the operator's flags: --k sets the draft-token counter
         reading = adapter.read_metrics(text, target.adapter_state, time.monotonic(),
-                                       info.speculation, info.server_info is not None)
+                                       info.speculation if info_read else resolved, info_read)
     except ValueError as exc:
         return TargetSample(target.url, "not_prometheus", f"SGLang at {target.url}: {exc}", version=info.version,
                             payload_bytes=payload_bytes, engine=SGLANG)
@@ -302,7 +307,7 @@ async def scrape_sglang(client: Any, target: Any, text: str, payload_bytes: int,
         process_start_time=reading.process_start_time,
         scrape_seconds=elapsed,
         payload_bytes=payload_bytes,
-        speculation=resolve_speculation(info.speculation, declared),
+        speculation=resolved,
         engine=SGLANG,
     )
 

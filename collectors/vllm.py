@@ -118,9 +118,14 @@ class VllmTarget:
 
     @property
     def label(self) -> str:
-        """How messages name the server: the engine forced, else the one last read, else vLLM."""
-        engine = self.engine if self.engine != AUTO else (self.detected or VLLM)
-        return LABELS.get(engine, engine)
+        """How messages name the server: the engine forced, else the one last read, else "the server"
+        (before its first payload it may be vLLM or SGLang)."""
+        engine = self.engine if self.engine != AUTO else self.detected
+        return LABELS.get(engine, engine) if engine else SERVER_LABEL
+
+
+# How messages name a server whose engine is not known yet (neither forced nor read off a payload).
+SERVER_LABEL = "the server"
 
 
 def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
@@ -160,7 +165,7 @@ def make_client(
     )
 
 
-def describe_http_error(exc: BaseException, url: str, engine_label: str = "vLLM") -> tuple[str, str]:
+def describe_http_error(exc: BaseException, url: str, engine_label: str = "the server") -> tuple[str, str]:
     """(state, message) for a transport failure, in the operator's words; the URL and the error's own
     text redacted (the caller may pass the URL it requested, credentials and all)."""
     where = redact(f"{engine_label} at {url}")
@@ -195,7 +200,7 @@ def url_has_credentials(url: str) -> bool:
 
 
 def describe_status(status: int, url: str, token_sent: bool = False, where: str | None = None,
-                    path: str = "/metrics", engine_label: str = "vLLM",
+                    path: str = "/metrics", engine_label: str = "the server",
                     url_credentials: bool = False) -> tuple[str, str]:
     """(state, message) for an HTTP status other than 200. A 401 or 403 says whether a token went
     with the request: "none was sent" and "it was rejected" need different fixes. `url_credentials`:
@@ -215,7 +220,8 @@ def describe_status(status: int, url: str, token_sent: bool = False, where: str 
         return f"http_{status}", (f"{where}: HTTP {status} {word}: no token was sent "
                                   "(set one with --token-env NAME or --token-file PATH)")
     if status == 404:
-        return "http_404", f"{where}: HTTP 404 at {path} (is this a {engine_label} server? check the URL)"
+        what = "the server you meant" if engine_label == SERVER_LABEL else f"a {engine_label} server"
+        return "http_404", f"{where}: HTTP 404 at {path} (is this {what}? check the URL)"
     if 500 <= status < 600:
         return "http_5xx", f"{where}: HTTP {status}: the server failed to produce its metrics"
     return "http_error", f"{where}: unexpected HTTP {status}"

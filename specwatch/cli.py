@@ -56,7 +56,7 @@ COMMANDS = (
             "Run the sources and the advisor, and serve specwatch_* metrics."),
     Command("fleet", "specwatch.commands.fleet", "every node's verdict, read through Prometheus or directly",
             "A table of nodes from a Prometheus server that scrapes specwatch agents, or, for a few nodes, "
-            "from each node's agent or vLLM server read directly (--url)."),
+            "from each node's agent or vLLM or SGLang server read directly (--url)."),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -69,7 +69,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from specwatch.commands.options import ArgumentParser
 
     parser = ArgumentParser(prog="specwatch",
-                            description="Is speculative decoding paying on this vLLM node right now, and why?")
+                            description="Is speculative decoding paying on this vLLM or SGLang node right now, "
+                                        "and why?")
     parser.add_argument("--version", action="version", version=f"specwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.command_parsers = {}

@@ -354,7 +354,8 @@ async def test_a_real_live_source_on_a_closed_port_still_opens_the_dashboard(unu
         await pilot.pause()
         engine = text_of(app.query_one("#ov-engine", EnginePanel))
         await pilot.press("q")
-    assert f"vLLM at {url}: connection refused" in flat(engine)
+    # nothing read from it yet: the engine is not known, so it is "the server", not "vLLM"
+    assert f"the server at {url}: connection refused" in flat(engine)
 
 
 @pytest.fixture

@@ -170,7 +170,7 @@ def test_ctrl_c_quits_the_dashboard():
 def test_a_bad_url_is_one_usage_line(tmp_path):
     r = specwatch("check", "--url", "http://localhost:99999", *QUIET)
     assert r.returncode == ExitCode.USAGE
-    assert one_line(r.stderr).startswith("specwatch check: argument --url: vLLM URL 'http://localhost:99999' "
+    assert one_line(r.stderr).startswith("specwatch check: argument --url: server URL 'http://localhost:99999' "
                                          "has a bad port '99999'")
     assert not list(tmp_path.iterdir())
 

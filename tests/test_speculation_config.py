@@ -322,7 +322,8 @@ def test_the_exporter_publishes_the_config_the_verdict_used():
     (resolve_speculation(SpeculationConfig.known(FROM_METRICS, k=3),
                          SpeculationConfig.from_flags("draft_model", draft_model="tiny-draft")),
      "method from --method  k from metrics  draft tiny-draft (--draft-model)"),
-    (None, "method unknown: pass --method, or serve vLLM with VLLM_SERVER_DEV_MODE=1"),
+    # the panel's first line says "method unknown": this line says how to make it known
+    (None, "pass --method and --k N, or serve vLLM with VLLM_SERVER_DEV_MODE=1"),
 ])
 def test_the_panel_says_where_each_setting_came_from(config, words):
     assert provenance_line(config).plain == words
@@ -356,11 +357,16 @@ _configs = st.builds(
 @given(_configs, _configs)
 def test_merging_keeps_every_server_fact_and_round_trips(observed, declared):
     merged = resolve_speculation(observed, declared)
+
+    def server_fact(name: str, source: str | None) -> bool:
+        # the server's /server_info, and a k its metrics count, win over what was declared
+        return source == FROM_SERVER_INFO or (source == FROM_METRICS and name == "k")
+
     for name, source in observed.sources:
-        if source == FROM_SERVER_INFO:
-            assert getattr(merged, name) == getattr(observed, name) and merged.source_of(name) == FROM_SERVER_INFO
+        if server_fact(name, source):
+            assert getattr(merged, name) == getattr(observed, name) and merged.source_of(name) == source
     for name, source in declared.sources:
-        if observed.source_of(name) != FROM_SERVER_INFO:
+        if not server_fact(name, observed.source_of(name)):
             assert getattr(merged, name) == getattr(declared, name)
     if merged is not None:
         assert SpeculationConfig.from_dict(json.loads(json.dumps(merged.to_dict()))) == merged

@@ -68,7 +68,8 @@ def test_connection_refused():
     url = f"http://127.0.0.1:{refused_port()}"
     t = scrape(url)
     assert t.state == "connection_refused"
-    assert t.message == f"vLLM at {url}: connection refused (is the server running?)"
+    # the engine is not known before a payload is read: "the server", not "vLLM"
+    assert t.message == f"the server at {url}: connection refused (is the server running?)"
 
 
 def test_timeout_on_a_server_that_never_answers():

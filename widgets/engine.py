@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.widgets.format import MISSING, num, pct, rate, seconds
+from specwatch.widgets.format import MISSING, engine_label, num, pct, rate, seconds
 from specwatch.widgets.health import energy_line, goodput_line
 from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView
@@ -24,15 +24,12 @@ def pair(label: str, value: str, label2: str, value2: str) -> Text:
     return line
 
 
-_ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
-
-
 def source_states(view: DashboardView) -> list[Text]:
     """One line per source: each target and each GPU source, with its state in words."""
     lines = []
     if view.target is not None:
         target = view.target
-        engine = _ENGINE_WORDS.get(target.engine_name, target.engine_name)  # which engine it reads
+        engine = engine_label(target.engine_name)  # which engine it reads
         if target.ok:
             lines.append(Text.assemble(("✓ ", "bold"), f"{engine} at {target.url}: ok"))
         else:

@@ -225,3 +225,13 @@ def short_host(url: str) -> str:
     """"http://gpu-7:8000" → "gpu-7:8000"."""
     rest = url.split("://", 1)[-1]
     return rest.split("/", 1)[0]
+
+
+# How the panels name each engine TargetSample.engine_name gives (the labels of collectors.engines).
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def engine_label(engine: str | None) -> str:
+    """The engine by its own name: vLLM (also for a sample from before engines were told apart), SGLang,
+    or as read."""
+    return ENGINE_LABELS.get(engine or "vllm", engine or "vLLM")

@@ -1,4 +1,5 @@
-"""The header line: node, model, vLLM version and where the data come from (LIVE / REPLAY / SYNTHETIC).
+"""The header line: node, model, the engine by its name (vLLM, SGLang) with its version, and where the
+data come from (LIVE / REPLAY / SYNTHETIC).
 
 Live, at intervals from LONG_INTERVAL_S, it carries the wall clock and a countdown to the next poll:
 both tick once a second (HeaderBar.tick, driven by the app), so a screen between two polls 30 s
@@ -15,7 +16,7 @@ from rich.segment import Segment
 from rich.text import Text
 from textual.strip import Strip
 
-from specwatch.widgets.format import MISSING, clock, date_clock, short_host
+from specwatch.widgets.format import MISSING, clock, date_clock, engine_label, short_host
 from specwatch.widgets.panel import Panel
 from specwatch.widgets.view import DashboardView
 
@@ -75,8 +76,9 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
         # another target of this watch is down: said next to the one shown, where the eye lands
         down = short_host(view.others_down[0]) if len(view.others_down) == 1 else f"{len(view.others_down)} others"
         text.append(f"  ✖ {down} DOWN (t)", style="bold reverse red")
-    text.append("  vLLM ", style="dim")
-    text.append(view.target.version if view.target is not None and view.target.version else MISSING)
+    target = view.target
+    text.append(f"  {engine_label(target.engine_name if target is not None else None)} ", style="dim")
+    text.append(target.version if target is not None and target.version else MISSING)
     model = view.model_name
     if model:
         if width < 150:
@@ -122,6 +124,7 @@ class HeaderBar(Panel):
 
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
+                view.target.engine_name if view.target else None,
                 view.model_name, len(view.gpus), len(view.target_urls), view.others_down,
                 self.now, self.next_poll_at)
 

@@ -3,6 +3,8 @@ against the break-even as a gauge, the per-position acceptance as bars, and the 
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -12,12 +14,21 @@ from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView
 
 
-def length_gauge(length: float | None, break_even: float | None, k: int, width: int) -> Text:
-    """A bar from L=1 to L=k+1, filled to L, with the break-even marked by │.
+def gauge_top(k: int | None, length: float | None = None, break_even: float | None = None) -> int:
+    """Where the gauge ends: L's ceiling k+1 when k is known; without k, the next whole length past
+    L and the break-even (at least 2), so neither sits at an end that would read as a ceiling."""
+    if k:
+        return k + 1
+    highest = max([1.0] + [v for v in (length, break_even) if finite(v)])
+    return int(math.floor(highest)) + 1
+
+
+def length_gauge(length: float | None, break_even: float | None, k: int | None, width: int) -> Text:
+    """A bar from L=1 to L=k+1 (k unknown: to gauge_top), filled to L, with the break-even marked by │.
 
     L only pays when the filled part reaches past the mark, which reads without colour too.
     """
-    low, high = 1.0, float(k + 1)
+    low, high = 1.0, float(gauge_top(k, length, break_even))
     cells = max(4, width)
 
     def position(value: float) -> int:
@@ -62,15 +73,37 @@ def break_even_line(verdict, lifetime, width: int) -> Text:
     return be
 
 
-def provenance_line(config: SpeculationConfig | None, width: int | None = None) -> Text:
+# How to make the method (and k) known when the server does not say them, by engine: the flags, or
+# the endpoint that would say them. Longest first; the first that fits is shown.
+_UNKNOWN_FIXES = {
+    "sglang": ("pass --method{k}: this server's /get_server_info cannot be read", "pass --method{k}"),
+    "vllm": ("pass --method{k}, or serve vLLM with VLLM_SERVER_DEV_MODE=1", "pass --method{k}"),
+}
+_UNKNOWN_FIX_ANY = ("pass --method{k}: the server does not say it", "pass --method{k}")
+
+
+def unknown_fix_line(engine: str | None, k_known: bool, width: int | None = None) -> Text:
+    """How to make an unknown method (and k) known, whole: the longest wording that fits `width`.
+    It does not say "method unknown" again: the panel's first line says it."""
+    choices = _UNKNOWN_FIXES.get(engine or "vllm", _UNKNOWN_FIX_ANY)
+    words = ""
+    for choice in choices:
+        words = choice.format(k="" if k_known else " and --k N")
+        if width is None or len(words) <= width:
+            break
+    return Text(words, style="dim", no_wrap=True, overflow="ellipsis")
+
+
+def provenance_line(config: SpeculationConfig | None, width: int | None = None,
+                    engine: str | None = None, k_known: bool | None = None) -> Text:
     """Where the method, k and draft model came from, or how to make them known. Where the whole
     line does not fit `width` (the overview at 80 columns), a method and k of one origin are said
     once, and an n-gram's "draft none" (it has no draft model) gives way, rather than cutting the
-    line."""
+    line. `engine` names the fix for an unknown method; `k_known` whether k is known elsewhere (the
+    counters; None: only the config's k counts)."""
     line = Text(no_wrap=True, overflow="ellipsis")
     if config is None or config.method is None:
-        line.append("method unknown: pass --method, or serve vLLM with VLLM_SERVER_DEV_MODE=1", style="dim")
-        return line
+        return unknown_fix_line(engine, bool(k_known) or (config is not None and config.k is not None), width)
 
     def origin(name: str) -> str:
         source = config.source_of(name)
@@ -141,19 +174,28 @@ class SpeculationPanel(Panel):
         acc = figures.acceptance if figures is not None else None
         life = view.lifetime  # the selected engine's own when one is selected
         lifetime = life.acceptance if life is not None else None
-        k = window.k or (len(acc.per_position) if acc and acc.per_position else 1)
         config = view.speculation
-        method_text = view.method_words or view.method or "method unknown (pass --method)"
+        # k as the counters give it, else as the server info or the flags say it; None: not known
+        k = window.k or (len(acc.per_position) if acc and acc.per_position else None) \
+            or (config.k if config is not None else None)
+        method_text = view.method_words or view.method or "method unknown"
         lines: list[RenderableType] = []
         head = Text(no_wrap=True, overflow="ellipsis")
         head.append(method_text, style="bold")
-        head.append("  k=", style="dim")
-        head.append(str(k), style="bold")
-        head.append("  accepted ", style="dim")
-        head.append(pct(acc.acceptance_rate if acc else None), style="bold")
+        if k:
+            head.append("  k=", style="dim")
+            head.append(str(k), style="bold")
+        else:
+            head.append("  k unknown", style="bold")
+        rate = acc.acceptance_rate if acc else None
+        if rate is not None or head.cell_len + len("  accepted ") + len(pct(rate)) <= width:
+            # an unknown rate (it needs k) gives its room to what is said about the method and k
+            head.append("  accepted ", style="dim")
+            head.append(pct(rate), style="bold")
         lines.append(head)
+        engine = view.target.engine_name if view.target is not None else None
         lines.append(provenance_line(config if config is not None and config.method else
-                                     SpeculationConfig.from_flags(view.method), width))
+                                     SpeculationConfig.from_flags(view.method), width, engine, bool(k)))
 
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:
@@ -162,7 +204,7 @@ class SpeculationPanel(Panel):
         gauge = Text("L ", style="dim")
         gauge.append(f"{num(length, 2):>5} ", style="bold")
         gauge.append_text(length_gauge(length, verdict.break_even_length, k, gauge_width))
-        gauge.append(f" {k + 1}", style="dim")
+        gauge.append(f" {gauge_top(k, length, verdict.break_even_length)}", style="dim")
         lines.append(gauge)
         lines.append(break_even_line(verdict, lifetime, width))
 
@@ -179,7 +221,7 @@ class SpeculationPanel(Panel):
         notes = Text(no_wrap=True, overflow="ellipsis")
         if "misaligned_draft" in verdict.flags:
             notes.append("⚠ MISALIGNED DRAFT: almost no draft token is accepted", style="bold reverse")
-        elif verdict.best_k is not None and verdict.best_k != k and finite(verdict.best_k_speedup):
+        elif k and verdict.best_k is not None and verdict.best_k != k and finite(verdict.best_k_speedup):
             better = "speculation off" if verdict.best_k == 0 else f"k={verdict.best_k}"
             notes.append(f"{better} would give {speedup(verdict.best_k_speedup)}", style="bold")
         reconciled = verdict.details.get("sweep")

@@ -43,11 +43,15 @@ from specwatch.readings.window import EngineFigures, TargetWindow
 
 # The public face. GENERIC_KNEE_TOKENS (step_samples) and UNCONFIGURED_K (judging) live with the parts
 # that use them; the dashboard reads them from here.
-__all__ = ["AdvisorConfig", "AdvisorInputs", "Advisor", "UNEXPLAINED", "GENERIC_KNEE_TOKENS", "UNCONFIGURED_K",
-           "KV_FULL_USAGE", "kv_capacity_inputs"]
+__all__ = ["AdvisorConfig", "AdvisorInputs", "Advisor", "UNEXPLAINED", "K_UNKNOWN_WORDS", "GENERIC_KNEE_TOKENS",
+           "UNCONFIGURED_K", "KV_FULL_USAGE", "kv_capacity_inputs"]
 
 # KV cache usage from which, with requests waiting, the cache is what limits the batch.
 KV_FULL_USAGE = 0.9
+# The reason of a speculating node's unknown verdict when k is not known, naming the fix.
+K_UNKNOWN_WORDS = ("k (draft tokens per step) cannot be read from this server's counters: no verdict without it; "
+                   "give --k N (draft tokens per step) and --method NAME: this server's /get_server_info (SGLang) "
+                   "or /server_info (vLLM dev mode) cannot be read")
 # The one reason of a verdict `Advisor.assess` left unexplained (see there): never shown, since only
 # verdicts that change nothing are left so, and said plainly should one ever be.
 UNEXPLAINED = "not explained: this evaluation changed no verdict, and only the changes were read"
@@ -58,6 +62,7 @@ class AdvisorConfig:
     # The operator's word on the method and the draft model's size. The target's own /server_info
     # (in TargetSample.speculation) wins over them; they win over what a sample was declared with.
     method: str | None = None  # ngram, eagle, draft_model, ... (None: unknown)
+    k: int | None = None  # draft tokens per step, for a server whose counters and info do not say
     draft_ratio: float | None = None  # r, when the operator knows it
     draft_params: float | None = None
     gpu: GpuSpec | None = None  # overrides the GPU read from NVML/DCGM
@@ -156,7 +161,7 @@ class Advisor:
         c = self._config = config or AdvisorConfig()
         self.gpu_identity = GpuIdentity(c.gpu)
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
-                                      target_params=c.model.params if c.model else None)
+                                      target_params=c.model.params if c.model else None, k=c.k)
         self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=c.dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
@@ -240,7 +245,10 @@ class Advisor:
         gpu = identity.identify(gpus)
         k = tw.k
         drafter = self.drafter
-        cost, method = drafter.draft_cost(target.speculation)
+        cost, method = drafter.draft_cost(target.speculation, counted_k=k)
+        if not k and drafter.k is not None:
+            # the operator's --k, where the counters do not count it (or the server info's, which wins)
+            k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r)
         step_model, prior_words = self.step_samples.step_model(time, gpu)
@@ -288,8 +296,7 @@ class Advisor:
             # an old engine without per-position or draft-token counters: judging with a guessed k
             # could set L against an impossible k+1, so say it cannot be judged
             bound, reasons, flags = opened()
-            reasons.insert(0, "k (draft tokens per step) cannot be read from this server's counters: "
-                              "no verdict without it")
+            reasons.insert(0, K_UNKNOWN_WORDS)
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
                                 running=running), None
         pricing = drafter.pricing(cost)

@@ -5,8 +5,10 @@ predict's for the same method), with the caveats when the method or the draft's 
 
 from __future__ import annotations
 
+import dataclasses
+
 from specwatch import perf
-from specwatch.telemetry.snapshot import SpeculationConfig, resolve_speculation
+from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_METRICS, SpeculationConfig, resolve_speculation
 
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
 UNSIZED_DRAFT_RATIO = 0.1
@@ -19,10 +21,12 @@ class DrafterPricing:
     it is made from stands (they are pure functions of the settings and the target's config)."""
 
     def __init__(self, *, method: str | None = None, draft_ratio: float | None = None,
-                 draft_params: float | None = None, target_params: float | None = None) -> None:
-        # The operator's word on the method and the draft model's size. The target's own /server_info
-        # wins over them; they win over what a sample was declared with.
+                 draft_params: float | None = None, target_params: float | None = None,
+                 k: int | None = None) -> None:
+        # The operator's word on the method, k and the draft model's size. The target's own /server_info
+        # (and, for k, its counters) wins over them; they win over what a sample was declared with.
         self.method = method
+        self.k = k
         self.draft_ratio = draft_ratio
         self.draft_params = draft_params
         self.target_params = target_params
@@ -33,13 +37,17 @@ class DrafterPricing:
         self._draft_cost_cache: tuple[SpeculationConfig | None,
                                       tuple[perf.DraftCost | None, str | None]] | None = None
 
-    def draft_cost(self, observed: SpeculationConfig | None = None) -> tuple[perf.DraftCost | None, str | None]:
+    def draft_cost(self, observed: SpeculationConfig | None = None,
+                   counted_k: int | None = None) -> tuple[perf.DraftCost | None, str | None]:
         """r and the canonical method; (None, None) when the method is not known. `observed` is the
-        target's SpeculationConfig; the one judged with becomes `self.speculation`."""
+        target's SpeculationConfig; the one judged with becomes `self.speculation`. `counted_k` is the
+        k the window's counters give: with --k given, it overrules the flag (and says so)."""
+        if self.k is not None and counted_k:
+            observed = with_counted_k(observed, counted_k)
         cached = self._draft_cost_cache  # a pure function of the (fixed) settings and the sample's
         if cached is not None and cached[0] == observed:
             return cached[1]
-        declared = SpeculationConfig.from_flags(self.method, draft_params=self.draft_params)
+        declared = SpeculationConfig.from_flags(self.method, draft_params=self.draft_params, k=self.k)
         self.speculation = resolve_speculation(observed, declared)
         result = self._compute_draft_cost(self.speculation)
         self._draft_cost_cache = (observed, result)
@@ -72,6 +80,17 @@ class DrafterPricing:
         pricing = price(cost)
         self._pricing_cache = (cost, pricing)
         return pricing
+
+
+def with_counted_k(observed: SpeculationConfig | None, counted_k: int) -> SpeculationConfig:
+    """The target's config with the k its counters give, where its /server_info did not say k (a k
+    the flags put there gives way: the server's count is what it runs)."""
+    if observed is not None and observed.k is not None and observed.source_of("k") not in (FROM_FLAGS, None):
+        return observed
+    if observed is None:
+        return SpeculationConfig.known(FROM_METRICS, k=counted_k)
+    sources = tuple(pair for pair in observed.sources if pair[0] != "k") + (("k", FROM_METRICS),)
+    return dataclasses.replace(observed, k=counted_k, sources=sources)
 
 
 def price(cost: perf.DraftCost | None) -> perf.DraftPricing:

@@ -48,13 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-query timeout; with --url, per node: all of its /metrics within it "
                         "(default %(default)s)")
     p.add_argument("--window", type=positive_number, default=10.0, metavar="SECONDS",
-                   help="with --url, for bare vLLM servers: the rate window they are judged over; with --json, "
-                        "the gap between its two readings (default %(default)s)")
+                   help="with --url, for bare servers (vLLM or SGLang): the rate window they are judged over; "
+                        "with --json, the gap between its two readings (default %(default)s)")
     p.add_argument("--json", action="store_true",
                    help=f"print one reading of the fleet as a {FLEET_SCHEMA} JSON object instead of the table, "
                         "and exit with the most urgent row's status (as check's)")
     add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus, or the nodes with --url")
-    judged = p.add_argument_group("judging bare vLLM servers given with --url")
+    judged = p.add_argument_group("judging bare servers (vLLM or SGLang) given with --url")
     add_advisor_arguments(judged)
     judged.add_argument("--draft-model", help="the draft model, when the servers do not expose it")
     # the nodes' GPUs are theirs to report (their agents do); this machine's are not the nodes'

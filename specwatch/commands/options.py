@@ -176,7 +176,7 @@ def _url_type(what: str, metrics: bool = False):
     return parse
 
 
-vllm_url = _url_type("vLLM URL")
+vllm_url = _url_type("server URL")  # a vLLM or an SGLang server
 dcgm_url = _url_type("dcgm-exporter URL", metrics=True)
 prometheus_url = _url_type("Prometheus URL")
 server_url = _url_type("server URL")
@@ -275,13 +275,17 @@ def warn_if_shared(args: argparse.Namespace, path: str, what: str) -> None:
 
 
 def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
-    """What the operator knows that the telemetry may not say: the method, the draft's cost and
+    """What the operator knows that the telemetry may not say: the method and k, the draft's cost and
     size, the GPU, the served model and the tensor-parallel degree. `overriding` names what the flags
     win over (e.g. "the recording's"); every default is None, so a flag not given leaves it alone."""
     over = f"; overrides {overriding}" if overriding else ""
     p.add_argument("--method", type=method_name,
-                   help="the speculation method, when the server does not expose it "
-                        f"(ngram, suffix, eagle, eagle3, mtp, medusa, draft_model, ...){over}")
+                   help="the speculation method, when the server does not expose it (no /get_server_info "
+                        "on SGLang, no /server_info on vLLM outside dev mode, or a proxy passing only /metrics): "
+                        f"ngram, suffix, eagle, eagle3, mtp, medusa, draft_model, ...; the server's word wins{over}")
+    p.add_argument("--k", type=whole_number(1), metavar="N",
+                   help="draft tokens per step (num_speculative_tokens), when neither the server's counters nor "
+                        f"its server info say it; what the server says wins{over}")
     p.add_argument("--draft-ratio", type=non_negative_number, metavar="R",
                    help=f"draft cost per draft token relative to a target step, when known (r){over}")
     p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
@@ -302,8 +306,9 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
 
     p.add_argument("--url", action="append", dest="urls", metavar="URL", type=vllm_url,
-                   help=f"vLLM server (base URL or its /metrics URL); repeat for several (default {DEFAULT_URL})")
-    add_url_file_argument(p, "vLLM URL")
+                   help="the server, vLLM or SGLang (base URL or its /metrics URL); repeat for several "
+                        f"(default {DEFAULT_URL})")
+    add_url_file_argument(p, "server URL")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
     p.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help="per-request timeout (default %(default)s)")
@@ -356,7 +361,7 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 # ==================================================================================================
 
 # flag attribute → the key a recording's header stores it under
-_ADVISOR_FLAGS = (("method", "method"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
+_ADVISOR_FLAGS = (("method", "method"), ("k", "k"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
                   ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
                   ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"))
 
@@ -400,11 +405,12 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     try:
         draft_ratio = None if settings.get("draft_ratio") is None else float(settings["draft_ratio"])
         tp = int(settings.get("tp") or 1)
+        k = None if settings.get("k") is None else whole_number(1)(str(settings["k"]))
         slo = {key: positive_number(str(settings[key])) if settings.get(key) is not None else None
                for key in ("slo_ttft_s", "slo_tpot_s")}
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
-    return AdvisorConfig(method=settings.get("method"), draft_ratio=draft_ratio, draft_params=draft_params,
+    return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
                          gpu=gpu, model=model, tp=tp, **slo)
 
 
@@ -440,7 +446,7 @@ def gpu_poller(args: argparse.Namespace) -> GpuPoller | None:
 
 @dataclass
 class LiveSession:
-    """A live node as the flags describe it: the vLLM scraper, the source that adds the GPUs, and
+    """A live node as the flags describe it: the servers' scraper, the source that adds the GPUs, and
     the Monitor that judges what the source reads."""
 
     vllm: VllmSource
@@ -476,7 +482,8 @@ def live_session(
 
     connection = connection_settings(args)
     # what the operator declared fills in what the server's /server_info does not say, in every sample
-    declared = SpeculationConfig.from_flags(config.method, getattr(args, "draft_model", None), config.draft_params)
+    declared = SpeculationConfig.from_flags(config.method, getattr(args, "draft_model", None), config.draft_params,
+                                            k=config.k)
     try:
         vllm = VllmSource(urls, token=connection.token, verify=connection.verify, timeout_s=args.timeout,
                           max_bytes=args.max_bytes, declared=declared, engine=getattr(args, "engine", "auto"))

@@ -1,4 +1,4 @@
-"""`specwatch watch` (and bare `specwatch`): the live dashboard over a vLLM node and its GPUs."""
+"""`specwatch watch` (and bare `specwatch`): the live dashboard over a vLLM or SGLang node and its GPUs."""
 
 from __future__ import annotations
 

@@ -408,7 +408,7 @@ class SpecwatchApp(App[int]):
             yield SystemCommand(f"Show {tab}", f"Switch to the {tab} tab", lambda tab=tab: self.action_tab(tab))
         yield from self.controller.commands()  # a replay's verdict jumps, or the live intervals
         for url in self.view_state.target_urls:
-            yield SystemCommand(f"Target {url}", "Show this vLLM server", lambda u=url: self.select_target(u))
+            yield SystemCommand(f"Target {url}", "Show this server", lambda u=url: self.select_target(u))
         keys = self.view_state.engine_keys()
         if len(keys) > 1:
             yield SystemCommand("Engine: all", "Sum every engine of this target", lambda: self.select_engine(None))

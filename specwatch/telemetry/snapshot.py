@@ -115,7 +115,9 @@ SPECULATION_SOURCES = (FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS)
 SPECULATION_FIELDS = ("method", "k", "draft_model", "draft_params", "prompt_lookup_min", "prompt_lookup_max",
                       "token_tree")
 # How a disagreement names the operator's side of each field.
-_DECLARED_AS = {"method": "--method", "draft_model": "--draft-model", "draft_params": "--draft-params"}
+_DECLARED_AS = {"method": "--method", "k": "--k", "draft_model": "--draft-model", "draft_params": "--draft-params"}
+# How a disagreement names the server's side, by where its value came from.
+_SAID_BY = {FROM_SERVER_INFO: "the server's /server_info says", FROM_METRICS: "the server's metrics say"}
 
 
 def canonical_method_name(method: str) -> str:
@@ -176,9 +178,9 @@ class SpeculationConfig:
 
     @classmethod
     def from_flags(cls, method: str | None = None, draft_model: str | None = None,
-                   draft_params: float | None = None) -> SpeculationConfig | None:
-        """What the operator declared (--method, --draft-model, --draft-params); None when nothing."""
-        config = cls.known(FROM_FLAGS, method=method or None, draft_model=draft_model or None,
+                   draft_params: float | None = None, k: int | None = None) -> SpeculationConfig | None:
+        """What the operator declared (--method, --k, --draft-model, --draft-params); None when nothing."""
+        config = cls.known(FROM_FLAGS, method=method or None, k=k or None, draft_model=draft_model or None,
                            draft_params=draft_params)
         return None if config.empty else config
 
@@ -218,9 +220,10 @@ class SpeculationConfig:
 def resolve_speculation(observed: SpeculationConfig | None,
                         declared: SpeculationConfig | None) -> SpeculationConfig | None:
     """One config from what was observed (a sample's, or /server_info's) and what the operator
-    declared. Field by field: the server's /server_info wins, since it is what the server runs;
-    else the declaration; else the rest of what was observed (older flags, the metrics' k). Each
-    declaration the server contradicts becomes a disagreement, said in the verdict's reasons."""
+    declared. Field by field: the server's /server_info wins, since it is what the server runs, and so
+    does a k its metrics count (the per-position series); else the declaration; else the rest of what
+    was observed (older flags). Each declaration the server contradicts becomes a disagreement, said in
+    the verdict's reasons."""
     if declared is None or declared.empty:
         return observed
     if observed is None or observed.empty:
@@ -231,12 +234,12 @@ def resolve_speculation(observed: SpeculationConfig | None,
     for name in SPECULATION_FIELDS:
         seen, seen_from = getattr(observed, name), observed.source_of(name)
         told, told_from = getattr(declared, name), declared.source_of(name)
-        if seen is not None and seen_from == FROM_SERVER_INFO:
+        if seen is not None and (seen_from == FROM_SERVER_INFO or (seen_from == FROM_METRICS and name == "k")):
             values[name], source = seen, seen_from
             if told is not None and told != seen:
                 disagreements.append(
-                    f"{_DECLARED_AS.get(name, name)} {_words(told)} was given, but the server's /server_info "
-                    f"says {_words(seen)}: judged with {_words(seen)}")
+                    f"{_DECLARED_AS.get(name, name)} {_words(told)} was given, but {_SAID_BY[seen_from]} "
+                    f"{_words(seen)}: judged with {_words(seen)}")
         elif told is not None:
             values[name], source = told, told_from
         elif seen is not None:
