@@ -87,7 +87,7 @@ class PrometheusClient:
         try:
             response = await self._client.get(self.url + QUERY_PATH, params={"query": promql})
         except (httpx.HTTPError, OSError) as exc:
-            state, message = describe_http_error(exc, self.shown_url)
+            state, message = describe_http_error(exc, self.shown_url, "Prometheus")
             return QueryResult(state, message.replace(f"vLLM at {self.shown_url}", where))
         try:
             body = response.json()

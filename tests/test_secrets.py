@@ -138,7 +138,7 @@ def test_check_refuses_every_mistyped_url_without_repeating_the_password(url, tm
     r = specwatch(*_argv("check", url, tmp_path))
     assert r.returncode == ExitCode.USAGE, r.stdout + r.stderr
     line = one_line(r.stderr)
-    assert line.startswith("specwatch check: argument --url: vLLM URL '")
+    assert line.startswith("specwatch check: argument --url: server URL '")
     assert SECRET not in r.stdout + r.stderr and r.stdout == ""
 
 
@@ -257,7 +257,7 @@ def test_url_file_mistakes(tmp_path, capsys):
     bad = _secret_file(tmp_path / "bad", f"# ok\nhttp://127.0.0.1:1\nhttp//user:{SECRET}@127.0.0.1:8000\n")
     assert run_main(["check", "--url-file", bad, *QUIET]) == ExitCode.USAGE
     line = one_line(capsys.readouterr().err)
-    assert line.startswith(f"specwatch check: --url-file {bad}, line 3: vLLM URL 'http//***@127.0.0.1:8000' "
+    assert line.startswith(f"specwatch check: --url-file {bad}, line 3: server URL 'http//***@127.0.0.1:8000' "
                            "is not a URL: did you mean 'http://***@127.0.0.1:8000'?")
     assert SECRET not in line
     empty = _secret_file(tmp_path / "empty", "# nothing yet\n\n")
