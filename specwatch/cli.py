@@ -24,6 +24,9 @@ class Command:
     description: str
     add_function: str = "add_arguments"
     run_function: str = "run"
+    # the command describes the command line itself (completion): it is given the whole parser, every
+    # command's options built, as args.parser
+    whole_parser: bool = False
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         getattr(importlib.import_module(self.module), self.add_function)(parser)
@@ -57,6 +60,9 @@ COMMANDS = (
     Command("fleet", "specwatch.commands.fleet", "every node's verdict, read through Prometheus or directly",
             "A table of nodes from a Prometheus server that scrapes specwatch agents, or, for a few nodes, "
             "from each node's agent or vLLM or SGLang server read directly (--url)."),
+    Command("completion", "specwatch.commands.completion", "print the shell completion script (bash, zsh, fish)",
+            "Print the completion script of every command and flag for bash, zsh or fish, "
+            "to save where the shell loads completions from.", whole_parser=True),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -101,8 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command:
             load_numpy_single_threaded()
-        args = build_parser(command or None).parse_args(argv)
+        whole = command in BY_NAME and BY_NAME[command].whole_parser
+        parser = build_parser(None if whole else command or None)
+        args = parser.parse_args(argv)
         command = args.command
+        if BY_NAME[args.command].whole_parser:
+            args.parser = parser
         read_url_files(args)  # --url-file: its URLs join --url's before the command sees them
         return int(BY_NAME[args.command].run(args))
     except CommandError as exc:

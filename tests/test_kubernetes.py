@@ -255,7 +255,8 @@ def test_sidecar_arguments_parse_as_the_export_command() -> None:
     from specwatch.cli import build_parser
 
     _, container = _sidecar()
-    args = build_parser().parse_args(["export", *container["args"]])
+    assert container["command"] == ["specwatch", "export"]
+    args = build_parser().parse_args([*container["command"][1:], *container["args"]])
     assert args.urls == ["http://localhost:8000"] and args.no_nvml and args.allow_remote
     assert args.listen == "0.0.0.0:9464" and args.dcgm == "http://$(HOST_IP):9400/metrics"
 
@@ -278,10 +279,60 @@ def test_production_stack_engines_get_the_sidecar_and_the_router_does_not(tmp_pa
     assert sorted(c["name"] for c in engine_pod["spec"]["containers"]) == ["specwatch", "vllm"]
     _, sidecar = _sidecar()
     [patched] = [c for c in engine_pod["spec"]["containers"] if c["name"] == "specwatch"]
-    assert patched == sidecar
+    # the sidecar as written, with the image the overlay's `images:` sets
+    [image] = yaml.safe_load((overlay / "kustomization.yaml").read_text())["images"]
+    assert patched == dict(sidecar, image=f"{image['newName']}:{image['newTag']}")
     assert engine_pod["metadata"]["labels"]["specwatch/agent"] == "sidecar"
     # the chart's own labels and selector are kept: a changed selector would be refused on upgrade
     assert engine["spec"]["selector"] == yaml.safe_load(chart_output.split("---")[0])["spec"]["selector"]
     assert [c["name"] for c in router["spec"]["template"]["spec"]["containers"]] == ["router-container"]
     for obj in rendered.values():
         _validate(obj)
+
+
+# ---- every workload names what it runs ----------------------------------------------------------
+
+SPECWATCH_IMAGE = "specwatch"
+
+
+def _specwatch_containers() -> list[tuple[str, dict[str, Any]]]:
+    """Every container that uses the specwatch image, in deploy/kubernetes/*.yaml and the
+    production-stack patch, with where it was found."""
+    found = []
+    for path in sorted([*KUBE.glob("*.yaml"), *(KUBE / "production-stack").glob("*.yaml")]):
+        for document in yaml.safe_load_all(path.read_text()):
+            pod = (document or {}).get("spec", {}).get("template", {}).get("spec", {})
+            for container in [*pod.get("initContainers", ()), *pod.get("containers", ())]:
+                name = container.get("image", "").rsplit("/", 1)[-1].split("@")[0].split(":")[0]
+                if name == SPECWATCH_IMAGE:
+                    found.append((f"{path.relative_to(REPO)}: {container['name']}", container))
+    return found
+
+
+def test_every_specwatch_container_runs_the_agent() -> None:
+    """The image's entrypoint is `specwatch`, whose bare form (the dashboard) exits 64 on `--listen`:
+    a container with `args:` alone would crash-loop. Each names `export`, as its command or first arg."""
+    containers = _specwatch_containers()
+    assert {where.split(":")[0] for where, _ in containers} == {
+        "deploy/kubernetes/vllm-with-specwatch.yaml", "deploy/kubernetes/production-stack/specwatch-sidecar-patch.yaml"}
+    for where, container in containers:
+        command, args = container.get("command", []), container.get("args", [])
+        if command:
+            assert command[0] == "specwatch" and command[1:2] == ["export"], where
+        else:
+            assert args[:1] == ["export"], where
+
+
+def test_the_kustomizations_set_the_image_to_the_package_version() -> None:
+    from specwatch import __version__
+
+    for path in (KUBE / "kustomization.yaml", KUBE / "production-stack" / "kustomization.yaml"):
+        [image] = yaml.safe_load(path.read_text())["images"]
+        assert image["name"] == SPECWATCH_IMAGE and image["newName"], path
+        assert image["newTag"] == __version__, f"{path}: newTag {image['newTag']!r}, the package is {__version__}"
+
+
+def test_the_systemd_unit_runs_the_agent() -> None:
+    unit = (REPO / "deploy" / "systemd" / "specwatch-export.service").read_text()
+    [exec_start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.split("=", 1)[1].split()[:2] == ["/usr/local/bin/specwatch", "export"]
