@@ -50,7 +50,7 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
             action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
         elif any(m in FILE_METAVARS for m in metavars):
             action.complete = shtab.FILE  # type: ignore[attr-defined]
-    text = shtab.complete(parser, shell=shell)
+    text = shtab.complete(parser, shell)  # (positional: the shell to write for, not a subprocess option)
     return text if text.endswith("\n") else text + "\n"
 
 
