@@ -50,6 +50,15 @@ def run_main(argv: list[str]) -> int:
         return exc.code
 
 
+def read_pty(master: int) -> bytes:
+    """One read of a pty's master side: b"" once the other end has closed with the process (reading
+    then raises OSError on Linux)."""
+    try:
+        return os.read(master, 65536)
+    except OSError:
+        return b""
+
+
 def one_line(err: str) -> str:
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -129,13 +138,7 @@ def test_record_shows_a_status_line_on_a_terminal(v0_server, tmp_path):
     os.kill(proc.pid, signal.SIGINT)
     proc.communicate(timeout=60)
     shown = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the terminal's other end closed with the process
-            break
-        if not chunk:
-            break
+    while chunk := read_pty(master):
         shown += chunk
     os.close(master)
     text = shown.decode()
@@ -469,10 +472,7 @@ def on_a_terminal(argv: list[str], env: dict[str, str], keys: bytes = b"", until
         while time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.1)
             if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the terminal's other end closed with the process
-                    break
+                chunk = read_pty(master)
                 if not chunk:
                     break
                 shown += chunk
