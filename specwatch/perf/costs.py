@@ -5,16 +5,17 @@ a step verifies v = k+1 positions per sequence (more with tree drafts). Pure: no
 
 The terms (each used by `specwatch.perf.decision`):
 
-- per-token engine cost that grows with tokens per step: the share of GEMM math that does not hide
-  under the weight read at small M, plus sampling/rejection and bookkeeping. It lives in the target
-  step-time model's `per_token` term (prior: `SMALL_GEMM_FRACTION`; the online hinge fit measures
-  it live);
+- per-token engine cost that grows with tokens per step: below the knee the share of GEMM math that
+  does not hide under the weight read at small M (the prior's `SMALL_GEMM_FRACTION`, charged only
+  while the step is read-bound), plus sampling/rejection and bookkeeping. It lives in the target
+  step-time model (the hinge's `per_token` term; the online hinge fit measures it live);
 - verification attention over v query positions: `verify_attention_s`;
 - the draft's own step at the current batch: `DraftPricing` (lookup: free; EAGLE/MTP/Medusa: a head;
   a draft model: its own roofline with its dtype and KV cache);
 - the KV capacity speculation takes (v slots per sequence plus the draft's cache) and a cap on
   running requests under speculation: `capacity`;
-- the prefill tax: `request_speedup`.
+- the prefill tax: `request_speedup`; and the prefill chunks that share each step, cut by the
+  engine's token budget: `prefill_chunk`, `throughput_speedup`.
 
 Mixture-of-experts weight reads that grow with tokens per step are in the step-time prior itself
 (`StepTimePrior.weight_bytes`: E·(1 − (1 − top_k/E)^N) experts read per layer).
@@ -255,13 +256,11 @@ def prefill_chunk(tokens: float | np.ndarray, prefill_tokens: float | np.ndarray
 
 
 def throughput_speedup(b_plain: float, b_spec: float, emitted: float, plain_s: float, spec_s: float,
-                       positions: float, prompt_per_output: float, token_budget: float | None) -> float:
+                       plain_chunk: float, spec_chunk: float, prompt_per_output: float) -> float:
     """Requests the engine completes per second with speculation over without, when prefill shares
     the step. Each request brings `prompt_per_output` prompt tokens per output token, so a mode that
-    emits more tokens per step must also prefill more per step; where the budget cannot hold that
-    prefill beside the verified positions, the prefill sets the pace (and first tokens wait)."""
-    plain_chunk = prefill_chunk(b_plain, prompt_per_output * b_plain, token_budget)
-    spec_chunk = prefill_chunk(b_spec * positions, prompt_per_output * b_spec * emitted, token_budget)
+    emits more tokens per step must also prefill more per step; where the budget leaves a step's
+    prefill chunk (`prefill_chunk`) short of that, the prefill sets the pace (and first tokens wait)."""
     plain_rate = min(b_plain, plain_chunk / prompt_per_output) / plain_s
     spec_rate = min(b_spec * emitted, spec_chunk / prompt_per_output) / spec_s
     return spec_rate / plain_rate

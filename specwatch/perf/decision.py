@@ -125,7 +125,7 @@ class Decision:
     request_speedup: float | None
     assumptions: tuple[str, ...]
     reasons: tuple[str, ...] = field(default_factory=tuple)
-    throughput_speedup: float | None = None  # prompt and output tokens per second, when prefill shares the step
+    throughput_speedup: float | None = None  # requests completed per second, when prefill shares the step
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -180,11 +180,13 @@ class _Model:
         self._prompt_per_output = inputs.prompt_per_output if inputs.prompt_per_output > 0 else 0.0
         self._emitted = inputs.length if inputs.length is not None else 1.0
 
-    def _plain_chunk(self, b):
+    def plain_chunk(self, b):
+        """Prompt tokens a plain step at batch b carries (0 without prefill in the steps)."""
         m = self._prompt_per_output
         return prefill_chunk(b, m * b, self.i.token_budget) if m else 0.0
 
-    def _spec_chunk(self, b, positions: float):
+    def spec_chunk(self, b, positions: float):
+        """Prompt tokens a speculative step at batch b carries, what the budget leaves of m·b·L."""
         m = self._prompt_per_output
         return prefill_chunk(b * positions, m * b * min(self._emitted, positions), self.i.token_budget) if m else 0.0
 
@@ -195,7 +197,7 @@ class _Model:
         return known
 
     def plain(self, b: float) -> float:
-        return seconds(self._step_time(b + self._plain_chunk(b), b * self.i.context_per_sequence))
+        return seconds(self._step_time(b + self.plain_chunk(b), b * self.i.context_per_sequence))
 
     def parts(self, b: float, k: int) -> dict[str, float]:
         plain, verify, attention, draft = self._parts(b, k)
@@ -209,9 +211,9 @@ class _Model:
         step_time = self._step_time
         context = b * i.context_per_sequence
         positions = self.positions(k)
-        plain_tokens = b + self._plain_chunk(b)
+        plain_tokens = b + self.plain_chunk(b)
         plain = seconds(step_time(plain_tokens, context))
-        verify = seconds(step_time(b * positions + self._spec_chunk(b, positions), context))
+        verify = seconds(step_time(b * positions + self.spec_chunk(b, positions), context))
         attention = 0.0
         if not i.fitted_on_speculative_steps:
             kv_read = plain - seconds(step_time(plain_tokens, 0.0))
@@ -375,7 +377,7 @@ class _HingeModel(_Model):
         if type(b) is not float and type(b) is not int:
             return super().plain(b)
         base, knee, slope, kv, per_token = self._hinge
-        n = b + self._plain_chunk(b) if self._prompt_per_output else b
+        n = b + self.plain_chunk(b) if self._prompt_per_output else b
         above = n - knee
         return base + kv * (b * self.i.context_per_sequence) + per_token * n + slope * (above if above > 0.0 else 0.0)
 
@@ -389,8 +391,8 @@ class _HingeModel(_Model):
         n = b
         tokens = b * positions
         if self._prompt_per_output:  # the prefill chunks the steps carry
-            n = b + self._plain_chunk(b)
-            tokens = tokens + self._spec_chunk(b, positions)
+            n = b + self.plain_chunk(b)
+            tokens = tokens + self.spec_chunk(b, positions)
         above = n - knee
         plain = base + kv * context + per_token * n + slope * (above if above > 0.0 else 0.0)
         above = tokens - knee
@@ -630,14 +632,12 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             carried = max(contributions, key=lambda name: abs(contributions[name]))
         terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
         if inputs.prompt_per_output > 0:
-            positions = _positions(inputs, k)
-            throughput = throughput_speedup(b_plain, b_spec, length, steps_here[2], steps_here[3], positions,
-                                            inputs.prompt_per_output, inputs.token_budget)
             m = inputs.prompt_per_output
+            plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, _positions(inputs, k))
+            throughput = throughput_speedup(b_plain, b_spec, length, steps_here[2], steps_here[3], plain_chunk, held, m)
             wanted = m * b_spec * length
-            held = prefill_chunk(b_spec * positions, wanted, inputs.token_budget)
             words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
-                     f"about {m * b_plain:.0f} prompt tokens and a speculative one {held:.0f}")
+                     f"about {plain_chunk:.0f} prompt tokens and a speculative one {held:.0f}")
             if held < wanted * 0.995:
                 words += (f"; the step's token budget ({inputs.token_budget:.0f}) leaves the prefill "
                           f"{held / wanted:.0%} of what the speculative engine's completions need, so first "
@@ -664,7 +664,6 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         reasons=tuple(reasons),
         throughput_speedup=throughput,
     )
-
 
 
 def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
