@@ -108,13 +108,14 @@ def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtyp
         return None, None, None
     note = None
     spec = None
+    replicated = False
     if name is not None:
         spec = lookup_model(str(name))
         if spec is None:
             raise PredictInputError(f"unknown draft model {name!r}; known models: {', '.join(known_model_names())}")
         params = params or spec.params
-        if kv is None:  # datasheet_prior splits it across tp: a replicated (MLA) cache is not split
-            kv = spec.kv_bytes_per_token * (tp if spec.kv_replicated_under_tp else 1)
+        if kv is None:  # the table's figure, whole on every rank where the cache is an MLA latent
+            kv, replicated = spec.kv_bytes_per_token, spec.kv_replicated_under_tp
     if kv is None:
         kv = 0.0
         note = "draft KV cache not priced (give --draft-model or --draft-kv-bytes-per-token)"
@@ -122,6 +123,7 @@ def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtyp
         prior = perf.datasheet_prior(
             gpu_spec, params=params, kv_bytes_per_token=kv, tp=tp, dtype=dtype,
             layers=spec.layers if spec else None, hidden_size=spec.hidden_size if spec else None,
+            kv_replicated=replicated,
         )
     except ValueError as error:
         raise PredictInputError(f"draft model: {error}") from None
@@ -252,9 +254,8 @@ def predict(
             gpu_spec,
             params=target.params,
             active_params=target.active_params,
-            # the whole model's figure, which it splits across tp: an MLA latent every rank holds whole
-            # is handed over times tp, so that the prior's per-GPU KV bytes are the whole latent
-            kv_bytes_per_token=target.kv_for_prior(tp_degree),
+            kv_bytes_per_token=target.kv_bytes_per_token or 0.0,
+            kv_replicated=target.kv_replicated,  # an MLA latent every rank holds whole
             tp=tp_degree,
             dtype=dtype_name,
             layers=target.layers,

@@ -103,12 +103,6 @@ class Target:
         kv = self.kv_bytes_per_token or 0.0
         return kv if self.kv_replicated else kv / tp
 
-    def kv_for_prior(self, tp: int) -> float:
-        """What `perf.datasheet_prior` takes as the whole model's KV bytes per token: it divides by
-        tp, which a replicated cache must not be, so that one is handed over multiplied by tp."""
-        kv = self.kv_bytes_per_token or 0.0
-        return kv * tp if self.kv_replicated else kv
-
 
 def check_routing(experts: Any, experts_per_token: Any) -> tuple[int, int] | None:
     """(experts, experts per token) from both flags, None from neither; one line on anything else."""

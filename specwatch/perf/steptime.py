@@ -275,6 +275,7 @@ def datasheet_prior(
     hidden_size: int | None = None,
     experts: int | None = None,
     experts_per_token: int | None = None,
+    kv_replicated: bool = False,
     bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
     flops_efficiency: float = FLOPS_EFFICIENCY,
 ) -> StepTimePrior:
@@ -282,7 +283,8 @@ def datasheet_prior(
 
     Tensor parallelism divides weights, FLOPs and KV bytes across the GPUs (so it leaves the knee
     where it is) and adds two all-reduces per layer when the layer count is known.
-    `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token.
+    `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token; `kv_replicated` says
+    every rank holds that cache whole (MLA's latent), so it is not split.
     """
     if dtype.lower() not in WEIGHT_FORMATS:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(WEIGHT_FORMATS)}")
@@ -316,7 +318,7 @@ def datasheet_prior(
         experts=experts,
         experts_per_token=experts_per_token,
         flops_per_token=2.0 * active / tp,
-        kv_bytes_per_token=kv_bytes_per_token / tp,
+        kv_bytes_per_token=kv_bytes_per_token if kv_replicated else kv_bytes_per_token / tp,
         bandwidth=gpu.memory_bandwidth * bandwidth_efficiency,
         flops=gpu.peak_flops(precision) * flops_efficiency * gemm_rate,
         per_token_s=PER_TOKEN_OVERHEAD_S,
@@ -333,8 +335,8 @@ def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str =
         gpu,
         params=model.params,
         active_params=model.active_params,
-        # datasheet_prior divides the KV bytes by tp; a cache every rank holds whole (MLA) is not split
-        kv_bytes_per_token=model.kv_bytes_per_token * (tp if model.kv_replicated_under_tp else 1),
+        kv_bytes_per_token=model.kv_bytes_per_token,
+        kv_replicated=model.kv_replicated_under_tp,
         tp=tp,
         dtype=dtype,
         layers=model.layers,
