@@ -116,6 +116,29 @@ def test_written_histogram_repeats_the_last_count_written_for_the_buckets_left_o
     assert h.buckets == ((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 5.0))
     assert h == Histogram(((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 5.0)), 9.5, 5.0)
     assert h != Histogram(((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 6.0)), 9.5, 5.0)
+    # its bucket count without pairing the buckets (the window asks it of every histogram it subtracts)
+    unpaired = reader._WrittenHistogram((1.0, 2.0, 4.0, math.inf), [3.0, 5.0], 9.5, 5.0)
+    assert unpaired.bucket_count == 4 == len(h.buckets)
+    with pytest.raises(AttributeError):
+        reader._HISTOGRAM_BUCKETS.__get__(unpaired)  # still unpaired
+
+
+def test_reading_a_recording_inflates_in_one_worker_that_ends_with_the_reading(recorded):
+    """The next chunk inflates in a worker thread while this one's lines are read: a reading stopped
+    early (a dashboard seeking away) ends its worker too, and a whole reading leaves none behind."""
+    import threading
+
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("specwatch-inflate")]
+
+    snapshots, path = recorded
+    lines = reader.iter_lines(path, [])
+    next(lines)
+    assert len(workers()) == 1
+    lines.close()
+    assert workers() == []
+    assert len(read_recording(path).snapshots) == len(snapshots)
+    assert workers() == []
 
 
 @pytest.mark.parametrize("line", [

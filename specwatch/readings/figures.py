@@ -115,7 +115,7 @@ class HistogramTotals(NamedTuple):
 def _taken_whole(prev: Histogram, cur: Histogram, restarted: bool = False) -> bool:
     """Whether the increase from `prev` to `cur` is `cur` itself: after a restart, a count that went
     down, or another number of buckets."""
-    return restarted or cur.count < prev.count or len(prev.buckets) != len(cur.buckets)
+    return restarted or cur.count < prev.count or prev.bucket_count != cur.bucket_count
 
 
 def _delta_totals(prev: Histogram, cur: Histogram) -> HistogramTotals:

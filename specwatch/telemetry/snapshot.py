@@ -32,6 +32,12 @@ class Histogram:
     sum: float
     count: float
 
+    @property
+    def bucket_count(self) -> int:
+        """len(buckets): a recording's reader gives it without pairing the buckets (the window asks
+        it of every histogram it subtracts, and reads the buckets of few)."""
+        return len(self.buckets)
+
     def to_dict(self) -> dict[str, Any]:
         return {"buckets": [[encode_float(le), c] for le, c in self.buckets], "sum": self.sum, "count": self.count}
 
