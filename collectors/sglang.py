@@ -39,6 +39,13 @@ num_draft_tokens verified tokens per step, not k + 1, which SpeculationConfig.to
 Where it cannot be read (the endpoint disabled, or a proxy that passes only /metrics), the operator's
 --k and --method stand in: --k then sets the draft-token counter as the server's k would.
 
+No token budget per step is read (TargetSample.token_budget stays None): vLLM's budget is shared by
+the decodes' verified positions and the prefill chunks of one step, which is what the advisor prices,
+while SGLang runs a prefill (extend) batch apart from its decode batches unless --enable-mixed-chunk,
+which its server arguments turn off for speculative decoding (the EAGLE family and standalone drafts
+among them). Its chunked_prefill_size and max_prefill_tokens bound those prefill batches, not a step
+the verified positions share, so neither is that budget.
+
 Tensor- and pipeline-parallel ranks repeat the same scheduler gauges: rank 0 of each is read. The
 tokenizer's counters and histograms (tokens, requests, TTFT, per-token latency) are server-wide, not
 per data-parallel rank: they ride on the first engine.

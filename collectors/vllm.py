@@ -5,7 +5,9 @@ The speculation setup rides in every TargetSample (`TargetSample.speculation`): 
 comes back; the operator's declaration (`declared`: --method, --draft-model, --draft-params) fills in
 what the server does not expose; k comes from the metrics' per-position series when /server_info is
 not there. Where the two disagree, /server_info wins (it is what the server runs) and the sample
-carries the disagreement in words (see snapshot.resolve_speculation).
+carries the disagreement in words (see snapshot.resolve_speculation). The same read gives the
+scheduler's token budget per step (`TargetSample.token_budget`), which the advisor weighs against the
+operator's --max-num-batched-tokens.
 
 Every failure becomes a TargetSample with a named state and a message an operator can act on;
 nothing here raises to the caller. The bearer token is read from an environment variable or a file,
@@ -95,6 +97,8 @@ class TargetInfo:
     process_start_time: float | None = None
     # SGLang's /get_server_info as the server wrote it (its server arguments), when read
     server_info: dict | None = None
+    # vLLM's scheduler budget per step, from /server_info (token_budget_from_server_info), when read
+    token_budget: int | None = None
 
 
 @dataclass
@@ -317,6 +321,7 @@ async def _scrape_target(
         scrape_seconds=elapsed,
         payload_bytes=len(body),
         speculation=resolve_speculation(observed, declared),
+        token_budget=target.info.token_budget,
     )
 
 
@@ -352,21 +357,24 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
     except (httpx.HTTPError, OSError, ValueError, AttributeError):
         target.info.probed = False  # try again on a later poll
         return
-    target.info.speculative_config = target.info.speculation = None
+    target.info.speculative_config = target.info.speculation = target.info.token_budget = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
         r = await _get_bounded(client, (target.request_base or target.url) + "/server_info?config_format=json",
                                DEFAULT_MAX_BYTES)
         if r.status_code == 200:  # 404 without dev mode: the flags and the metrics are all there is
-            target.info.speculative_config = _speculative_config_from_server_info(r.json())
+            info = r.json()
+            target.info.speculative_config = _speculative_config_from_server_info(info)
             target.info.speculation = speculation_from_server_info(target.info.speculative_config)
+            target.info.token_budget = token_budget_from_server_info(info)
     except ValueError:
         pass  # a 200 that is not JSON: not vLLM's /server_info, and asking again will not change it
     except (httpx.HTTPError, OSError, PayloadTooLarge):
         target.info.probed = False  # try again on a later poll
 
 
-def _speculative_config_from_server_info(info: object) -> dict | None:
+def _vllm_config_from_server_info(info: object) -> dict | None:
+    """/server_info's vllm_config (an object, or that object written as a JSON string), or None."""
     if not isinstance(info, dict):
         return None
     config = info.get("vllm_config", info)
@@ -375,8 +383,33 @@ def _speculative_config_from_server_info(info: object) -> dict | None:
             config = json.loads(config)
         except ValueError:
             return None
-    spec = config.get("speculative_config") if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _speculative_config_from_server_info(info: object) -> dict | None:
+    config = _vllm_config_from_server_info(info)
+    spec = config.get("speculative_config") if config is not None else None
     return spec if isinstance(spec, dict) else None
+
+
+def token_budget_from_server_info(info: object) -> int | None:
+    """The scheduler's token budget per step from /server_info: vllm_config.scheduler_config's
+    max_num_scheduled_tokens (what vLLM's V1 scheduler hands out per step, the running requests'
+    verified positions first; it defaults to max_num_batched_tokens and may be set lower for
+    speculation's extra slots), else max_num_batched_tokens (releases without the former); the
+    smaller where both are given. Values of the wrong type (a bool, a number below 1, not a whole
+    number) are left out, not guessed; None when neither is usable."""
+    config = _vllm_config_from_server_info(info)
+    scheduler = config.get("scheduler_config") if config is not None else None
+    if not isinstance(scheduler, dict):
+        return None
+
+    def whole(key: str) -> int | None:
+        value = scheduler.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    budgets = [b for b in (whole("max_num_scheduled_tokens"), whole("max_num_batched_tokens")) if b is not None]
+    return min(budgets) if budgets else None
 
 
 # Methods that draft by lookup, not with a model: vLLM fills their "model" with the method's own name

@@ -50,6 +50,21 @@ def test_the_dev_mode_server_exposes_its_speculative_config(dev_server):
     assert (spec["prompt_lookup_min"], spec["prompt_lookup_max"]) == (1, 4)
 
 
+def test_check_reads_the_schedulers_token_budget_from_server_info(dev_server, capsys):
+    """The step's token budget rides in the reading: check --json shows the server's own, which wins
+    over --max-num-batched-tokens, and the verdict says the flag was overruled."""
+    info = httpx.get(dev_server.url + "/server_info", params={"config_format": "json"}, timeout=60).json()
+    scheduler = info["vllm_config"]["scheduler_config"]
+    budget = min(b for b in (scheduler["max_num_batched_tokens"], scheduler.get("max_num_scheduled_tokens"))
+                 if b is not None)
+    capsys.readouterr()
+    cli.main(["check", "--url", dev_server.url, "--json", "--window", "1", "--max-num-batched-tokens", "1", *QUIET])
+    report = json.loads(capsys.readouterr().out)
+    assert report["engine"]["token_budget"] == {"tokens": budget, "source": FROM_SERVER_INFO}
+    assert (f"--max-num-batched-tokens 1 was given, but the server's /server_info says {budget}: judged with "
+            f"{budget}") in report["verdict"]["reasons"], report["verdict"]["reasons"]
+
+
 def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):
     """`specwatch watch` headless: its run_app is swapped for a Pilot run of the same app, over the
     LiveSource and Monitor the command built from its flags."""

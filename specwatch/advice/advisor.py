@@ -38,6 +38,7 @@ from specwatch.advice.reasons import (
 )
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
+from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, resolve_token_budget
 from specwatch.advice.verdict import OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -71,6 +72,9 @@ class AdvisorConfig:
     # the operator's service-level targets: goodput is the share of requests within them
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    # the engine's token budget per step (--max-num-batched-tokens), for a server whose /server_info
+    # does not give its own (which wins): it cuts the prefill a step carries beside the verified positions
+    token_budget: int | None = None
     dtype: str = "bf16"
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
     sample_interval_s: float = 5.0  # data time between step-time samples
@@ -103,6 +107,7 @@ class AdvisorInputs:
     waiting: float = 0.0
     kv_capacity_tokens: float | None = None  # only when the KV cache limits the batch (full, requests waiting)
     prompt_per_output: float = 0.0  # prompt tokens the steps prefilled per token they emitted (chunked prefill)
+    token_budget: TokenBudget = NO_BUDGET  # the step's token budget that prefill gets what is left of
 
     def decision_inputs(self, *, length: float | None = None, running: float | None = None,
                         extra_level_error: float = 0.0, **overrides: Any) -> perf.DecisionInputs:
@@ -116,6 +121,7 @@ class AdvisorInputs:
             **kv_capacity_inputs(self.kv_capacity_tokens),
             observed_with_speculation=True, fitted_on_speculative_steps=fitted,
             extra_level_error=extra_level_error, prompt_per_output=self.prompt_per_output,
+            token_budget=self.token_budget.tokens, token_budget_from=self.token_budget.words,
         )
         values.update(overrides)
         return perf.DecisionInputs(**values)
@@ -243,6 +249,7 @@ class Advisor:
             return make_verdict(UNKNOWN, 0.0, time, [stalled], bound_estimate(None, gpus, None, None),
                                 ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
         gpu = identity.identify(gpus)
+        budget = resolve_token_budget(target, self._config.token_budget)
         k = tw.k
         drafter = self.drafter
         cost, method = drafter.draft_cost(target.speculation, counted_k=k)
@@ -256,7 +263,8 @@ class Advisor:
         ttft_note = self.ttft.check(figures)
 
         def opened() -> tuple[perf.BoundEstimate, list[str], list[str]]:
-            return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, mig_unscaled, ttft_note)
+            return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, mig_unscaled, ttft_note,
+                           budget_note=budget.note)
 
         running = figures.running
         if running is None or running < 1:
@@ -304,7 +312,7 @@ class Advisor:
                                          running, context_per_seq, stale_acceptance, prior_words,
                                          pricing=pricing, waiting=figures.waiting or 0.0,
                                          kv_capacity_tokens=_kv_limit(figures),
-                                         prompt_per_output=_prompt_per_output(figures))
+                                         prompt_per_output=_prompt_per_output(figures), token_budget=budget)
         extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed, moe=self._moe)
         prompt, output = _per_request(figures)
         inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
@@ -325,7 +333,7 @@ class Advisor:
         state, hysteresis_note = self.hysteresis.move(s_now)
         judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note, busy)
+                        decision if with_figures else None, state, hysteresis_note, busy, budget.note)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None
         return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),

@@ -180,6 +180,9 @@ class Judged:
     # the share of the window the engine spent decoding (EngineFigures.busy_share): the engine's
     # speedup reaches the node only through it
     busy_share: float | None = None
+    # the operator's --max-num-batched-tokens in words, where the server contradicted it or it does not
+    # apply (TokenBudget.note): said among the reasons every verdict on a read window opens with
+    budget_note: str | None = None
 
     @property
     def figures(self) -> EngineFigures:

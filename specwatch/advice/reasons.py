@@ -1,7 +1,8 @@
 """The words of a verdict: its reasons and flags, what each says and when it is said. The opening
-every read window's verdict starts with (the speculation config's disagreements, an unscaled MIG
-slice, prefill-heavy traffic, a rising TTFT), the break-even and load words, the crossover against a
-saved sweep, goodput against the operator's SLO, and what an engine other than vLLM could not give.
+every read window's verdict starts with (the speculation config's and the token budget's
+disagreements, an unscaled MIG slice, prefill-heavy traffic, a rising TTFT), the break-even and load
+words, the crossover against a saved sweep, goodput against the operator's SLO, and what an engine
+other than vLLM could not give.
 `explain` words what the judging (`judging.Judged`) worked out; what only the words find (an answer
 that hangs on an unidentified GPU, a sweep that disagrees, an extrapolated step model) is flagged
 and caps the confidence. Pure: no I/O, no clock.
@@ -80,12 +81,15 @@ class TtftWatch:
 
 def opening(tw: TargetWindow, figures: EngineFigures, gpus: Sequence[GpuSample], gpu: GpuSpec | None,
             step_model: perf.StepTimeModel, speculation: SpeculationConfig | None, method: str | None,
-            mig_unscaled: GpuSample | None, ttft_note: str | None) -> tuple[perf.BoundEstimate, list[str], list[str]]:
+            mig_unscaled: GpuSample | None, ttft_note: str | None,
+            budget_note: str | None = None) -> tuple[perf.BoundEstimate, list[str], list[str]]:
     """The bound, and the reasons and flags every verdict on a read window opens with: the
-    disagreements over the speculation config, an unscaled MIG slice, prefill-heavy traffic and
-    a rising TTFT."""
+    disagreements over the speculation config and the token budget (`budget_note`), an unscaled MIG
+    slice, prefill-heavy traffic and a rising TTFT."""
     bound = bound_estimate(figures, gpus, gpu, step_model)
     reasons: list[str] = list(speculation.disagreements) if speculation else []
+    if budget_note is not None:
+        reasons.append(budget_note)
     flags: list[str] = []
     if mig_unscaled is not None:
         flags.append("mig_shape_assumed")
@@ -135,7 +139,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     tw, figures, running, length, k, state = j.tw, j.figures, j.running, j.length, j.k, j.state
     decision = j.decision if j.decision is not None else perf.decide(j.inputs)
     bound, reasons, flags = opening(tw, figures, j.gpus, j.gpu, j.step_model, speculation, j.method, j.mig_unscaled,
-                                    j.ttft_note)
+                                    j.ttft_note, budget_note=j.budget_note)
     acc, gpu, step_model, method, pricing, target = j.acceptance, j.gpu, j.step_model, j.method, j.pricing, tw.latest
     if pricing.assumed:
         reasons.append(METHOD_ASSUMED_WORDS)

@@ -275,9 +275,10 @@ def warn_if_shared(args: argparse.Namespace, path: str, what: str) -> None:
 
 
 def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
-    """What the operator knows that the telemetry may not say: the method and k, the draft's cost and
-    size, the GPU, the served model and the tensor-parallel degree. `overriding` names what the flags
-    win over (e.g. "the recording's"); every default is None, so a flag not given leaves it alone."""
+    """What the operator knows that the telemetry may not say: the method and k, the step's token
+    budget, the draft's cost and size, the GPU, the served model and the tensor-parallel degree.
+    `overriding` names what the flags win over (e.g. "the recording's"); every default is None, so a
+    flag not given leaves it alone."""
     over = f"; overrides {overriding}" if overriding else ""
     p.add_argument("--method", type=method_name,
                    help="the speculation method, when the server does not expose it (no /get_server_info "
@@ -286,6 +287,10 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
     p.add_argument("--k", type=whole_number(1), metavar="N",
                    help="draft tokens per step (num_speculative_tokens), when neither the server's counters nor "
                         f"its server info say it; what the server says wins{over}")
+    p.add_argument("--max-num-batched-tokens", dest="token_budget", type=whole_number(1), metavar="N",
+                   help="vLLM's token budget per step, when the server's /server_info does not give it (no dev "
+                        "mode): the verified positions take it first and the prefill gets what is left; "
+                        f"what the server says wins{over}")
     p.add_argument("--draft-ratio", type=non_negative_number, metavar="R",
                    help=f"draft cost per draft token relative to a target step, when known (r){over}")
     p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
@@ -363,7 +368,7 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 # flag attribute → the key a recording's header stores it under
 _ADVISOR_FLAGS = (("method", "method"), ("k", "k"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
                   ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
-                  ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"))
+                  ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"), ("token_budget", "max_num_batched_tokens"))
 
 
 def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -406,12 +411,14 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
         draft_ratio = None if settings.get("draft_ratio") is None else float(settings["draft_ratio"])
         tp = int(settings.get("tp") or 1)
         k = None if settings.get("k") is None else whole_number(1)(str(settings["k"]))
+        token_budget = None if settings.get("max_num_batched_tokens") is None \
+            else whole_number(1)(str(settings["max_num_batched_tokens"]))
         slo = {key: positive_number(str(settings[key])) if settings.get(key) is not None else None
                for key in ("slo_ttft_s", "slo_tpot_s")}
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp, **slo)
+                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, **slo)
 
 
 # ==================================================================================================

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from specwatch.readings.health import health_report, node_output_tokens
+from specwatch.advice.token_budget import resolve_token_budget
 from specwatch.perf import BoundEstimate
 from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
 from specwatch.readings.window import EngineFigures, TargetWindow, Window
@@ -116,10 +117,13 @@ def check_report(
     bound: BoundEstimate,
     config: SpeculationConfig | None = None,
     slo: tuple[float | None, float | None] = (None, None),
+    token_budget: int | None = None,
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
     judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
-    (TTFT, TPOT) targets in seconds that goodput counts against."""
+    (TTFT, TPOT) targets in seconds that goodput counts against. `token_budget`: the operator's
+    --max-num-batched-tokens, which the server's own budget wins over (under `engine.token_budget`,
+    with where the one judged with came from)."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
     gpu_joules, _ = window.gpu_energy()
@@ -131,7 +135,10 @@ def check_report(
         "target": url,
         "state": target.state if target else "unknown",
         "message": target.message if target else "not scraped",
-        "engine": engine_block(tw, reachable, target.version if target else None),
+        "engine": {**engine_block(tw, reachable, target.version if target else None),
+                   # the step's token budget the verdict was judged with: {tokens, source}, tokens null
+                   # where neither the server nor the operator gave it (then no budget cuts the prefill)
+                   "token_budget": resolve_token_budget(target, token_budget).to_dict()},
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),

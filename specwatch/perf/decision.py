@@ -102,6 +102,7 @@ class DecisionInputs:
     # engine's token budget per step (max_num_batched_tokens; None: not known, no cut)
     prompt_per_output: float = 0.0
     token_budget: float | None = None
+    token_budget_from: str = ""  # where the budget came from, in the reason's words ("" says nothing)
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     k_max: int | None = None  # best k searched over 1..k_max (default k)
@@ -634,12 +635,17 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         if inputs.prompt_per_output > 0:
             m = inputs.prompt_per_output
             plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, _positions(inputs, k))
+            budget = f"{inputs.token_budget or 0:.0f}"  # the budget, and where it came from when known
+            budget += f", {inputs.token_budget_from}" if inputs.token_budget_from else ""
+            if not plain_chunk > 0:  # no request would start, in either mode: no rate to compare
+                raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
+                                 f"{b_plain:.0f} sequences decoding, so no request could start at this load")
             throughput = throughput_speedup(b_plain, b_spec, length, steps_here[2], steps_here[3], plain_chunk, held, m)
             wanted = m * b_spec * length
             words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
                      f"about {plain_chunk:.0f} prompt tokens and a speculative one {held:.0f}")
             if held < wanted * 0.995:
-                words += (f"; the step's token budget ({inputs.token_budget:.0f}) leaves the prefill "
+                words += (f"; the step's token budget ({budget}) leaves the prefill "
                           f"{held / wanted:.0%} of what the speculative engine's completions need, so first "
                           f"tokens wait and requests complete {throughput:.2f}× as fast")
             reasons.append(words)

@@ -73,7 +73,8 @@ class RecordingHeader:
     interval_s: float | None = None
     created: float | None = None
     # The advisor settings the recording was made under (method, draft_ratio, draft_params, gpu,
-    # model, tp): a replay uses them unless told otherwise, so it judges as the live run did.
+    # model, tp, max_num_batched_tokens, ...): a replay uses them unless told otherwise, so it judges
+    # as the live run did.
     advisor: dict[str, Any] = field(default_factory=dict)
     specwatch_version: str = __version__
     snapshot_version: int = SNAPSHOT_VERSION

@@ -36,6 +36,7 @@ from specwatch.telemetry.snapshot import (
     SourceStatus,
     TargetSample,
     speculation_from_dict,
+    token_budget_from_dict,
 )
 
 __all__ = [
@@ -543,6 +544,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             d.get("payload_bytes"),
             self._speculation_of(url, d.get("speculation")),
             None if engine is None else str(engine),
+            token_budget_from_dict(d.get("token_budget")),  # absent before it was read: None
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:

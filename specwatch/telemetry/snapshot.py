@@ -7,8 +7,8 @@ specwatch. Interpretation (aliases, rates, quantiles) lives in `specwatch.readin
 Snapshots are immutable and round-trip through plain dicts (`to_dict`/`from_dict`), which is what
 recordings and `check --json` are built from. SNAPSHOT_VERSION changes whenever the dict layout changes
 in a way an older reader would misread. Keys added since layout 1 are optional and written only when
-they hold something (a target's "speculation"), so dicts without them still read, and older readers
-skip them.
+they hold something (a target's "speculation", its "token_budget"), so dicts without them still
+read, and older readers skip them.
 """
 
 from __future__ import annotations
@@ -281,6 +281,13 @@ class TargetSample:
     # The engine the payload was read as (collectors.engines): None is vLLM, as in every Snapshot
     # written before other engines were read; "sglang" for SGLang.
     engine: str | None = None
+    # The engine's token budget per step as the server's own config gives it (vLLM's scheduler
+    # budget, from /server_info in dev mode): the running decodes, each with its verified positions,
+    # take it first and the prefill chunks get what is left, which is how speculation slows the
+    # prefill once the budget binds. None where the server does not expose it (the operator's
+    # --max-num-batched-tokens then stands in, in the advisor's config). Last, so that the fields
+    # before it keep their places.
+    token_budget: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -305,6 +312,8 @@ class TargetSample:
             d["speculation"] = self.speculation.to_dict()
         if self.engine is not None:
             d["engine"] = self.engine
+        if self.token_budget is not None:
+            d["token_budget"] = self.token_budget
         return d
 
     @classmethod
@@ -320,12 +329,24 @@ class TargetSample:
             payload_bytes=d.get("payload_bytes"),
             speculation=speculation_from_dict(d.get("speculation")),
             engine=None if d.get("engine") is None else str(d["engine"]),
+            token_budget=token_budget_from_dict(d.get("token_budget")),
         )
 
 
 def speculation_from_dict(d: Any) -> SpeculationConfig | None:
     """A target's "speculation" entry, absent in Snapshots written before it existed."""
     return None if d is None else SpeculationConfig.from_dict(d)
+
+
+def token_budget_from_dict(value: Any) -> int | None:
+    """A target's "token_budget" entry, absent in Snapshots written before it existed (and where the
+    server did not say it). Anything but a whole number of at least 1 is a malformed Snapshot, not a
+    budget guessed at: a ValueError, which the readers report as a damaged line."""
+    if value is None:
+        return None
+    if value.__class__ is not int or value < 1:
+        raise ValueError(f"a token budget must be a whole number ≥ 1, not {value!r}")
+    return value
 
 
 # GPU field names, shared by every GPU source. Activity and utilisation fields are fractions in

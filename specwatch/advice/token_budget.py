@@ -1,0 +1,62 @@
+"""The engine's token budget per step that the advisor prices a step's prefill with: the server's
+own where its /server_info gives it (TargetSample.token_budget), else the operator's
+--max-num-batched-tokens. As with the speculation config (snapshot.resolve_speculation), the server
+wins, since it is what runs, and a flag it contradicts is said in the verdict's reasons. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_SERVER_INFO, TargetSample
+
+# The operator's flag, as the reasons name it (vLLM's own name for the budget).
+BUDGET_FLAG = "--max-num-batched-tokens"
+# Where the budget came from, as the decision's reason says it: "the step's token budget (2048, ...)".
+_FROM_WORDS = {FROM_SERVER_INFO: "from the server's /server_info", FROM_FLAGS: f"from {BUDGET_FLAG}"}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBudget:
+    """The budget a verdict is judged with (None: not known, so no budget cuts the prefill), where it
+    came from (FROM_SERVER_INFO or FROM_FLAGS), and `note`: the operator's flag in words where the
+    server contradicted it or it does not apply, for the verdict's reasons."""
+
+    tokens: int | None = None
+    source: str | None = None
+    note: str | None = None
+
+    @property
+    def words(self) -> str:
+        """Where the budget came from, in the decision's words ("" without a budget)."""
+        return _FROM_WORDS.get(self.source or "", "") if self.tokens is not None else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "source": self.source}
+
+
+NO_BUDGET = TokenBudget()
+
+
+def resolve_token_budget(target: TargetSample | None, declared: int | None) -> TokenBudget:
+    """The budget for this target: its server's, else `declared` (the operator's flag), else none.
+
+    An SGLang target gets none: SGLang does not put prefill chunks into its speculative steps (its
+    mixed chunked prefill is off under speculation), so the budget the model prices, shared by the
+    verified positions and the prefill, is vLLM's alone; a flag given for it is said to be unused."""
+    if target is not None and target.engine_name == "sglang":
+        if declared is None:
+            return NO_BUDGET
+        return TokenBudget(note=f"{BUDGET_FLAG} {declared} was given, but SGLang does not put prefill into its "
+                                "speculative steps: no token budget is applied")
+    server = target.token_budget if target is not None else None
+    if server is not None:
+        note = None
+        if declared is not None and declared != server:
+            note = (f"{BUDGET_FLAG} {declared} was given, but the server's /server_info says {server}: "
+                    f"judged with {server}")
+        return TokenBudget(server, FROM_SERVER_INFO, note)
+    if declared is not None:
+        return TokenBudget(declared, FROM_FLAGS)
+    return NO_BUDGET

@@ -1,0 +1,340 @@
+"""The engine's token budget per step, live: read from a real /server_info capture, carried in every
+reading and through recordings, given by --max-num-batched-tokens where the server does not say it
+(the server wins, and a flag it contradicts is said), priced by the live advisor (a budget tight
+enough cuts the prefill, and the reason says where the budget came from) and shown by check --json."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from http_fixtures import LocalServer
+from payloads import NGRAM_K4, read
+from specwatch.advice.advisor import Advisor, AdvisorConfig
+from specwatch.advice.token_budget import BUDGET_FLAG, NO_BUDGET, TokenBudget, resolve_token_budget
+from specwatch.cli import build_parser
+from specwatch.collectors.synthetic import SyntheticNode, generate
+from specwatch.collectors.vllm import VllmSource, token_budget_from_server_info
+from specwatch.commands.options import UsageError, advisor_config, advisor_settings
+from specwatch.outputs.report import check_report
+from specwatch.perf import HingeParameters, combine_bound
+from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader, write_recording
+from specwatch.telemetry.snapshot import (
+    FROM_FLAGS,
+    FROM_SERVER_INFO,
+    Snapshot,
+    SnapshotFormatError,
+    TargetSample,
+)
+from specwatch.readings.window import Window
+
+DATA = Path(__file__).parent / "data"
+# A real /server_info?config_format=json of vLLM 0.32 (CPU), n-gram k=4, dev mode on: its
+# scheduler_config holds max_num_batched_tokens and max_num_scheduled_tokens, both 2048.
+SERVER_INFO = DATA / "vllm-0.32-cpu-ngram-k4.server_info.json"
+
+# test_advisor's A100-like node, with 8000 uncached prompt tokens per 100 output tokens: the steps
+# prefill 80 prompt tokens per token they emit. At 16 running with k=4 and L ≈ 2, a plain step wants
+# 80·16 = 1280 prompt tokens and a speculative one 80·16·2 ≈ 2560 beside its 16·5 = 80 verified
+# positions: a budget of 2048 (the capture's) holds the first and cuts the second.
+STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
+                       per_token_s=0.0)
+NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
+                     context_per_sequence=0.0, prompt_tokens_per_request=8000, output_tokens_per_request=100,
+                     prompt_cached_fraction=0.0)
+CUT_WORDS = "the step's token budget (2048, from the server's /server_info) leaves the prefill"
+
+
+def server_info() -> dict:
+    return json.loads(SERVER_INFO.read_text())
+
+
+def with_budget(snapshots, budget: int | None):
+    return [dataclasses.replace(s, targets=tuple(dataclasses.replace(t, token_budget=budget) for t in s.targets))
+            for s in snapshots]
+
+
+# -- the parser, on the real capture ------------------------------------------------------------
+
+def test_the_real_server_info_gives_its_schedulers_budget():
+    info = server_info()
+    scheduler = info["vllm_config"]["scheduler_config"]
+    assert scheduler["max_num_batched_tokens"] == scheduler["max_num_scheduled_tokens"] == 2048
+    assert token_budget_from_server_info(info) == 2048
+    # some releases write vllm_config as a JSON string
+    assert token_budget_from_server_info(dict(info, vllm_config=json.dumps(info["vllm_config"]))) == 2048
+
+
+def _with_scheduler(**values) -> dict:
+    info = server_info()
+    scheduler = info["vllm_config"]["scheduler_config"]
+    for key, value in values.items():
+        if value is _ABSENT:
+            scheduler.pop(key)
+        else:
+            scheduler[key] = value
+    return info
+
+
+_ABSENT = object()
+
+
+@pytest.mark.parametrize("bad", [True, False, -2048, 0, 2048.0, "2048", None, [2048], {"tokens": 2048}])
+def test_values_of_the_wrong_type_are_left_out_not_guessed(bad):
+    assert token_budget_from_server_info(_with_scheduler(max_num_batched_tokens=bad,
+                                                         max_num_scheduled_tokens=bad)) is None
+    # one usable value is still read
+    assert token_budget_from_server_info(_with_scheduler(max_num_batched_tokens=4096,
+                                                         max_num_scheduled_tokens=bad)) == 4096
+
+
+def test_the_smaller_of_the_two_budgets_is_the_steps_and_either_alone_serves():
+    # vLLM's scheduler hands out max_num_scheduled_tokens per step, which may be set below the runner's
+    # max_num_batched_tokens (speculation's extra slots)
+    assert token_budget_from_server_info(_with_scheduler(max_num_scheduled_tokens=1900)) == 1900
+    assert token_budget_from_server_info(_with_scheduler(max_num_scheduled_tokens=_ABSENT)) == 2048
+    assert token_budget_from_server_info(_with_scheduler(max_num_batched_tokens=_ABSENT,
+                                                         max_num_scheduled_tokens=1024)) == 1024
+
+
+@pytest.mark.parametrize("info", [None, "x", [], {}, {"vllm_config": "{not json"}, {"vllm_config": {}},
+                                  {"vllm_config": {"scheduler_config": "2048"}}, {"vllm_config": []}])
+def test_a_server_info_without_a_scheduler_config_gives_none(info):
+    assert token_budget_from_server_info(info) is None
+
+
+# -- the collector, against a fake vLLM serving the real captures ----------------------------------
+
+class FakeVllm:
+    """/metrics, /version and (with dev mode) /server_info, from the real captures; editable live."""
+
+    def __init__(self, info: dict | None) -> None:
+        self.metrics = read(NGRAM_K4)
+        self.info = info
+
+    def __call__(self, h: BaseHTTPRequestHandler) -> None:
+        path = h.path.split("?")[0]
+        if path == "/metrics":
+            status, body = 200, self.metrics.encode()
+        elif path == "/version":
+            status, body = 200, b'{"version": "0.32.0"}'
+        elif path == "/server_info" and self.info is not None:
+            status, body = 200, json.dumps(self.info).encode()
+        else:
+            status, body = 404, b'{"detail": "Not Found"}'
+        h.send_response(status)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+
+def scrape(source: VllmSource) -> TargetSample:
+    async def go():
+        async with source:
+            return (await source.scrape())[0]
+
+    return asyncio.run(go())
+
+
+def test_the_collector_carries_the_budget_in_every_sample_and_rereads_it_after_a_restart():
+    info = server_info()
+    fake = FakeVllm(info)
+    with LocalServer(fake) as srv:
+        source = VllmSource([srv.url])
+        first, second = scrape(source), scrape(source)
+        assert first.ok and first.token_budget == second.token_budget == 2048
+        # a restart (a new process start time) with another budget: read again
+        info["vllm_config"]["scheduler_config"].update(max_num_batched_tokens=8192, max_num_scheduled_tokens=8192)
+        start = next(line for line in fake.metrics.splitlines() if line.startswith("process_start_time_seconds"))
+        fake.metrics = fake.metrics.replace(start, "process_start_time_seconds 1.9e9")
+        assert scrape(source).token_budget == 8192
+        # and without dev mode after the next restart: no budget, not the old one
+        fake.info = None
+        fake.metrics = fake.metrics.replace("process_start_time_seconds 1.9e9", "process_start_time_seconds 2.0e9")
+        assert scrape(source).token_budget is None
+
+
+def test_without_dev_mode_the_sample_has_no_budget():
+    with LocalServer(FakeVllm(None)) as srv:
+        sample = scrape(VllmSource([srv.url]))
+    assert sample.ok and sample.token_budget is None
+
+
+# -- the Snapshot dict and recordings ------------------------------------------------------------
+
+def test_round_trip_through_the_snapshot_dict_and_json():
+    snap = Snapshot(time=1.0, targets=(TargetSample("http://a:8000", "ok", token_budget=2048),
+                                       TargetSample("http://b:8000", "ok")))
+    written = snap.to_dict()
+    assert written["targets"][0]["token_budget"] == 2048
+    assert "token_budget" not in written["targets"][1]  # absent stays absent: older readers see what they knew
+    assert Snapshot.from_dict(json.loads(json.dumps(written))) == snap
+
+
+@pytest.mark.parametrize("bad", ["2048", 2048.0, True, 0, -1, [2048]])
+def test_a_budget_written_wrong_is_a_malformed_snapshot_not_a_guess(bad):
+    d = Snapshot(time=1.0, targets=(TargetSample("http://a:8000", "ok"),)).to_dict()
+    d["targets"][0]["token_budget"] = bad
+    with pytest.raises(SnapshotFormatError):
+        Snapshot.from_dict(d)
+
+
+@pytest.fixture(scope="module")
+def budget_recording(tmp_path_factory):
+    """A recording whose server's budget changes mid-run (a restart), in several members."""
+    snaps = list(generate(NODE, [8.0] * 30, seed=1))
+    snaps = with_budget(snaps[:10], None) + with_budget(snaps[10:20], 2048) + with_budget(snaps[20:], 4096)
+    path = tmp_path_factory.mktemp("budget") / "budget.swrec"
+    with RecordingWriter(path, RecordingHeader(data="synthetic", interval_s=1.0), member_seconds=7.0) as writer:
+        for snap in snaps:
+            writer.write(snap)
+    return snaps, path
+
+
+@pytest.mark.parametrize("parser", ["orjson", "stdlib"])
+def test_a_recording_keeps_the_budget_of_every_reading(budget_recording, monkeypatch, parser):
+    snaps, path = budget_recording
+    if parser == "stdlib":
+        monkeypatch.setattr(reader, "_fast_loads", None)
+    rec = read_recording(path)
+    assert rec.warnings == []
+    assert [s.targets[0].token_budget for s in rec.snapshots] == [None] * 10 + [2048] * 10 + [4096] * 10
+    assert rec.snapshots == snaps
+
+
+def test_a_damaged_budget_in_a_recording_is_a_warning_not_a_traceback(budget_recording, tmp_path):
+    import gzip
+
+    snaps, _ = budget_recording
+    path = tmp_path / "one-member.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", interval_s=1.0), snaps)
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert text.count('"token_budget":2048') == 10
+    bad = tmp_path / "bad.swrec"
+    bad.write_bytes(gzip.compress(text.replace('"token_budget":2048', '"token_budget":"2048"').encode()))
+    rec = read_recording(bad)
+    assert rec.warnings, "a budget written as text read without a word"
+    assert all(s.targets[0].token_budget in (None, 4096) for s in rec.snapshots)
+
+
+@pytest.mark.parametrize("name", ["recording-format-1.swrec", "recording-format-2.swrec"])
+def test_recordings_made_before_the_budget_was_read_still_read(name):
+    rec = read_recording(DATA / name)
+    assert rec.warnings == [] and rec.snapshots
+    assert all(t.token_budget is None for s in rec.snapshots for t in s.targets)
+
+
+# -- the live advisor ----------------------------------------------------------------------------
+
+def judge(config: AdvisorConfig, budget: int | None, load=(16.0,) * 30, node=NODE):
+    window, advisor = Window(10.0), Advisor(config)
+    verdict = None
+    for snap in with_budget(generate(node, list(load), seed=0), budget):
+        window.add(snap)
+        verdict = advisor.update(window.target(node.url), snap.gpus)
+    return advisor, verdict
+
+
+def _cut_reason(verdict) -> str | None:
+    return next((r for r in verdict.reasons if "the step's token budget" in r), None)
+
+
+def test_the_advisors_decision_gets_the_servers_budget_and_a_tight_one_cuts_the_prefill():
+    advisor, verdict = judge(AdvisorConfig(method="ngram"), 2048)
+    inputs = advisor.last_inputs
+    assert inputs.token_budget == TokenBudget(2048, FROM_SERVER_INFO)
+    decision_inputs = inputs.decision_inputs(length=2.0)
+    assert decision_inputs.token_budget == 2048
+    assert decision_inputs.token_budget_from == "from the server's /server_info"
+    assert CUT_WORDS in _cut_reason(verdict), verdict.reasons
+    # the same node without a budget: the prefill shares the step, and nothing cuts it
+    unbounded, free = judge(AdvisorConfig(method="ngram"), None)
+    assert unbounded.last_inputs.token_budget == NO_BUDGET
+    assert _cut_reason(free) is None
+    assert any(r.startswith("prefill shares the step") for r in free.reasons)
+    # a budget that holds the whole prefill cuts nothing
+    _, roomy = judge(AdvisorConfig(method="ngram"), 65536)
+    assert _cut_reason(roomy) is None
+
+
+def test_where_the_server_does_not_say_the_flag_stands_in():
+    advisor, verdict = judge(AdvisorConfig(method="ngram", token_budget=2048), None)
+    assert advisor.last_inputs.token_budget == TokenBudget(2048, FROM_FLAGS)
+    assert f"the step's token budget (2048, from {BUDGET_FLAG}) leaves the prefill" in _cut_reason(verdict)
+
+
+def test_the_server_overrules_the_flag_and_says_so():
+    advisor, verdict = judge(AdvisorConfig(method="ngram", token_budget=65536), 2048)
+    assert advisor.last_inputs.token_budget.tokens == 2048
+    assert f"{BUDGET_FLAG} 65536 was given, but the server's /server_info says 2048: judged with 2048" \
+        in verdict.reasons
+    assert CUT_WORDS in _cut_reason(verdict)
+    _, agreeing = judge(AdvisorConfig(method="ngram", token_budget=2048), 2048)
+    assert not any(r.startswith(BUDGET_FLAG) for r in agreeing.reasons)
+
+
+@pytest.mark.parametrize("node, load", [(dataclasses.replace(NODE, speculation=False), (16.0,) * 30),
+                                        (NODE, (0.0,) * 30)], ids=["not speculating", "no traffic"])
+def test_the_disagreement_is_said_on_verdicts_that_end_before_a_decision_too(node, load):
+    _, verdict = judge(AdvisorConfig(method="ngram", token_budget=4096), 2048, load=load, node=node)
+    assert f"{BUDGET_FLAG} 4096 was given, but the server's /server_info says 2048: judged with 2048" \
+        in verdict.reasons, verdict.reasons
+
+
+def test_a_budget_below_the_running_batch_is_an_unknown_verdict_that_says_why():
+    _, verdict = judge(AdvisorConfig(method="ngram", token_budget=8), None)
+    assert verdict.speculation == "unknown"
+    assert any("the step's token budget (8, from --max-num-batched-tokens) holds no prompt token" in r
+               for r in verdict.reasons), verdict.reasons
+
+
+def test_an_sglang_target_gets_no_budget_and_a_flag_for_it_is_said_unused():
+    sglang = TargetSample("http://s:30000", "ok", engine="sglang", token_budget=None)
+    assert resolve_token_budget(sglang, None) == NO_BUDGET
+    unused = resolve_token_budget(sglang, 2048)
+    assert unused.tokens is None and unused.note.startswith(f"{BUDGET_FLAG} 2048 was given, but SGLang")
+    assert resolve_token_budget(None, 2048) == TokenBudget(2048, FROM_FLAGS)
+
+
+# -- the flag, the recording's header, and check --json -------------------------------------------
+
+@pytest.mark.parametrize("command", [["check"], ["watch"], ["record", "-o", "x.swrec"], ["export"], ["tune"],
+                                     ["fleet", "--url", "http://n:8000"], ["replay", "x.swrec"]])
+def test_every_judging_command_takes_the_flag(command):
+    args = build_parser().parse_args([*command, "--max-num-batched-tokens", "4096"])
+    assert advisor_config(args).token_budget == 4096
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--max-num-batched-tokens", "0"])
+
+
+def test_the_flag_rides_in_a_recordings_header_and_a_replays_flag_wins():
+    args = build_parser().parse_args(["record", "-o", "x.swrec", "--max-num-batched-tokens", "4096"])
+    stored = advisor_settings(args)
+    assert stored["max_num_batched_tokens"] == 4096
+    assert advisor_config(None, stored).token_budget == 4096
+    replay = build_parser().parse_args(["replay", "x.swrec", "--max-num-batched-tokens", "1024"])
+    assert advisor_config(replay, stored).token_budget == 1024
+    assert advisor_config(None, {}).token_budget is None
+    with pytest.raises(UsageError):
+        advisor_config(None, {"max_num_batched_tokens": "lots"})
+
+
+def test_check_json_shows_the_budget_and_where_it_came_from():
+    window = Window(30.0)
+    for snap in with_budget(generate(NODE, [8.0] * 3), 2048):
+        window.add(snap)
+    engine = check_report(window, NODE.url, {}, combine_bound([]), token_budget=4096)["engine"]
+    assert engine["token_budget"] == {"tokens": 2048, "source": FROM_SERVER_INFO}
+    unsaid = Window(30.0)
+    for snap in with_budget(generate(NODE, [8.0] * 3), None):
+        unsaid.add(snap)
+    assert check_report(unsaid, NODE.url, {}, combine_bound([]), token_budget=4096)["engine"]["token_budget"] == \
+        {"tokens": 4096, "source": FROM_FLAGS}
+    assert check_report(unsaid, NODE.url, {}, combine_bound([]))["engine"]["token_budget"] == \
+        {"tokens": None, "source": None}
+    assert json.loads(json.dumps(engine))["token_budget"]["tokens"] == 2048
