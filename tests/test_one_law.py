@@ -101,9 +101,15 @@ def test_prefill_chunks_share_the_step_and_its_budget():
     # A budget of 128 tokens a step: beside 32 verified positions only 96 prompt tokens fit of the
     # 200 the completions need. The step is T(128) = 12.8 ms; requests complete at the prefill's pace,
     # 96 / 10 = 9.6 a step against the plain engine's 8 a step of 10 ms: 0.94×, a loss, while each
-    # request's decode still runs 2.5 × 10 / 12.8 as fast.
+    # request's decode still runs 2.5 × 10 / 12.8 as fast. The engine's output is requests: the
+    # verdict follows them (off), and says the decode steps' figure beside it.
     capped = _decide(10.0, budget=128.0)
-    assert capped.expected_speedup == pytest.approx(2.5 * 10.0 / 12.8)
+    assert capped.decode_speedup == pytest.approx(2.5 * 10.0 / 12.8)
     assert capped.throughput_speedup == pytest.approx((9.6 / 12.8) / (8 / 10.0))
-    assert capped.throughput_speedup < 1
+    assert capped.expected_speedup == capped.throughput_speedup < 1
+    assert capped.state == "off" and capped.carried_by == "token budget"
+    assert any("the verdict follows the requests (0.94×), not the decode steps (1.95×)" in reason
+               for reason in capped.reasons)
+    # where the budget leaves room, the verdict is the decode steps' as before
+    assert shared.decode_speedup == shared.expected_speedup and shared.carried_by != "token budget"
     assert any("leaves the prefill 48% of what" in reason for reason in capped.reasons)

@@ -252,6 +252,10 @@ def test_the_advisors_decision_gets_the_servers_budget_and_a_tight_one_cuts_the_
     assert decision_inputs.token_budget == 2048
     assert decision_inputs.token_budget_from == "from the server's /server_info"
     assert CUT_WORDS in _cut_reason(verdict), verdict.reasons
+    # the engine's output is requests: where the budget holds their prefill back and they complete
+    # no faster, the verdict follows them (hold at 0.97×), not the decode steps (1.27×, on)
+    assert "the verdict follows the requests (0.97×), not the decode steps (1.27×)" in _cut_reason(verdict)
+    assert verdict.speculation == "hold" and verdict.expected_speedup == pytest.approx(0.97, abs=0.005)
     # the same node without a budget: the prefill shares the step, and nothing cuts it
     unbounded, free = judge(AdvisorConfig(method="ngram"), None)
     assert unbounded.last_inputs.token_budget == NO_BUDGET

@@ -192,6 +192,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         reasons.append("it would not pay even with one request running")
     else:
         reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
+    if decision.carried_by == "token budget" and sweep is None:
+        reasons[-1] += perf.BUDGET_DECIDES_WORDS
     reasons.extend(decision.reasons)
     if decision.request_speedup is not None and "prefill_tax" in flags:
         reasons.append(f"end to end, with {j.inputs.prompt_tokens:.0f} prompt and {j.inputs.output_tokens:.0f} "

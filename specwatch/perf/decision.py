@@ -47,6 +47,7 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 __all__ = [
     "MAX_BATCH",
     "BAND",
+    "BUDGET_DECIDES_WORDS",
     "PRIOR_LEVEL_ERROR",
     "FIT_ERROR_FLOOR",
     "DecisionInputs",
@@ -127,6 +128,9 @@ class Decision:
     assumptions: tuple[str, ...]
     reasons: tuple[str, ...] = field(default_factory=tuple)
     throughput_speedup: float | None = None  # requests completed per second, when prefill shares the step
+    # the decode steps' speedup (the prefill they carry in them): expected_speedup is this, or the
+    # request throughput's where the token budget holds the prefill back and that is lower
+    decode_speedup: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -146,13 +150,18 @@ class Decision:
                          "fits": self.capacity.fits},
             "request_speedup": self.request_speedup,
             "throughput_speedup": self.throughput_speedup,
+            "decode_speedup": self.decode_speedup,
             "assumptions": list(self.assumptions),
         }
 
 
+# What a crossover's words add when the token budget, not the step, carries the answer: the
+# crossover is the decode steps' (where they stop paying), the verdict the requests'.
+BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token budget decides (below)"
+
 # ln S's terms by name, as `Decision.terms` keys them
 _TERM_KEYS = {name: f"ln_{name.replace(' ', '_')}" for name in
-              ("acceptance", "verify compute", "verification attention", "draft", "KV capacity")}
+              ("acceptance", "verify compute", "verification attention", "draft", "KV capacity", "token budget")}
 
 
 def _positions(inputs: DecisionInputs, k: int) -> float:
@@ -605,7 +614,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
                        f"fit the GPUs' KV memory (about {cap.plain:.0f} do): the batch is capped there")
     terms = {**parts, "plain_at_plain_batch_s": plain_here, "batch_plain": b_plain, "batch_speculative": b_spec}
 
-    expected = crossover = best = request = throughput = None
+    expected = decode = crossover = best = request = throughput = None
     sigma = level_error(inputs.step_model, (b_plain, b_spec * _positions(inputs, k)), inputs.extra_level_error)
     if inputs.length is None:
         state, confidence = "unknown", 0.0
@@ -613,9 +622,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
     else:
         length = min(inputs.length, _positions(inputs, k)) if inputs.tree_tokens or inputs.verified_per_step \
             else min(inputs.length, k + 1.0)
-        expected = length / break_even
-        state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
-        confidence = direction_confidence(expected, sigma)
+        expected = decode = length / break_even
         # the terms in ln S: acceptance gains, each cost loses its share of ln(T_spec / T_plain)
         plain_at_spec = parts["plain_s"]  # the plain step at the speculative batch
         loss = math.log(parts["speculative_s"] / plain_at_spec)
@@ -627,11 +634,6 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             contributions[name] = -loss * (seconds / extra) if extra > 0 else 0.0
         contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / plain_at_spec)) \
             if b_spec != b_plain else 0.0
-        if expected < 1:
-            carried = min(contributions, key=lambda name: contributions[name])
-        else:
-            carried = max(contributions, key=lambda name: abs(contributions[name]))
-        terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
         if inputs.prompt_per_output > 0:
             m = inputs.prompt_per_output
             plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, _positions(inputs, k))
@@ -648,11 +650,26 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
                 words += (f"; the step's token budget ({budget}) leaves the prefill "
                           f"{held / wanted:.0%} of what the speculative engine's completions need, so first "
                           f"tokens wait and requests complete {throughput:.2f}× as fast")
+                if throughput < decode:
+                    # The engine's output is requests: steps that emit faster while the prefill they
+                    # need is held back only move the queue to the first token. The verdict follows
+                    # the requests, and the decode figure stays beside it.
+                    expected = throughput
+                    contributions["token budget"] = math.log(throughput / decode)
+                    words += (f": the verdict follows the requests ({throughput:.2f}×), not the decode steps "
+                              f"({decode:.2f}×)")
             reasons.append(words)
+        state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
+        confidence = direction_confidence(expected, sigma)
+        if expected < 1:
+            carried = min(contributions, key=lambda name: contributions[name])
+        else:
+            carried = max(contributions, key=lambda name: abs(contributions[name]))
+        terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
         if figures:
             crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
             best = _best_k(inputs, model, k, length, steps_here, demand, waiting)
-            request = _request_speedup(inputs, expected, plain_here)
+            request = _request_speedup(inputs, decode, plain_here)
     return Decision(
         state=state,
         expected_speedup=expected,
@@ -669,6 +686,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         assumptions=tuple(assumptions),
         reasons=tuple(reasons),
         throughput_speedup=throughput,
+        decode_speedup=decode,
     )
 
 
