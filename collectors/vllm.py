@@ -99,6 +99,8 @@ class TargetInfo:
     server_info: dict | None = None
     # vLLM's scheduler budget per step, from /server_info (token_budget_from_server_info), when read
     token_budget: int | None = None
+    # the device the engine runs on, from /server_info (device_from_server_info), when read
+    device: str | None = None
 
 
 @dataclass
@@ -322,6 +324,7 @@ async def _scrape_target(
         payload_bytes=len(body),
         speculation=resolve_speculation(observed, declared),
         token_budget=target.info.token_budget,
+        device=target.info.device,
     )
 
 
@@ -358,6 +361,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
         target.info.probed = False  # try again on a later poll
         return
     target.info.speculative_config = target.info.speculation = target.info.token_budget = None
+    target.info.device = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
         r = await _get_bounded(client, (target.request_base or target.url) + "/server_info?config_format=json",
@@ -367,6 +371,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
             target.info.speculative_config = _speculative_config_from_server_info(info)
             target.info.speculation = speculation_from_server_info(target.info.speculative_config)
             target.info.token_budget = token_budget_from_server_info(info)
+            target.info.device = device_from_server_info(info)
     except ValueError:
         pass  # a 200 that is not JSON: not vLLM's /server_info, and asking again will not change it
     except (httpx.HTTPError, OSError, PayloadTooLarge):
@@ -410,6 +415,18 @@ def token_budget_from_server_info(info: object) -> int | None:
 
     budgets = [b for b in (whole("max_num_scheduled_tokens"), whole("max_num_batched_tokens")) if b is not None]
     return min(budgets) if budgets else None
+
+
+def device_from_server_info(info: object) -> str | None:
+    """The device the engine runs on from /server_info: vllm_config.device_config.device as vLLM
+    writes it ("cpu" on the CPU wheel; "cuda", "xpu", "tpu" elsewhere), lower-cased; None where it is
+    missing, not text, or "auto" (vLLM's unresolved default, which says nothing)."""
+    config = _vllm_config_from_server_info(info)
+    device_config = config.get("device_config") if config is not None else None
+    device = device_config.get("device") if isinstance(device_config, dict) else None
+    if not isinstance(device, str) or not device.strip() or device.strip().lower() == "auto":
+        return None
+    return device.strip().lower()
 
 
 # Methods that draft by lookup, not with a model: vLLM fills their "model" with the method's own name

@@ -258,7 +258,9 @@ class Advisor:
             k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r)
-        step_model, prior_words = self.step_samples.step_model(time, gpu)
+        # an engine that says it runs on the CPU has a known shape, where no GPU is identified
+        cpu_engine = gpu is None and target.device == "cpu"
+        step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)
 

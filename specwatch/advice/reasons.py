@@ -210,7 +210,10 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         flags.append("stale_acceptance")
 
     shape_assumed = False
-    if gpu is None and j.mig_unscaled is None and s_now > 1.0 \
+    if gpu is None and j.tw.latest.device == "cpu":
+        reasons.append("the engine runs on the CPU (its /server_info says so): every position a step "
+                       "verifies costs its compute, as no GPU's knee would hide it")
+    elif gpu is None and j.mig_unscaled is None and s_now > 1.0 \
             and not shape_measured(step_model, running, n_verify):
         # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee
         # verifying k+1 tokens costs what one does, but on a CPU, or past the knee, each verified

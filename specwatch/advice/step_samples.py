@@ -20,6 +20,12 @@ from specwatch.readings.window import EngineFigures
 GENERIC_KNEE_TOKENS = 256.0
 
 
+# The knee of an engine that runs on the CPU (its /server_info says device "cpu"): a CPU has no
+# spare compute under its memory reads to hide a verified position in, so every position a step
+# computes costs its share from the first token (the fit still learns the node's own fixed cost
+# per step from traffic at several loads).
+CPU_KNEE_TOKENS = 1.0
+
 # Below this share of the window spent decoding, the engine idled between steps: its step time is
 # its step period, not the time between steps.
 BUSY = 0.95
@@ -88,13 +94,16 @@ class StepSamples:
             low, high = self.observed_batch or (figures.running, figures.running)
             self.observed_batch = (min(low, figures.running), max(high, figures.running))
 
-    def step_model(self, time: float, gpu: GpuSpec | None) -> tuple[perf.StepTimeModel, str]:
+    def step_model(self, time: float, gpu: GpuSpec | None,
+                   cpu_engine: bool = False) -> tuple[perf.StepTimeModel, str]:
         """The step-time model at data time `time` on `gpu` (None: not identified, so the shape is
-        assumed), and the words naming its prior."""
-        prior_knee, prior, prior_words = self._prior(gpu)
-        return self._refitted(time, prior_knee, prior, shape_known=gpu is not None), prior_words
+        assumed, unless `cpu_engine`: the server says it runs on the CPU, whose shape is known), and
+        the words naming its prior."""
+        prior_knee, prior, prior_words = self._prior(gpu, cpu_engine)
+        return self._refitted(time, prior_knee, prior, shape_known=gpu is not None or cpu_engine), prior_words
 
-    def _prior(self, gpu: GpuSpec | None) -> tuple[float, Callable[[], perf.HingeParameters | perf.StepTimePrior], str]:
+    def _prior(self, gpu: GpuSpec | None,
+               cpu_engine: bool = False) -> tuple[float, Callable[[], perf.HingeParameters | perf.StepTimePrior], str]:
         """The step-time prior: the datasheet one, or a roofline shape anchored on this node. Its
         knee, the prior itself as a function that makes it (a roofline prior takes the median level
         of every sample: _refitted asks for it only to refit, or when there is no fit), and words.
@@ -114,6 +123,9 @@ class StepSamples:
             if cached is not None:
                 law, words = cached[3]
                 return law.knee_tokens, lambda: law, words
+        if gpu is None and cpu_engine:
+            return CPU_KNEE_TOKENS, lambda: self.roofline_prior(CPU_KNEE_TOKENS), \
+                "a CPU engine's shape (every position costs compute), level from this node's step times"
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
         where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
         return knee, lambda: self.roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"

@@ -278,3 +278,31 @@ def request_speedup(decode_speedup: float, plain_token_s: float, prompt_tokens: 
     plain = prefill_s + output_tokens * plain_token_s
     speculative = prefill_s + draft_prefill_s + output_tokens * plain_token_s / decode_speedup
     return plain / speculative
+
+
+# What a crossover's words add when the token budget, not the step, carries the answer: the
+# crossover is the decode steps' (where they stop paying), the verdict the requests'.
+BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token budget decides (below)"
+
+def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emitted: float, plain_s: float,
+                   spec_s: float, plain_chunk: float, spec_chunk: float, token_budget: float | None,
+                   budget_from: str = "") -> tuple[float, bool, str]:
+    """The request-throughput speedup when prefill shares the step (`throughput_speedup`), whether
+    the budget holds the speculative engine's prefill back, and the words saying so. Raises
+    ValueError where the budget leaves a plain step no prompt token: no request could start."""
+    m = prompt_per_output
+    budget = f"{token_budget or 0:.0f}" + (f", {budget_from}" if budget_from else "")
+    if not plain_chunk > 0:  # no request would start, in either mode: no rate to compare
+        raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
+                         f"{b_plain:.0f} sequences decoding, so no request could start at this load")
+    throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m)
+    wanted = m * b_spec * emitted
+    words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
+             f"about {plain_chunk:.0f} prompt tokens and a speculative one {spec_chunk:.0f}")
+    held_back = spec_chunk < wanted * 0.995
+    if held_back:
+        words += (f"; the step's token budget ({budget}) leaves the prefill {spec_chunk / wanted:.0%} of what the "
+                  f"speculative engine's completions need, so first tokens wait and requests complete "
+                  f"{throughput:.2f}× as fast")
+    return throughput, held_back, words
+

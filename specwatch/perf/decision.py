@@ -36,6 +36,7 @@ from specwatch.perf.costs import (
     prefill_time_s,
     request_speedup,
     seconds,
+    prefill_shared,
     throughput_speedup,
     verify_attention_s,
     VERIFY_ATTENTION_PER_POSITION,
@@ -47,7 +48,6 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 __all__ = [
     "MAX_BATCH",
     "BAND",
-    "BUDGET_DECIDES_WORDS",
     "PRIOR_LEVEL_ERROR",
     "FIT_ERROR_FLOOR",
     "DecisionInputs",
@@ -154,10 +154,6 @@ class Decision:
             "assumptions": list(self.assumptions),
         }
 
-
-# What a crossover's words add when the token budget, not the step, carries the answer: the
-# crossover is the decode steps' (where they stop paying), the verdict the requests'.
-BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token budget decides (below)"
 
 # ln S's terms by name, as `Decision.terms` keys them
 _TERM_KEYS = {name: f"ln_{name.replace(' ', '_')}" for name in
@@ -637,27 +633,17 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         if inputs.prompt_per_output > 0:
             m = inputs.prompt_per_output
             plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, _positions(inputs, k))
-            budget = f"{inputs.token_budget or 0:.0f}"  # the budget, and where it came from when known
-            budget += f", {inputs.token_budget_from}" if inputs.token_budget_from else ""
-            if not plain_chunk > 0:  # no request would start, in either mode: no rate to compare
-                raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
-                                 f"{b_plain:.0f} sequences decoding, so no request could start at this load")
-            throughput = throughput_speedup(b_plain, b_spec, length, steps_here[2], steps_here[3], plain_chunk, held, m)
-            wanted = m * b_spec * length
-            words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
-                     f"about {plain_chunk:.0f} prompt tokens and a speculative one {held:.0f}")
-            if held < wanted * 0.995:
-                words += (f"; the step's token budget ({budget}) leaves the prefill "
-                          f"{held / wanted:.0%} of what the speculative engine's completions need, so first "
-                          f"tokens wait and requests complete {throughput:.2f}× as fast")
-                if throughput < decode:
-                    # The engine's output is requests: steps that emit faster while the prefill they
-                    # need is held back only move the queue to the first token. The verdict follows
-                    # the requests, and the decode figure stays beside it.
-                    expected = throughput
-                    contributions["token budget"] = math.log(throughput / decode)
-                    words += (f": the verdict follows the requests ({throughput:.2f}×), not the decode steps "
-                              f"({decode:.2f}×)")
+            throughput, held_back, words = prefill_shared(m, b_plain, b_spec, length, steps_here[2], steps_here[3],
+                                                          plain_chunk, held, inputs.token_budget,
+                                                          inputs.token_budget_from)
+            if held_back and throughput < decode:
+                # The engine's output is requests: steps that emit faster while the prefill they
+                # need is held back only move the queue to the first token. The verdict follows
+                # the requests, and the decode figure stays beside it.
+                expected = throughput
+                contributions["token budget"] = math.log(throughput / decode)
+                words += (f": the verdict follows the requests ({throughput:.2f}×), not the decode steps "
+                          f"({decode:.2f}×)")
             reasons.append(words)
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)

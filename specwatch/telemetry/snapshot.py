@@ -7,7 +7,7 @@ specwatch. Interpretation (aliases, rates, quantiles) lives in `specwatch.readin
 Snapshots are immutable and round-trip through plain dicts (`to_dict`/`from_dict`), which is what
 recordings and `check --json` are built from. SNAPSHOT_VERSION changes whenever the dict layout changes
 in a way an older reader would misread. Keys added since layout 1 are optional and written only when
-they hold something (a target's "speculation", its "token_budget"), so dicts without them still
+they hold something (a target's "speculation", its "token_budget", its "device"), so dicts without them still
 read, and older readers skip them.
 """
 
@@ -288,6 +288,10 @@ class TargetSample:
     # --max-num-batched-tokens then stands in, in the advisor's config). Last, so that the fields
     # before it keep their places.
     token_budget: int | None = None
+    # The device the engine runs on as the server's own config names it (vLLM's device_config.device,
+    # from /server_info in dev mode): "cpu" tells the advisor that every position a step computes
+    # costs compute from the first token, which no GPU's roofline says. None where not exposed.
+    device: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -314,6 +318,8 @@ class TargetSample:
             d["engine"] = self.engine
         if self.token_budget is not None:
             d["token_budget"] = self.token_budget
+        if self.device is not None:
+            d["device"] = self.device
         return d
 
     @classmethod
@@ -330,6 +336,7 @@ class TargetSample:
             speculation=speculation_from_dict(d.get("speculation")),
             engine=None if d.get("engine") is None else str(d["engine"]),
             token_budget=token_budget_from_dict(d.get("token_budget")),
+            device=None if d.get("device") is None else str(d["device"]),
         )
 
 

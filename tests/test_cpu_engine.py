@@ -1,0 +1,101 @@
+"""An engine that says it runs on the CPU: vLLM's /server_info names the device (device_config.device,
+"cpu" on the CPU wheel; tests/data's real capture). Where no GPU is identified, that tells the advisor
+the step-time shape it otherwise has to assume: a CPU has no spare compute under its memory reads, so
+every position a step verifies costs its share from the first token. Read from the capture, carried in
+every reading and through recordings, and judged: on a node whose steps cost in proportion to their
+positions, the verdict is the node's loss, not a GPU's gain."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from http_fixtures import LocalServer
+from test_token_budget import FakeVllm, scrape
+from specwatch.advice.advisor import Advisor, AdvisorConfig
+from specwatch.collectors.synthetic import SyntheticNode, generate
+from specwatch.collectors.vllm import VllmSource, device_from_server_info
+from specwatch.perf import HingeParameters
+from specwatch.readings.window import Window
+from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader
+from specwatch.telemetry.snapshot import Snapshot, TargetSample
+
+SERVER_INFO = Path(__file__).parent / "data" / "vllm-0.32-cpu-ngram-k4.server_info.json"
+
+
+def server_info() -> dict:
+    return json.loads(SERVER_INFO.read_text())
+
+
+def test_the_real_server_info_names_the_cpu():
+    assert device_from_server_info(server_info()) == "cpu"
+
+
+@pytest.mark.parametrize("device, read", [("CUDA", "cuda"), (" xpu ", "xpu"), ("auto", None), ("", None),
+                                          (5, None), (None, None), (["cpu"], None)])
+def test_a_device_is_read_as_written_and_what_says_nothing_is_left_out(device, read):
+    info = server_info()
+    info["vllm_config"]["device_config"]["device"] = device
+    assert device_from_server_info(info) == read
+    del info["vllm_config"]["device_config"]
+    assert device_from_server_info(info) is None
+    assert device_from_server_info("not an object") is None
+
+
+def test_the_collector_carries_the_device_and_without_dev_mode_none():
+    with LocalServer(FakeVllm(server_info())) as srv:
+        assert scrape(VllmSource([srv.url])).device == "cpu"
+    with LocalServer(FakeVllm(None)) as srv:
+        assert scrape(VllmSource([srv.url])).device is None
+
+
+def test_a_recording_keeps_the_device_in_the_fast_and_the_plain_reading(tmp_path, monkeypatch):
+    snaps = [Snapshot(time=float(i), targets=(TargetSample("http://a:8000", "ok", device="cpu"),
+                                              TargetSample("http://b:8000", "ok"))) for i in range(3)]
+    assert "device" not in snaps[0].to_dict()["targets"][1]  # absent stays absent
+    path = tmp_path / "cpu.swrec"
+    with RecordingWriter(path, RecordingHeader(data="synthetic")) as writer:
+        for snap in snaps:
+            writer.write(snap)
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(reader, "_fast_loads", None)
+        read = read_recording(path).snapshots
+        assert [[t.device for t in s.targets] for s in read] == [["cpu", None]] * 3
+
+
+# A node whose steps cost in proportion to the positions they compute, 2 ms each, from the first:
+# a CPU's law. n-gram, k = 4; with L = 1 + 0.5 + 0.3 + 0.2 + 0.1 = 2.1 a verify step of 5 positions
+# emits 2.1 tokens for the time a plain step emits 5 in: the truth is L / (k + 1) = 0.42×.
+CPU_LAW = HingeParameters(base_s=0.002, knee=1.0, slope_s_per_token=0.002, kv_s_per_token=0.0, per_token_s=0.0)
+NODE = SyntheticNode(step=CPU_LAW, gpus=0, per_position=(0.5, 0.3, 0.2, 0.1), context_per_sequence=0.0,
+                     prompt_tokens_per_request=0.0, noise=0.0)
+
+
+def judge(device: str | None, running: float = 4.0):
+    window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram"))
+    verdict = None
+    for snap in generate(NODE, [running] * 90, seed=1):
+        snap = dataclasses.replace(snap, targets=tuple(dataclasses.replace(t, device=device) for t in snap.targets))
+        window.add(snap)
+        verdict = advisor.update(window.target(NODE.url), snap.gpus)
+    return verdict
+
+
+def test_a_cpu_engine_is_judged_with_a_cpus_shape_not_a_gpus():
+    truth = NODE.acceptance_length / (NODE.k + 1)
+    assert truth == pytest.approx(0.42)
+    # without the device, no GPU identified: the answer spans the two shapes, the GPU's end shown
+    unknown = judge(None)
+    assert "gpu_unidentified" in unknown.flags and unknown.expected_speedup > 1 > truth
+    # the server says it runs on the CPU: the node's loss, and why
+    cpu = judge("cpu")
+    assert cpu.speculation == "off", cpu.reasons
+    assert cpu.expected_speedup == pytest.approx(truth, rel=0.25), cpu.reasons
+    assert "gpu_unidentified" not in cpu.flags
+    assert any(r.startswith("the engine runs on the CPU (its /server_info says so)") for r in cpu.reasons)
+    # a GPU's device name changes nothing: the shape is still assumed
+    assert "gpu_unidentified" in judge("cuda").flags
