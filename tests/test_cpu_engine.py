@@ -75,8 +75,8 @@ NODE = SyntheticNode(step=CPU_LAW, gpus=0, per_position=(0.5, 0.3, 0.2, 0.1), co
                      prompt_tokens_per_request=0.0, noise=0.0)
 
 
-def judge(device: str | None, running: float = 4.0):
-    window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram"))
+def judge(device: str | None, running: float = 4.0, flag: str | None = None):
+    window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram", device=flag))
     verdict = None
     for snap in generate(NODE, [running] * 90, seed=1):
         snap = dataclasses.replace(snap, targets=tuple(dataclasses.replace(t, device=device) for t in snap.targets))
@@ -99,3 +99,29 @@ def test_a_cpu_engine_is_judged_with_a_cpus_shape_not_a_gpus():
     assert any(r.startswith("the engine runs on the CPU (its /server_info says so)") for r in cpu.reasons)
     # a GPU's device name changes nothing: the shape is still assumed
     assert "gpu_unidentified" in judge("cuda").flags
+
+
+def test_without_dev_mode_the_device_flag_stands_in_and_the_server_wins_over_it():
+    truth = NODE.acceptance_length / (NODE.k + 1)
+    flagged = judge(None, flag="cpu")
+    assert flagged.expected_speedup == pytest.approx(truth, rel=0.25)
+    assert any(r.startswith("the engine runs on the CPU (--device cpu)") for r in flagged.reasons)
+    # the server names a GPU device: what it says wins over --device cpu
+    assert "gpu_unidentified" in judge("cuda", flag="cpu").flags
+    # --device gpu keeps the unknown shape's range
+    assert "gpu_unidentified" in judge(None, flag="gpu").flags
+
+
+@pytest.mark.parametrize("command", [["check"], ["watch"], ["record", "-o", "x.swrec"], ["export"], ["tune"],
+                                     ["fleet", "--url", "http://n:8000"], ["replay", "x.swrec"]])
+def test_every_judging_command_takes_the_device_flag_and_a_recording_keeps_it(command):
+    from specwatch.cli import build_parser
+    from specwatch.commands.options import UsageError, advisor_config, advisor_settings
+
+    args = build_parser().parse_args([*command, "--device", "cpu"])
+    assert advisor_config(args).device == "cpu"
+    assert advisor_config(None, advisor_settings(args)).device == "cpu"  # a recording's header
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--device", "tpu"])
+    with pytest.raises(UsageError):
+        advisor_config(None, {"device": "quantum"})

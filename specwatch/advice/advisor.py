@@ -75,6 +75,9 @@ class AdvisorConfig:
     # the engine's token budget per step (--max-num-batched-tokens), for a server whose /server_info
     # does not give its own (which wins): it cuts the prefill a step carries beside the verified positions
     token_budget: int | None = None
+    # what the engine runs on (--device: "cpu" or "gpu"), for a server whose /server_info does not say
+    # it (which wins): a CPU engine is judged with a CPU's step-time shape where no GPU is identified
+    device: str | None = None
     dtype: str = "bf16"
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
     sample_interval_s: float = 5.0  # data time between step-time samples
@@ -259,7 +262,7 @@ class Advisor:
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r)
         # an engine that says it runs on the CPU has a known shape, where no GPU is identified
-        cpu_engine = gpu is None and target.device == "cpu"
+        cpu_engine = gpu is None and (target.device or self._config.device) == "cpu"
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)

@@ -56,6 +56,9 @@ class ReasonSettings(Protocol):
     @property
     def slo_tpot_s(self) -> float | None: ...
 
+    @property
+    def device(self) -> str | None: ...  # --device, where the server does not name it
+
 
 class TtftWatch:
     """Whether TTFT p95 rises against its recent median: the recent p95s, and the check."""
@@ -210,9 +213,11 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         flags.append("stale_acceptance")
 
     shape_assumed = False
-    if gpu is None and j.tw.latest.device == "cpu":
-        reasons.append("the engine runs on the CPU (its /server_info says so): every position a step "
-                       "verifies costs its compute, as no GPU's knee would hide it")
+    device = j.tw.latest.device or settings.device
+    if gpu is None and device == "cpu":
+        said = "its /server_info says so" if j.tw.latest.device else "--device cpu"
+        reasons.append(f"the engine runs on the CPU ({said}): every position a step verifies costs its "
+                       "compute, as no GPU's knee would hide it")
     elif gpu is None and j.mig_unscaled is None and s_now > 1.0 \
             and not shape_measured(step_model, running, n_verify):
         # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee

@@ -291,6 +291,10 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
                    help="vLLM's token budget per step, when the server's /server_info does not give it (no dev "
                         "mode): the verified positions take it first and the prefill gets what is left; "
                         f"what the server says wins{over}")
+    p.add_argument("--device", choices=("cpu", "gpu"),
+                   help="what the engine runs on, when the server's /server_info does not say it (no dev mode): "
+                        "cpu judges with a CPU's step time, in which every verified position costs its compute; "
+                        f"what the server says wins{over}")
     p.add_argument("--draft-ratio", type=non_negative_number, metavar="R",
                    help=f"draft cost per draft token relative to a target step, when known (r){over}")
     p.add_argument("--draft-params", metavar="N", help=f"the draft model's parameter count (e.g. 1B){over}")
@@ -368,7 +372,8 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 # flag attribute → the key a recording's header stores it under
 _ADVISOR_FLAGS = (("method", "method"), ("k", "k"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
                   ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
-                  ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"), ("token_budget", "max_num_batched_tokens"))
+                  ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"), ("token_budget", "max_num_batched_tokens"),
+                  ("device", "device"))
 
 
 def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -415,10 +420,13 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
             else whole_number(1)(str(settings["max_num_batched_tokens"]))
         slo = {key: positive_number(str(settings[key])) if settings.get(key) is not None else None
                for key in ("slo_ttft_s", "slo_tpot_s")}
+        device = settings.get("device")
+        if device is not None and device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be cpu or gpu, not {device!r}")
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, **slo)
+                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, **slo)
 
 
 # ==================================================================================================
