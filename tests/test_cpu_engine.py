@@ -125,3 +125,19 @@ def test_every_judging_command_takes_the_device_flag_and_a_recording_keeps_it(co
         build_parser().parse_args([*command, "--device", "tpu"])
     with pytest.raises(UsageError):
         advisor_config(None, {"device": "quantum"})
+
+
+def test_check_json_shows_the_device_and_where_it_came_from():
+    from specwatch.outputs.report import check_report
+    from specwatch.perf import combine_bound
+
+    def engine_block(device: str | None, flag: str | None) -> dict:
+        window = Window(30.0)
+        for snap in generate(NODE, [4.0] * 3, seed=1):
+            window.add(dataclasses.replace(snap, targets=tuple(dataclasses.replace(t, device=device)
+                                                               for t in snap.targets)))
+        return check_report(window, NODE.url, {}, combine_bound([]), device=flag)["engine"]["device"]
+
+    assert engine_block("cpu", "gpu") == {"name": "cpu", "source": "server_info"}  # the server wins
+    assert engine_block(None, "cpu") == {"name": "cpu", "source": "flags"}
+    assert engine_block(None, None) == {"name": None, "source": None}

@@ -106,7 +106,8 @@ async def _check(session: Any, args: argparse.Namespace, sweep: Any = None) -> l
         verdict = advisor.update(window.target(url), window.latest.gpus)
         config = session.monitor.advisor_config
         report = check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
-                              slo=(config.slo_ttft_s, config.slo_tpot_s), token_budget=config.token_budget)
+                              slo=(config.slo_ttft_s, config.slo_tpot_s), token_budget=config.token_budget,
+                              device=config.device)
         if sweep is not None:
             report["sweep"] = sweep_block(sweep, advisor, verdict, window.target(url), window.latest.time)
         reports.append(report)

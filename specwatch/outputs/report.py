@@ -10,7 +10,8 @@ from typing import Any, Sequence
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.token_budget import resolve_token_budget
 from specwatch.perf import BoundEstimate
-from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_speculation
+from specwatch.telemetry.snapshot import (FROM_FLAGS, FROM_SERVER_INFO, GpuSample, Snapshot, SourceStatus,
+                                         SpeculationConfig, TargetSample, resolve_speculation)
 from specwatch.readings.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
@@ -110,6 +111,12 @@ def sources_block(sources: Sequence[SourceStatus]) -> list[dict[str, Any]]:
     return [s.to_dict() for s in sources]
 
 
+def _device_block(target: TargetSample | None, flag: str | None) -> dict[str, Any]:
+    if target is not None and target.device is not None:
+        return {"name": target.device, "source": FROM_SERVER_INFO}
+    return {"name": flag, "source": FROM_FLAGS if flag is not None else None}
+
+
 def check_report(
     window: Window,
     url: str,
@@ -118,12 +125,14 @@ def check_report(
     config: SpeculationConfig | None = None,
     slo: tuple[float | None, float | None] = (None, None),
     token_budget: int | None = None,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
     judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
     (TTFT, TPOT) targets in seconds that goodput counts against. `token_budget`: the operator's
     --max-num-batched-tokens, which the server's own budget wins over (under `engine.token_budget`,
-    with where the one judged with came from)."""
+    with where the one judged with came from). `device`: the operator's --device, which the server's
+    own (its /server_info) wins over likewise (under `engine.device`)."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
     gpu_joules, _ = window.gpu_energy()
@@ -138,7 +147,10 @@ def check_report(
         "engine": {**engine_block(tw, reachable, target.version if target else None),
                    # the step's token budget the verdict was judged with: {tokens, source}, tokens null
                    # where neither the server nor the operator gave it (then no budget cuts the prefill)
-                   "token_budget": resolve_token_budget(target, token_budget).to_dict()},
+                   "token_budget": resolve_token_budget(target, token_budget).to_dict(),
+                   # what the engine runs on ("cpu" sets the step-time shape where no GPU is identified):
+                   # {name, source}, name null where neither the server nor the operator said it
+                   "device": _device_block(target, device)},
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),
