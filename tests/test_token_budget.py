@@ -256,6 +256,12 @@ def test_the_advisors_decision_gets_the_servers_budget_and_a_tight_one_cuts_the_
     # no faster, the verdict follows them (hold at 0.97×), not the decode steps (1.27×, on)
     assert "the verdict follows the requests (0.97×), not the decode steps (1.27×)" in _cut_reason(verdict)
     assert verdict.speculation == "hold" and verdict.expected_speedup == pytest.approx(0.97, abs=0.005)
+    # check --json reports each speedup behind it: the decode steps', the requests' per second (which
+    # the engine's, and the verdict, follow here) and a request's end to end
+    speedups = verdict.to_dict()["speedups"]
+    assert speedups["decode"] == pytest.approx(1.27, abs=0.005)
+    assert speedups["engine"] == speedups["requests_per_s"] == pytest.approx(0.97, abs=0.005)
+    assert speedups["request_end_to_end"] is not None
     # the same node without a budget: the prefill shares the step, and nothing cuts it
     unbounded, free = judge(AdvisorConfig(method="ngram"), None)
     assert unbounded.last_inputs.token_budget == NO_BUDGET

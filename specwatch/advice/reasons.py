@@ -264,6 +264,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                                  "engine_speedup": s_engine,
                                  "busy_share": j.busy_share,
                                  "request_speedup": decision.request_speedup,
+                                 "decode_speedup": decision.decode_speedup,
+                                 "throughput_speedup": decision.throughput_speedup,
                                  **({"goodput": slo[1]} if slo is not None else {})})
 
 

@@ -57,7 +57,20 @@ class Verdict:
             "best_k": self.best_k,
             "best_k_speedup": _round(self.best_k_speedup),
             "flags": list(self.flags),
+            **self._speedups(),
         }
+
+    def _speedups(self) -> dict[str, Any]:
+        """The speedups behind the expected one, where the decision priced them: the engine's (what the
+        verdict follows, before the busy share), its decode steps', the requests' per second and one
+        request's end to end (null where the traffic's shape was not read)."""
+        details = self.details
+        if "engine_speedup" not in details:
+            return {}
+        return {"speedups": {"engine": _round(details.get("engine_speedup")),
+                             "decode": _round(details.get("decode_speedup")),
+                             "requests_per_s": _round(details.get("throughput_speedup")),
+                             "request_end_to_end": _round(details.get("request_speedup"))}}
 
 
 _FIELDS = frozenset(f.name for f in fields(Verdict))
