@@ -137,9 +137,12 @@ def test_reading_a_recording_inflates_in_one_worker_that_ends_with_the_reading(r
     next(lines)
     (worker,) = workers() - before
     lines.close()
+    worker.join(timeout=10)
     assert not worker.is_alive()
     assert len(read_recording(path).snapshots) == len(snapshots)
-    assert not {t for t in workers() - before if t.is_alive()}
+    for left in workers() - before:
+        left.join(timeout=10)
+        assert not left.is_alive()
 
 
 @pytest.mark.parametrize("line", [

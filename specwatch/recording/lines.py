@@ -106,7 +106,9 @@ def iter_lines(path: Path, warnings: list[str], start: int = 0,
                 if unreadable:
                     return
         finally:
-            inflating.shutdown(wait=True, cancel_futures=True)
+            # not waiting: a reading dropped in a reference cycle may be finalised by the garbage
+            # collector in any thread, its own worker's included; the worker ends after its chunk
+            inflating.shutdown(wait=False, cancel_futures=True)
         if fed and not decompressor.eof:
             # the last member never finished: a recorder still running, killed, or a cut copy
             if partial:
