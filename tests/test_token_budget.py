@@ -16,7 +16,8 @@ import pytest
 from http_fixtures import LocalServer
 from payloads import NGRAM_K4, read
 from specwatch.advice.advisor import Advisor, AdvisorConfig
-from specwatch.advice.token_budget import BUDGET_FLAG, NO_BUDGET, TokenBudget, resolve_token_budget
+from specwatch.advice.token_budget import (BUDGET_FLAG, FROM_VLLM_DEFAULT, NO_BUDGET, TokenBudget,
+                                          resolve_token_budget, vllm_default_token_budget)
 from specwatch.cli import build_parser
 from specwatch.collectors.synthetic import SyntheticNode, generate
 from specwatch.collectors.vllm import VllmSource, token_budget_from_server_info
@@ -262,8 +263,17 @@ def test_the_advisors_decision_gets_the_servers_budget_and_a_tight_one_cuts_the_
     assert speedups["decode"] == pytest.approx(1.27, abs=0.005)
     assert speedups["engine"] == speedups["requests_per_s"] == pytest.approx(0.97, abs=0.005)
     assert speedups["request_end_to_end"] is not None
-    # the same node without a budget: the prefill shares the step, and nothing cuts it
-    unbounded, free = judge(AdvisorConfig(method="ngram"), None)
+    # the same node where neither the server nor the operator says it: an engine always has a
+    # budget, and vLLM's own default for its API server on an A100 is 2048 (EngineArgs.get_batch_
+    # defaults), so the same cut, said to rest on the default
+    defaulted, assumed = judge(AdvisorConfig(method="ngram"), None)
+    assert defaulted.last_inputs.token_budget == TokenBudget(2048, FROM_VLLM_DEFAULT)
+    assert "the step's token budget (2048, vLLM's default for its API server on this hardware; give " \
+           "--max-num-batched-tokens if the server runs another) leaves the prefill" in _cut_reason(assumed)
+    assert assumed.expected_speedup == pytest.approx(verdict.expected_speedup)
+    # with the hardware unknown there is no default to assume: the prefill shares the step uncut
+    unknown = dataclasses.replace(NODE, gpus=0)
+    unbounded, free = judge(AdvisorConfig(method="ngram"), None, node=unknown)
     assert unbounded.last_inputs.token_budget == NO_BUDGET
     assert _cut_reason(free) is None
     assert any(r.startswith("prefill shares the step") for r in free.reasons)
@@ -348,3 +358,46 @@ def test_check_json_shows_the_budget_and_where_it_came_from():
     assert check_report(unsaid, NODE.url, {}, combine_bound([]))["engine"]["token_budget"] == \
         {"tokens": None, "source": None}
     assert json.loads(json.dumps(engine))["token_budget"]["tokens"] == 2048
+    # the budget the verdict was judged with, vLLM's default included, is the one shown
+    judged = TokenBudget(2048, FROM_VLLM_DEFAULT)
+    assert check_report(unsaid, NODE.url, {}, combine_bound([]), judged_budget=judged)["engine"]["token_budget"] == \
+        {"tokens": 2048, "source": FROM_VLLM_DEFAULT}
+
+
+def test_vllms_default_budget_follows_its_engine_args_by_device():
+    """EngineArgs.get_batch_defaults, API server: 8192 on a device of at least 70 GiB that is not an
+    A100, else 2048 (a CPU's capture in tests/data says 2048)."""
+    from specwatch.perf.hardware import lookup
+
+    assert vllm_default_token_budget(lookup("H100")) == 8192
+    assert vllm_default_token_budget(lookup("H200")) == 8192
+    assert vllm_default_token_budget(lookup("MI300X")) == 8192
+    assert vllm_default_token_budget(lookup("A100-80GB-SXM")) == 2048  # vLLM PR #17885
+    assert vllm_default_token_budget(lookup("L40S")) == 2048
+    assert vllm_default_token_budget(None) == 2048
+    info = server_info()["vllm_config"]["scheduler_config"]
+    assert info["max_num_batched_tokens"] == vllm_default_token_budget(None)
+
+
+def test_predict_assumes_vllms_default_budget_where_none_is_given():
+    from specwatch.advice.predict import predict
+    from specwatch.perf.hardware import lookup
+
+    heavy = dict(model="Llama-3.1-8B", batch=64, k=3, acceptance_length=2.5, method="eagle3", context=1000,
+                 prompt_tokens=4000, output_tokens=200)
+    a100 = predict(gpu=lookup("A100-80GB-SXM"), **heavy)
+    assert a100["inputs"]["max_num_batched_tokens"] == 2048
+    assert a100["inputs"]["max_num_batched_tokens_source"] == FROM_VLLM_DEFAULT
+    # 64 × 4 verified positions leave 1792 of the 3200 prompt tokens the completions bring: requests
+    # complete slower, and the verdict follows them
+    assert a100["verdict"]["speculation"] == "off" and a100["verdict"]["throughput_speedup"] < 1
+    assert any("vLLM's default for its API server" in r for r in a100["verdict"]["reasons"])
+    # an H100's default (8192) holds the whole prefill: nothing is cut, the decode steps decide
+    h100 = predict(gpu=lookup("H100"), **heavy)
+    assert h100["inputs"]["max_num_batched_tokens"] == 8192
+    assert not any("leaves the prefill" in r for r in h100["verdict"]["reasons"])
+    # the operator's flag stands over the default; without the traffic's shape no budget is assumed
+    flagged = predict(gpu=lookup("A100-80GB-SXM"), max_num_batched_tokens=65536, **heavy)
+    assert flagged["inputs"]["max_num_batched_tokens_source"] == FROM_FLAGS
+    shapeless = predict(gpu=lookup("A100-80GB-SXM"), **{k: v for k, v in heavy.items() if "tokens" not in k})
+    assert shapeless["inputs"]["max_num_batched_tokens"] is None

@@ -38,7 +38,7 @@ from specwatch.advice.reasons import (
 )
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
-from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, resolve_token_budget
+from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, resolve_token_budget, vllm_default_token_budget
 from specwatch.advice.verdict import OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -252,7 +252,12 @@ class Advisor:
             return make_verdict(UNKNOWN, 0.0, time, [stalled], bound_estimate(None, gpus, None, None),
                                 ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
         gpu = identity.identify(gpus)
-        budget = resolve_token_budget(target, self._config.token_budget)
+        # an engine that says it runs on the CPU has a known shape, where no GPU is identified
+        cpu_engine = gpu is None and (target.device or self._config.device) == "cpu"
+        # vLLM's default budget where the hardware is known and neither the server nor the flag says it
+        default_budget = vllm_default_token_budget(gpu) if target.engine_name == "vllm" \
+            and (gpu is not None or cpu_engine) else None
+        budget = resolve_token_budget(target, self._config.token_budget, default_budget)
         k = tw.k
         drafter = self.drafter
         cost, method = drafter.draft_cost(target.speculation, counted_k=k)
@@ -261,8 +266,6 @@ class Advisor:
             k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r)
-        # an engine that says it runs on the CPU has a known shape, where no GPU is identified
-        cpu_engine = gpu is None and (target.device or self._config.device) == "cpu"
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)

@@ -14,6 +14,8 @@ from typing import Any
 
 from specwatch import perf
 from specwatch.advice.judging import MOE_ROUTING_ERROR
+from specwatch.telemetry.snapshot import FROM_FLAGS
+from specwatch.advice.token_budget import FROM_VLLM_DEFAULT, TokenBudget, vllm_default_token_budget
 from specwatch.advice.predict_inputs import (
     TP_CHOICES,
     MemoryFit,
@@ -225,6 +227,11 @@ def predict(
     if budget is not None and mix == 0.0:
         raise PredictInputError("--max-num-batched-tokens needs the traffic's shape: give --prompt-tokens and "
                                 "--output-tokens")
+    budget_from = FROM_FLAGS if budget is not None else None
+    if budget is None and mix > 0.0:
+        # the prefill shares the step, and an engine always has a budget: vLLM's default for its API
+        # server on this GPU, where the operator does not give the one it runs
+        budget, budget_from = float(vllm_default_token_budget(gpu_spec)), FROM_VLLM_DEFAULT
 
     if draft_ratio is not None and (draft_params is not None or draft_model is not None):
         raise PredictInputError("give either --draft-params/--draft-model or --draft-ratio, not both")
@@ -294,12 +301,14 @@ def predict(
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
         extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
         prompt_per_output=mix, token_budget=budget,
+        token_budget_from=TokenBudget(int(budget), budget_from).words if budget_from == FROM_VLLM_DEFAULT else "",
     ))
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                      draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
     result["inputs"]["verifier"] = verifier_name
     result["inputs"]["prompt_per_output"] = mix
     result["inputs"]["max_num_batched_tokens"] = budget
+    result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
     result["verdict"]["throughput_speedup"] = decision.throughput_speedup
     return result
 

@@ -9,12 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_SERVER_INFO, TargetSample
 
 # The operator's flag, as the reasons name it (vLLM's own name for the budget).
 BUDGET_FLAG = "--max-num-batched-tokens"
+# Where neither the server nor the operator says it: vLLM's own default, which most servers run.
+FROM_VLLM_DEFAULT = "vllm_default"
 # Where the budget came from, as the decision's reason says it: "the step's token budget (2048, ...)".
-_FROM_WORDS = {FROM_SERVER_INFO: "from the server's /server_info", FROM_FLAGS: f"from {BUDGET_FLAG}"}
+_FROM_WORDS = {FROM_SERVER_INFO: "from the server's /server_info", FROM_FLAGS: f"from {BUDGET_FLAG}",
+               FROM_VLLM_DEFAULT: f"vLLM's default for its API server on this hardware; give {BUDGET_FLAG} if "
+                                  "the server runs another"}
+# vLLM's API-server default (EngineArgs.get_batch_defaults): 8192 tokens a step on a device with at
+# least 70 GiB that is not an A100 (larger budgets cost A100s throughput, vLLM PR #17885), else 2048
+# (the CPU wheel's capture in tests/data says 2048).
+VLLM_DEFAULT_BUDGET_LARGE, VLLM_DEFAULT_BUDGET = 8192, 2048
+_LARGE_DEVICE_BYTES = 70 * 2**30
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +49,18 @@ class TokenBudget:
 NO_BUDGET = TokenBudget()
 
 
-def resolve_token_budget(target: TargetSample | None, declared: int | None) -> TokenBudget:
-    """The budget for this target: its server's, else `declared` (the operator's flag), else none.
+def vllm_default_token_budget(gpu: GpuSpec | None) -> int:
+    """vLLM's default budget per step for its API server on `gpu` (None: a device without GPU
+    memory to speak of, such as a CPU)."""
+    large = gpu is not None and (gpu.memory_bytes or 0.0) >= _LARGE_DEVICE_BYTES \
+        and "a100" not in f"{gpu.key} {gpu.name}".lower()
+    return VLLM_DEFAULT_BUDGET_LARGE if large else VLLM_DEFAULT_BUDGET
+
+
+def resolve_token_budget(target: TargetSample | None, declared: int | None,
+                         default: int | None = None) -> TokenBudget:
+    """The budget for this target: its server's, else `declared` (the operator's flag), else
+    `default` (vLLM's own for the hardware, where the caller knows it), else none.
 
     An SGLang target gets none: SGLang does not put prefill chunks into its speculative steps (its
     mixed chunked prefill is off under speculation), so the budget the model prices, shared by the
@@ -59,4 +79,6 @@ def resolve_token_budget(target: TargetSample | None, declared: int | None) -> T
         return TokenBudget(server, FROM_SERVER_INFO, note)
     if declared is not None:
         return TokenBudget(declared, FROM_FLAGS)
+    if default is not None:
+        return TokenBudget(default, FROM_VLLM_DEFAULT)
     return NO_BUDGET

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from specwatch.readings.health import health_report, node_output_tokens
-from specwatch.advice.token_budget import resolve_token_budget
+from specwatch.advice.token_budget import TokenBudget, resolve_token_budget
 from specwatch.perf import BoundEstimate
 from specwatch.telemetry.snapshot import (FROM_FLAGS, FROM_SERVER_INFO, GpuSample, Snapshot, SourceStatus,
                                          SpeculationConfig, TargetSample, resolve_speculation)
@@ -126,13 +126,15 @@ def check_report(
     slo: tuple[float | None, float | None] = (None, None),
     token_budget: int | None = None,
     device: str | None = None,
+    judged_budget: TokenBudget | None = None,
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
     judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
     (TTFT, TPOT) targets in seconds that goodput counts against. `token_budget`: the operator's
     --max-num-batched-tokens, which the server's own budget wins over (under `engine.token_budget`,
     with where the one judged with came from). `device`: the operator's --device, which the server's
-    own (its /server_info) wins over likewise (under `engine.device`)."""
+    own (its /server_info) wins over likewise (under `engine.device`). `judged_budget`: the budget the
+    verdict was judged with (Advisor.last_inputs), which may be vLLM's default for the hardware."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
     gpu_joules, _ = window.gpu_energy()
@@ -147,7 +149,7 @@ def check_report(
         "engine": {**engine_block(tw, reachable, target.version if target else None),
                    # the step's token budget the verdict was judged with: {tokens, source}, tokens null
                    # where neither the server nor the operator gave it (then no budget cuts the prefill)
-                   "token_budget": resolve_token_budget(target, token_budget).to_dict(),
+                   "token_budget": (judged_budget or resolve_token_budget(target, token_budget)).to_dict(),
                    # what the engine runs on ("cpu" sets the step-time shape where no GPU is identified):
                    # {name, source}, name null where neither the server nor the operator said it
                    "device": _device_block(target, device)},

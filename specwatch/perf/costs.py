@@ -49,6 +49,8 @@ __all__ = [
     "prefill_chunk",
     "throughput_speedup",
     "request_speedup",
+    "prefill_shared",
+    "BUDGET_DECIDES_WORDS",
 ]
 
 
