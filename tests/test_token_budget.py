@@ -5,25 +5,22 @@ enough cuts the prefill, and the reason says where the budget came from) and sho
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 
 from http_fixtures import LocalServer
-from payloads import NGRAM_K4, read
+from test_speculation_config import DATA, NODE as SPECULATION_NODE, SERVER_INFO, FakeVllm, scrape
 from specwatch.advice.advisor import Advisor, AdvisorConfig
 from specwatch.advice.token_budget import (BUDGET_FLAG, FROM_VLLM_DEFAULT, NO_BUDGET, TokenBudget,
                                           resolve_token_budget, vllm_default_token_budget)
 from specwatch.cli import build_parser
-from specwatch.collectors.synthetic import SyntheticNode, generate
+from specwatch.collectors.synthetic import generate
 from specwatch.collectors.vllm import VllmSource, token_budget_from_server_info
 from specwatch.commands.options import UsageError, advisor_config, advisor_settings
 from specwatch.outputs.report import check_report
-from specwatch.perf import HingeParameters, combine_bound
+from specwatch.perf import combine_bound
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader, write_recording
 from specwatch.telemetry.snapshot import (
     FROM_FLAGS,
@@ -34,20 +31,14 @@ from specwatch.telemetry.snapshot import (
 )
 from specwatch.readings.window import Window
 
-DATA = Path(__file__).parent / "data"
-# A real /server_info?config_format=json of vLLM 0.32 (CPU), n-gram k=4, dev mode on: its
-# scheduler_config holds max_num_batched_tokens and max_num_scheduled_tokens, both 2048.
-SERVER_INFO = DATA / "vllm-0.32-cpu-ngram-k4.server_info.json"
-
-# test_advisor's A100-like node, with 8000 uncached prompt tokens per 100 output tokens: the steps
-# prefill 80 prompt tokens per token they emit. At 16 running with k=4 and L ≈ 2, a plain step wants
-# 80·16 = 1280 prompt tokens and a speculative one 80·16·2 ≈ 2560 beside its 16·5 = 80 verified
-# positions: a budget of 2048 (the capture's) holds the first and cuts the second.
-STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0,
-                       per_token_s=0.0)
-NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", per_position=(0.5, 0.25, 0.15, 0.1),
-                     context_per_sequence=0.0, prompt_tokens_per_request=8000, output_tokens_per_request=100,
-                     prompt_cached_fraction=0.0)
+# test_speculation_config's real /server_info of vLLM 0.32 (CPU), n-gram k=4, dev mode on: its
+# scheduler_config holds max_num_batched_tokens and max_num_scheduled_tokens, both 2048. And its
+# A100-like node (test_advisor's), here with 8000 uncached prompt tokens per 100 output tokens: the
+# steps prefill 80 prompt tokens per token they emit. At 16 running with k=4 and L ≈ 2, a plain step
+# wants 80·16 = 1280 prompt tokens and a speculative one 80·16·2 ≈ 2560 beside its 16·5 = 80
+# verified positions: a budget of 2048 (the capture's) holds the first and cuts the second.
+NODE = dataclasses.replace(SPECULATION_NODE, prompt_tokens_per_request=8000, output_tokens_per_request=100,
+                           prompt_cached_fraction=0.0)
 CUT_WORDS = "the step's token budget (2048, from the server's /server_info) leaves the prefill"
 
 
@@ -111,37 +102,6 @@ def test_a_server_info_without_a_scheduler_config_gives_none(info):
 
 # -- the collector, against a fake vLLM serving the real captures ----------------------------------
 
-class FakeVllm:
-    """/metrics, /version and (with dev mode) /server_info, from the real captures; editable live."""
-
-    def __init__(self, info: dict | None) -> None:
-        self.metrics = read(NGRAM_K4)
-        self.info = info
-
-    def __call__(self, h: BaseHTTPRequestHandler) -> None:
-        path = h.path.split("?")[0]
-        if path == "/metrics":
-            status, body = 200, self.metrics.encode()
-        elif path == "/version":
-            status, body = 200, b'{"version": "0.32.0"}'
-        elif path == "/server_info" and self.info is not None:
-            status, body = 200, json.dumps(self.info).encode()
-        else:
-            status, body = 404, b'{"detail": "Not Found"}'
-        h.send_response(status)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
-
-
-def scrape(source: VllmSource) -> TargetSample:
-    async def go():
-        async with source:
-            return (await source.scrape())[0]
-
-    return asyncio.run(go())
-
-
 def test_the_collector_carries_the_budget_in_every_sample_and_rereads_it_after_a_restart():
     info = server_info()
     fake = FakeVllm(info)
@@ -155,7 +115,7 @@ def test_the_collector_carries_the_budget_in_every_sample_and_rereads_it_after_a
         fake.metrics = fake.metrics.replace(start, "process_start_time_seconds 1.9e9")
         assert scrape(source).token_budget == 8192
         # and without dev mode after the next restart: no budget, not the old one
-        fake.info = None
+        fake.server_info = None
         fake.metrics = fake.metrics.replace("process_start_time_seconds 1.9e9", "process_start_time_seconds 2.0e9")
         assert scrape(source).token_budget is None
 
