@@ -335,6 +335,12 @@ def test_vllms_default_budget_follows_its_engine_args_by_device():
     assert vllm_default_token_budget(lookup("A100-80GB-SXM")) == 2048  # vLLM PR #17885
     assert vllm_default_token_budget(lookup("L40S")) == 2048
     assert vllm_default_token_budget(None) == 2048
+    # by the server's release: the rule by device came with 0.9, 0.8's V1 engine gave 2048 everywhere,
+    # and the V0 engine before it prefilled apart unless told otherwise (no default assumed)
+    assert vllm_default_token_budget(lookup("H100"), "0.32.0") == 8192
+    assert vllm_default_token_budget(lookup("H100"), "0.8.5.post1") == 2048
+    assert vllm_default_token_budget(lookup("H100"), "0.6.3") is None
+    assert vllm_default_token_budget(lookup("H100"), "dev") == 8192  # unreadable: taken as current
     info = server_info()["vllm_config"]["scheduler_config"]
     assert info["max_num_batched_tokens"] == vllm_default_token_budget(None)
 

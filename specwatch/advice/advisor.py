@@ -255,7 +255,7 @@ class Advisor:
         # an engine that says it runs on the CPU has a known shape, where no GPU is identified
         cpu_engine = gpu is None and (target.device or self._config.device) == "cpu"
         # vLLM's default budget where the hardware is known and neither the server nor the flag says it
-        default_budget = vllm_default_token_budget(gpu) if target.engine_name == "vllm" \
+        default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
             and (gpu is not None or cpu_engine) else None
         budget = resolve_token_budget(target, self._config.token_budget, default_budget)
         k = tw.k

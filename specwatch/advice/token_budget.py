@@ -49,12 +49,29 @@ class TokenBudget:
 NO_BUDGET = TokenBudget()
 
 
-def vllm_default_token_budget(gpu: GpuSpec | None) -> int:
+def vllm_default_token_budget(gpu: GpuSpec | None, version: str | None = None) -> int | None:
     """vLLM's default budget per step for its API server on `gpu` (None: a device without GPU
-    memory to speak of, such as a CPU)."""
+    memory to speak of, such as a CPU), for the vLLM `version` the server reports (None: not read,
+    taken as a current one). The rule by device came with vLLM 0.9; the V1 engine of 0.8 gave its API
+    server 2048 on every device; before 0.8 the V0 engine prefilled apart from the decodes unless
+    chunked prefill was turned on, so no default is assumed for it (None)."""
+    release = _release(version)
+    if release is not None and release < (0, 8):
+        return None
+    if release is not None and release < (0, 9):
+        return VLLM_DEFAULT_BUDGET
     large = gpu is not None and (gpu.memory_bytes or 0.0) >= _LARGE_DEVICE_BYTES \
         and "a100" not in f"{gpu.key} {gpu.name}".lower()
     return VLLM_DEFAULT_BUDGET_LARGE if large else VLLM_DEFAULT_BUDGET
+
+
+def _release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as "0.32.0" or "0.8.5.post1"; None when unreadable."""
+    parts = (version or "").strip().lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def resolve_token_budget(target: TargetSample | None, declared: int | None,
