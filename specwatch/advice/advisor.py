@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, ModelSpec
-from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig
+from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, resolve_device
 from specwatch.advice.drafter_pricing import DrafterPricing
 from specwatch.advice.gpu_identity import GpuIdentity
 from specwatch.advice.judging import (
@@ -253,7 +253,7 @@ class Advisor:
                                 ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
         gpu = identity.identify(gpus)
         # an engine that says it runs on the CPU has a known shape, where no GPU is identified
-        cpu_engine = gpu is None and (target.device or self._config.device) == "cpu"
+        cpu_engine = gpu is None and resolve_device(target.device, self._config.device)[0] == "cpu"
         # vLLM's default budget where the hardware is known and neither the server nor the flag says it
         default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
             and (gpu is not None or cpu_engine) else None

@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
-from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, TargetSample
+from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, TargetSample, resolve_device
 from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
 from specwatch.advice.judging import (
     EASY_LENGTH, HARD_LENGTH, MAX_CONFIDENCE, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged,
@@ -213,9 +213,9 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         flags.append("stale_acceptance")
 
     shape_assumed = False
-    device = j.tw.latest.device or settings.device
+    device, device_from = resolve_device(j.tw.latest.device, settings.device)
     if gpu is None and device == "cpu":
-        said = "its /server_info says so" if j.tw.latest.device else "--device cpu"
+        said = "its /server_info says so" if device_from == FROM_SERVER_INFO else "--device cpu"
         reasons.append(f"the engine runs on the CPU ({said}): every position a step verifies costs its "
                        "compute, as no GPU's knee would hide it")
     elif gpu is None and j.mig_unscaled is None and s_now > 1.0 \

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.token_budget import TokenBudget, resolve_token_budget
 from specwatch.perf import BoundEstimate
-from specwatch.telemetry.snapshot import (FROM_FLAGS, FROM_SERVER_INFO, GpuSample, Snapshot, SourceStatus,
-                                         SpeculationConfig, TargetSample, resolve_speculation)
+from specwatch.telemetry.snapshot import (GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_device,
+                                         resolve_speculation)
 from specwatch.readings.window import EngineFigures, TargetWindow, Window
 
 CHECK_SCHEMA = "specwatch.check/1"
@@ -111,12 +111,6 @@ def sources_block(sources: Sequence[SourceStatus]) -> list[dict[str, Any]]:
     return [s.to_dict() for s in sources]
 
 
-def _device_block(target: TargetSample | None, flag: str | None) -> dict[str, Any]:
-    if target is not None and target.device is not None:
-        return {"name": target.device, "source": FROM_SERVER_INFO}
-    return {"name": flag, "source": FROM_FLAGS if flag is not None else None}
-
-
 def check_report(
     window: Window,
     url: str,
@@ -152,7 +146,8 @@ def check_report(
                    "token_budget": (judged_budget or resolve_token_budget(target, token_budget)).to_dict(),
                    # what the engine runs on ("cpu" sets the step-time shape where no GPU is identified):
                    # {name, source}, name null where neither the server nor the operator said it
-                   "device": _device_block(target, device)},
+                   "device": dict(zip(("name", "source"), resolve_device(target.device if target else None,
+                                                                           device)))},
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),

@@ -31,6 +31,7 @@ from specwatch.telemetry.snapshot import (
     SnapshotFormatError,
     SourceStatus,
     TargetSample,
+    device_from_dict,
     speculation_from_dict,
     token_budget_from_dict,
 )
@@ -377,10 +378,6 @@ def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, 
     return {k: v if v.__class__ is float else decode_float(v) for k, v in written.items()}
 
 
-def _device_of(written: Any) -> str | None:
-    return None if written is None else str(written)
-
-
 class _SnapshotDecoderV2(_SnapshotDecoderV1):
     """Format 2: format 1, plus engines written against their previous reading in the member and
     histograms as compact lists against their bucket bounds (see the module docstring)."""
@@ -441,7 +438,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             self._speculation_of(url, d.get("speculation")),
             None if engine is None else str(engine),
             token_budget_from_dict(d.get("token_budget")),  # absent before it was read: None
-            _device_of(d.get("device")),
+            device_from_dict(d.get("device")),
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:

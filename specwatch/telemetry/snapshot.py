@@ -336,13 +336,26 @@ class TargetSample:
             speculation=speculation_from_dict(d.get("speculation")),
             engine=None if d.get("engine") is None else str(d["engine"]),
             token_budget=token_budget_from_dict(d.get("token_budget")),
-            device=None if d.get("device") is None else str(d["device"]),
+            device=device_from_dict(d.get("device")),
         )
 
 
 def speculation_from_dict(d: Any) -> SpeculationConfig | None:
     """A target's "speculation" entry, absent in Snapshots written before it existed."""
     return None if d is None else SpeculationConfig.from_dict(d)
+
+
+def device_from_dict(value: Any) -> str | None:
+    """A target's "device" entry, absent in Snapshots written before it existed."""
+    return None if value is None else str(value)
+
+
+def resolve_device(observed: str | None, declared: str | None) -> tuple[str | None, str | None]:
+    """What the engine runs on and where that came from: the server's own word (`observed`, from its
+    /server_info) wins over the operator's --device (`declared`), as in resolve_speculation."""
+    if observed is not None:
+        return observed, FROM_SERVER_INFO
+    return declared, FROM_FLAGS if declared is not None else None
 
 
 def token_budget_from_dict(value: Any) -> int | None:
