@@ -286,6 +286,7 @@ def request_speedup(decode_speedup: float, plain_token_s: float, prompt_tokens: 
 # crossover is the decode steps' (where they stop paying), the verdict the requests'.
 BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token budget decides (below)"
 
+
 def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emitted: float, plain_s: float,
                    spec_s: float, plain_chunk: float, spec_chunk: float, token_budget: float | None,
                    budget_from: str = "") -> tuple[float, bool, str]:
@@ -307,4 +308,3 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
                   f"speculative engine's completions need, so first tokens wait and requests complete "
                   f"{throughput:.2f}× as fast")
     return throughput, held_back, words
-

@@ -37,7 +37,6 @@ from specwatch.perf.costs import (
     request_speedup,
     seconds,
     prefill_shared,
-    throughput_speedup,
     verify_attention_s,
     VERIFY_ATTENTION_PER_POSITION,
 )
