@@ -48,6 +48,7 @@ def iter_lines(path: Path, warnings: list[str], start: int = 0,
         # The next chunk inflates in a worker thread while this one's lines are read: zlib lets go of
         # the GIL while it inflates, a tenth of a headless replay that then runs beside the reading.
         inflating = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specwatch-inflate")
+        abandoned = False  # closed before its end, perhaps by the garbage collector in any thread
         try:
             chunk = f.read(READ_CHUNK)
             consumed += len(chunk)
@@ -105,10 +106,15 @@ def iter_lines(path: Path, warnings: list[str], start: int = 0,
                         yield lines_member, line
                 if unreadable:
                     return
+        except GeneratorExit:
+            abandoned = True
+            raise
         finally:
-            # not waiting: a reading dropped in a reference cycle may be finalised by the garbage
-            # collector in any thread, its own worker's included; the worker ends after its chunk
-            inflating.shutdown(wait=False, cancel_futures=True)
+            # A reading read to its end (or to damage) is in its reader's thread with no chunk in
+            # flight: the worker is joined, so no thread outlives the reading. An abandoned one is
+            # not waited for: a reading dropped in a reference cycle may be finalised by the garbage
+            # collector in any thread, its own worker's included; that worker ends after its chunk.
+            inflating.shutdown(wait=not abandoned, cancel_futures=True)
         if fed and not decompressor.eof:
             # the last member never finished: a recorder still running, killed, or a cut copy
             if partial:
