@@ -1,9 +1,10 @@
 """An engine that says it runs on the CPU: vLLM's /server_info names the device (device_config.device,
 "cpu" on the CPU wheel; tests/data's real capture). Where no GPU is identified, that tells the advisor
 the step-time shape it otherwise has to assume: a CPU has no spare compute under its memory reads, so
-every position a step verifies costs its share from the first token. Read from the capture, carried in
-every reading and through recordings, and judged: on a node whose steps cost in proportion to their
-positions, the verdict is the node's loss, not a GPU's gain."""
+beyond vLLM's fixed step cost every position a step verifies costs its share from the first token.
+Read from the capture, carried in every reading and through recordings, and judged: on a node whose
+steps cost in proportion to their positions, the verdict is the node's loss, not a GPU's gain; on a
+small model whose steps are mostly the fixed cost, it moves toward the node's gain."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from test_token_budget import FakeVllm, scrape
 from specwatch.advice.advisor import Advisor, AdvisorConfig
 from specwatch.collectors.synthetic import SyntheticNode, generate
 from specwatch.collectors.vllm import VllmSource, device_from_server_info
-from specwatch.perf import HingeParameters
+from specwatch.advice.step_samples import cpu_prior
+from specwatch.perf import HingeParameters, step_overhead_s
 from specwatch.readings.window import Window
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader
 from specwatch.telemetry.snapshot import Snapshot, TargetSample
@@ -75,10 +77,10 @@ NODE = SyntheticNode(step=CPU_LAW, gpus=0, per_position=(0.5, 0.3, 0.2, 0.1), co
                      prompt_tokens_per_request=0.0, noise=0.0)
 
 
-def judge(device: str | None, running: float = 4.0, flag: str | None = None):
+def judge(device: str | None, running: float = 4.0, flag: str | None = None, node: SyntheticNode = NODE):
     window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram", device=flag))
     verdict = None
-    for snap in generate(NODE, [running] * 90, seed=1):
+    for snap in generate(node, [running] * 90, seed=1):
         snap = dataclasses.replace(snap, targets=tuple(dataclasses.replace(t, device=device) for t in snap.targets))
         window.add(snap)
         verdict = advisor.update(window.target(NODE.url), snap.gpus)
@@ -110,6 +112,40 @@ def test_without_dev_mode_the_device_flag_stands_in_and_the_server_wins_over_it(
     assert "gpu_unidentified" in judge("cuda", flag="cpu").flags
     # --device gpu keeps the unknown shape's range
     assert "gpu_unidentified" in judge(None, flag="gpu").flags
+
+
+def test_a_cpu_prior_keeps_vllms_fixed_step_cost_apart_from_the_positions():
+    """T(N) = F + c·N: F the fixed step cost (at most half the median step), c the median of what
+    each sample leaves a position."""
+    # steps of 5 ms at 5 positions: 1 ms fixed, 0.8 ms a position; a plain step is 1.8 ms, not 1
+    prior = cpu_prior([(5.0, 0.005), (5.0, 0.0052), (5.0, 0.0048)], step_overhead_s())
+    assert step_overhead_s() == pytest.approx(0.001)
+    assert prior.step_time(5.0) == pytest.approx(0.005)
+    assert prior.step_time(1.0) == pytest.approx(0.0018)
+    # a step shorter than twice the fixed cost: the fixed part is half the median step
+    short = cpu_prior([(4.0, 0.0012)], step_overhead_s())
+    assert short.step_time(1.0) == pytest.approx(0.0006 + 0.0006 / 4)
+    # a known depth: the fixed part per step and per layer, as the GPU law states it
+    assert cpu_prior([(2.0, 0.05)], step_overhead_s(80)).step_time(1.0) == pytest.approx(
+        0.0004 + 80 * 15e-6 + (0.05 - 0.0016) / 2)
+    assert cpu_prior([], step_overhead_s()).step_time(1.0) == pytest.approx(0.02)
+
+
+# A small model on a CPU: a step pays a fixed 2 ms whatever it computes, then 0.4 ms a position. At 1
+# running a verify step of 5 positions takes 4 ms and a plain one 2.4 ms: truth 2.1 × 2.4 / 4 = 1.26×.
+SMALL_CPU_LAW = HingeParameters(base_s=0.0024, knee=1.0, slope_s_per_token=0.0004, kv_s_per_token=0.0, per_token_s=0.0)
+
+
+def test_on_a_small_model_the_fixed_step_cost_brings_the_cpu_verdict_toward_the_truth():
+    """A law the prior is not given (its fixed cost twice vLLM's floor): the verdict moves from the
+    proportional law's 0.42× toward the truth, 1.26×, and no further (the floor is a floor)."""
+    node = dataclasses.replace(NODE, step=SMALL_CPU_LAW)
+    truth = node.acceptance_length * SMALL_CPU_LAW.step_time(1.0) / SMALL_CPU_LAW.step_time(5.0)
+    assert truth == pytest.approx(1.26)
+    verdict = judge("cpu", running=1.0, node=node)
+    proportional = node.acceptance_length / (node.k + 1)
+    assert proportional * 1.5 < verdict.expected_speedup <= truth, verdict.reasons
+    assert any("vLLM's fixed step cost" in r for r in verdict.reasons), verdict.reasons
 
 
 @pytest.mark.parametrize("command", [["check"], ["watch"], ["record", "-o", "x.swrec"], ["export"], ["tune"],

@@ -12,6 +12,7 @@ where a sweep measured 1.19×, 1.78×, 1.93×.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -75,6 +76,29 @@ def test_the_predicted_curve_rests_on_the_engines_own_timing(measured):
         print(f"c={c}: predicted {at[c]:.2f}, measured {tier['speedup_interval']['throughput']}, "
               f"baseline busy {base['busy_share']:.2f}, inside the widened interval: {low <= at[c] <= high}")
         assert 0 < at[c] < k + 1
+
+
+def test_a_cpu_engines_prior_prices_the_plain_step_the_baseline_measured(measured):
+    """Out of sample: the CPU prior the live advisor judges with, anchored on the speculative
+    engine's step periods alone (as live, where no plain step is ever seen), prices the plain step
+    that the baseline server measured at the same concurrency. vLLM's fixed step cost is what makes
+    it: the law without it (every position its share of the step, from the first) priced the plain
+    step at the verify step's time over its positions, about half what the baseline measured."""
+    from specwatch.advice.step_samples import cpu_prior
+    from specwatch.perf import step_overhead_s
+
+    for tier in measured["tiers"]:
+        base, spec = tier["baseline"], tier["speculative"]
+        verify = (spec["computed_tokens_per_step"], spec["step_period_s"])
+        with_fixed = cpu_prior([verify], step_overhead_s()).step_time(base["computed_tokens_per_step"])
+        proportional = verify[1] / verify[0] * base["computed_tokens_per_step"]
+        plain = base["step_period_s"]
+        print(f"c={tier['concurrency']}: plain step measured {plain * 1e3:.2f} ms; priced {with_fixed * 1e3:.2f} ms "
+              f"with vLLM's fixed step cost, {proportional * 1e3:.2f} ms without; the verify step "
+              f"{spec['step_period_s'] * 1e3:.2f} ms at {spec['computed_tokens_per_step']:.2f} positions")
+        if tier["concurrency"] == 1:
+            assert abs(math.log(with_fixed / plain)) < abs(math.log(proportional / plain))
+            assert 1 / 1.5 <= with_fixed / plain <= 1.5
 
 
 def test_the_live_advisor_at_concurrency_1_says_what_the_sweep_measured(measured, ngram_server):

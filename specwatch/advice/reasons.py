@@ -216,8 +216,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     device, device_from = resolve_device(j.tw.latest.device, settings.device)
     if gpu is None and device == "cpu":
         said = "its /server_info says so" if device_from == FROM_SERVER_INFO else "--device cpu"
-        reasons.append(f"the engine runs on the CPU ({said}): every position a step verifies costs its "
-                       "compute, as no GPU's knee would hide it")
+        reasons.append(f"the engine runs on the CPU ({said}): beyond vLLM's fixed step cost, every "
+                       "position a step verifies costs its compute, as no GPU's knee would hide it")
     elif gpu is None and j.mig_unscaled is None and s_now > 1.0 \
             and not shape_measured(step_model, running, n_verify):
         # With no GPU identified the step time's shape is assumed, not known: below a GPU's knee

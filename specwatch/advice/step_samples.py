@@ -22,9 +22,14 @@ GENERIC_KNEE_TOKENS = 256.0
 
 # The knee of an engine that runs on the CPU (its /server_info says device "cpu"): a CPU has no
 # spare compute under its memory reads to hide a verified position in, so every position a step
-# computes costs its share from the first token (the fit still learns the node's own fixed cost
-# per step from traffic at several loads).
+# computes costs its share from the first token. What does not grow with the positions is vLLM's
+# own work per step (scheduling, input preparation, sampling set-up), the fixed step cost the GPU
+# law states (perf.step_overhead_s): on a small model it is a large part of a CPU step, and a
+# prior without it prices a plain step as a verify step's time over its positions, a speedup far
+# too low. The fit moves both from traffic at several loads.
 CPU_KNEE_TOKENS = 1.0
+# The fixed cost is at most this share of the node's median step: the rest is the positions'.
+CPU_FIXED_SHARE_MAX = 0.5
 
 # Below this share of the window spent decoding, the engine idled between steps: its step time is
 # its step period, not the time between steps.
@@ -124,8 +129,10 @@ class StepSamples:
                 law, words = cached[3]
                 return law.knee_tokens, lambda: law, words
         if gpu is None and cpu_engine:
-            return CPU_KNEE_TOKENS, lambda: self.roofline_prior(CPU_KNEE_TOKENS), \
-                "a CPU engine's shape (every position costs compute), level from this node's step times"
+            fixed = perf.step_overhead_s(model.layers if model is not None else None)
+            return CPU_KNEE_TOKENS, lambda: self.cpu_prior(fixed), \
+                (f"a CPU engine's shape (vLLM's fixed step cost, about {fixed * 1e3:.1f} ms, then every "
+                 "position its compute), level from this node's step times")
         knee = gpu.ridge_for("bf16") * perf.FLOPS_EFFICIENCY / perf.BANDWIDTH_EFFICIENCY if gpu else GENERIC_KNEE_TOKENS
         where = f"the {gpu.name} knee" if gpu else f"an assumed knee of {knee:.0f} tokens (no GPU identified)"
         return knee, lambda: self.roofline_prior(knee), f"roofline shape at {where}, level from this node's step times"
@@ -141,6 +148,11 @@ class StepSamples:
         base = observed[len(observed) // 2] if observed else 0.02
         return perf.HingeParameters(base_s=base, knee=knee, slope_s_per_token=base / knee,
                                     kv_s_per_token=0.0, per_token_s=0.0)
+
+    def cpu_prior(self, fixed_s: float) -> perf.HingeParameters:
+        """cpu_prior on this node's samples."""
+        kept = min(self._recorded, len(self._rows))
+        return cpu_prior(self._rows[:kept, :2].tolist(), fixed_s)
 
     def _refitted(self, time: float, prior_knee: float,
                   prior: Callable[[], perf.HingeParameters | perf.StepTimePrior],
@@ -167,6 +179,21 @@ class StepSamples:
             self._fit_time = time
             self._fit_prior_key = key
         return self._fit if self._fit is not None else prior()
+
+
+def cpu_prior(samples: list[tuple[float, float]] | list[list[float]], fixed_s: float) -> perf.HingeParameters:
+    """A CPU engine's prior from (positions per step, step time) samples: T(N) = F + c·N, the fixed
+    step cost F (at most CPU_FIXED_SHARE_MAX of the median step) and c the median of the samples'
+    (T − F)/N (a step of 0.02 s at one position without a sample)."""
+    times = sorted(step_time for _, step_time in samples)
+    median_step = times[len(times) // 2] if times else 0.02
+    fixed = min(fixed_s, CPU_FIXED_SHARE_MAX * median_step)
+    per_position = sorted((step_time - fixed) / max(tokens, 1.0) for tokens, step_time in samples
+                          if step_time > fixed)
+    cost = per_position[len(per_position) // 2] if per_position else median_step - fixed
+    # the hinge at a knee of one token: F + c at N = 1, then c a position
+    return perf.HingeParameters(base_s=fixed + cost, knee=CPU_KNEE_TOKENS, slope_s_per_token=cost,
+                                kv_s_per_token=0.0, per_token_s=0.0)
 
 
 def shape_measured(step_model: perf.StepTimeModel, plain_tokens: float, verify_tokens: float) -> bool:

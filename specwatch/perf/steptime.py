@@ -26,6 +26,7 @@ __all__ = [
     "STEP_OVERHEAD_S",
     "STEP_FIXED_OVERHEAD_S",
     "LAYER_OVERHEAD_S",
+    "step_overhead_s",
     "PER_TOKEN_OVERHEAD_S",
     "SMALL_GEMM_FRACTION",
     "ALLREDUCE_LATENCY_S",
@@ -84,6 +85,12 @@ SOFT_MAX_POWER = 4.0
 # A datasheet prior is right in shape but 20–70 % off in level (model.md §0), so it earns a modest
 # confidence on its own.
 DATASHEET_CONFIDENCE = 0.4
+
+
+def step_overhead_s(layers: int | None = None) -> float:
+    """The fixed cost of one engine step: the part per step and per layer when the depth is known,
+    else the whole of a 32-layer model's (see STEP_OVERHEAD_S)."""
+    return STEP_FIXED_OVERHEAD_S + LAYER_OVERHEAD_S * layers if layers else STEP_OVERHEAD_S
 
 
 @runtime_checkable
@@ -310,7 +317,7 @@ def datasheet_prior(
         experts = experts_per_token = None
     allreduces = 2 * layers if (tp > 1 and layers) else 0
     ring_bytes = (2.0 * (tp - 1) / tp) * hidden_size * 2.0 if (tp > 1 and hidden_size) else 0.0
-    overhead = STEP_FIXED_OVERHEAD_S + LAYER_OVERHEAD_S * layers if layers else STEP_OVERHEAD_S
+    overhead = step_overhead_s(layers)
     return StepTimePrior(
         overhead_s=overhead,
         shared_weight_bytes=total_bytes - expert_bytes,
