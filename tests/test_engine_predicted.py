@@ -81,9 +81,11 @@ def test_the_predicted_curve_rests_on_the_engines_own_timing(measured):
 def test_a_cpu_engines_prior_prices_the_plain_step_the_baseline_measured(measured):
     """Out of sample: the CPU prior the live advisor judges with, anchored on the speculative
     engine's step periods alone (as live, where no plain step is ever seen), prices the plain step
-    that the baseline server measured at the same concurrency. vLLM's fixed step cost is what makes
-    it: the law without it (every position its share of the step, from the first) priced the plain
-    step at the verify step's time over its positions, about half what the baseline measured."""
+    that the baseline server measured at the same concurrency. At c = 1, in three runs, it priced
+    106 %, 87 % and 77 % of the measured plain step; the law without vLLM's fixed step cost (every
+    position its share of the step, from the first: the verify step's time over its positions) priced
+    83 %, 68 % and 54 %. At c = 2 and 4 the step periods of this two-core machine scatter more (a
+    plain step measured faster at c = 2 than at c = 1): printed, not held."""
     from specwatch.advice.step_samples import cpu_prior
     from specwatch.perf import step_overhead_s
 
@@ -104,7 +106,7 @@ def test_a_cpu_engines_prior_prices_the_plain_step_the_baseline_measured(measure
 def test_the_live_advisor_at_concurrency_1_says_what_the_sweep_measured(measured, ngram_server):
     """Under the same concurrency-1 traffic the live advisor, told the engine runs on the CPU (this
     server is not in dev mode, so its /server_info cannot say it: --device cpu), judges with a CPU's
-    shape, every verified position costing its compute, and its busy share: its expected speedup is
+    shape (vLLM's fixed step cost, then every verified position its compute), and its busy share: its expected speedup is
     compared with the sweep's measured interval, widened as above. (Before, with no device known, it said
     the optimistic end of the range the unknown shape leaves: 2.14x and 2.37x in two runs, where the
     sweep measured 0.90x and 0.77x.)"""
@@ -120,8 +122,9 @@ def test_the_live_advisor_at_concurrency_1_says_what_the_sweep_measured(measured
     assert any(r.startswith("the engine runs on the CPU (--device cpu)") for r in verdict["reasons"])
     assert any("busy" in r and "speculation can speed only that share" in r for r in verdict["reasons"])
     assert "gpu_unidentified" not in verdict["flags"]
-    # Inside the widened interval in the runs so far but one: a quiet run measured 1.19x (1.10-1.27),
-    # where a CPU's shape, every position at its full cost, is too pessimistic for this tiny model
-    # (its steps pay a fixed cost the law gives no share of), so that is printed, not held. Held:
-    # within a factor of 2 of what the sweep measured (the unknown shape's optimistic end was 3x off).
+    # With vLLM's fixed step cost in the CPU's shape: 1.16x, 1.14x and 1.12x in three runs, inside
+    # each run's widened interval (0.89x, 1.07x, 1.42x measured). Without it, every position at its
+    # full cost, it said 0.85x, outside a quiet run's 1.10-1.27 widened. The interval at c = 1 moves
+    # between runs on this two-core machine, so inside it is printed, not held. Held: within a factor
+    # of 2 of what the sweep measured (the unknown shape's optimistic end was 3x off).
     assert 0.5 <= verdict["expected_speedup"] / interval["estimate"] <= 2.0, (verdict["expected_speedup"], interval)
