@@ -53,7 +53,10 @@ def main() -> int:
         return 3
     work = Path(tempfile.mkdtemp(prefix="specwatch-record-real-"))
     target, _ = build_tiny_models(work / "models", python)
-    server = VllmServer(target, NGRAM_K4, extra_args=["--enable-mfu-metrics"], python=python, log_dir=work)
+    # dev mode serves /server_info: the device (cpu), the token budget and the speculation config
+    # ride in every reading, as a recorder on a dev-mode server keeps them
+    server = VllmServer(target, NGRAM_K4, extra_args=["--enable-mfu-metrics"], python=python, log_dir=work,
+                        env={"VLLM_SERVER_DEV_MODE": "1"})
     server.start()
     try:
         server.complete("warm up the engine before the recording starts", max_tokens=8)

@@ -177,3 +177,51 @@ def test_check_json_shows_the_device_and_where_it_came_from():
     assert engine_block("cpu", "gpu") == {"name": "cpu", "source": "server_info"}  # the server wins
     assert engine_block(None, "cpu") == {"name": "cpu", "source": "flags"}
     assert engine_block(None, None) == {"name": None, "source": None}
+
+
+REAL = Path(__file__).parent.parent / "specwatch" / "data" / "real-cpu-tiny-llama-ngram.swrec"
+# What `sweep --serve` measured at concurrency 1 on the real CPU tier (the same wheel, model and
+# n-gram k = 4), in seven runs: tokens/s speedups of 0.77x to 1.42x, median 1.07x.
+MEASURED_AT_1 = (0.77, 1.42)
+
+
+def test_the_bundled_real_recording_is_judged_as_the_cpu_engine_it_is():
+    """The bundled real recording (a dev-mode vLLM on the CPU wheel, ramp 1 → 8 → 1) carries its
+    /server_info's device, and every judged verdict of its replay lies in what sweeps measured at
+    concurrency 1 on the same kind of node (the engine idles between requests, so the load it sees
+    stays near 1). Before it carried the device, it replayed as a GPU's optimistic end (3.20x, later
+    1.81x with the shape's range)."""
+    rec = read_recording(REAL)
+    assert {t.device for s in rec.snapshots for t in s.targets} == {"cpu"}
+    window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram"))
+    judged = []
+    for i, snap in enumerate(rec.snapshots):
+        window.add(snap)
+        if i % 5 == 4:
+            verdict = advisor.update(window.target(snap.targets[0].url), snap.gpus)
+            if verdict.expected_speedup is not None:
+                judged.append(verdict)
+    assert len(judged) > 20
+    low, high = MEASURED_AT_1
+    assert all(low <= v.expected_speedup <= high for v in judged), [v.expected_speedup for v in judged]
+    assert all(any(r.startswith("the engine runs on the CPU (its /server_info says so)") for r in v.reasons)
+               for v in judged)
+
+
+def test_a_window_the_engine_decoded_through_is_a_step_sample_whatever_the_running_gauge_read():
+    """On a node that serves one request at a time the running gauge reads 0 at most scrapes, between
+    requests, while the engine decoded all through the window (its busy share, steps a second times
+    the step period, is 1): that window is a step sample. Before, the first judged verdicts of the
+    real recording had none, and judged with a made-up level (0.73x where 1.15x followed)."""
+    rec = read_recording(REAL)
+    window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram"))
+    zero_running_samples = 0
+    for i, snap in enumerate(rec.snapshots[:12]):
+        window.add(snap)
+        before = advisor.step_samples._recorded
+        tw = window.target(snap.targets[0].url)
+        advisor.update(tw, snap.gpus)
+        if advisor.step_samples._recorded > before and tw.total is not None and not tw.total.running:
+            assert tw.total.busy_share >= 0.95
+            zero_running_samples += 1
+    assert zero_running_samples >= 1

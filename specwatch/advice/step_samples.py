@@ -79,7 +79,9 @@ class StepSamples:
         busy = figures.busy_share
         if busy is not None and busy < BUSY and figures.itl_mean_s:
             period = figures.itl_mean_s
-        elif figures.running:
+        elif figures.running or (busy is not None and busy >= BUSY):
+            # the engine decoded all through the window, whatever the running gauge read at the
+            # scrape's instant (between two requests, on a node that serves one at a time, it reads 0)
             period = 1.0 / figures.steps_per_s
         else:  # an idle engine's step rate says nothing about step time
             return
