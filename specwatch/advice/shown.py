@@ -21,7 +21,8 @@ reads the same evaluations and asks of them:
   pending and what the current figures say.
 - **one change per dwell at a load that has not moved**: a second change at the load of the last
   one (within SAME_LOAD) waits until `dwell_s` has passed since it. A load that moves is news, and is shown without that wait: a first verdict while the load
-  fills, or a ramp through the crossover and back, is never held by a clock.
+  fills, or a ramp through the crossover and back, is never held by a clock. Nor is the correction
+  of a first judged verdict (made on a window's first seconds): it waits its confirmation alone.
 
 Unknown (no reading, no traffic, a stalled engine) is shown at once, and the first judged verdict
 after it is shown at once too: there is nothing to be steady against. One failed reading keeps the
@@ -94,6 +95,8 @@ class ShownVerdict:
         self.state: str | None = None
         self.since: float | None = None  # when the banner last changed
         self.load_at_change: float | None = None  # running requests then
+        # whether the banner's last change was its first judged verdict (from nothing, or unknown)
+        self._first_judged = False
         self.failures = 0
         self.last: Verdict | None = None
         # the last shown verdict whose state the evidence agreed with: what a pending change shows
@@ -186,11 +189,15 @@ class ShownVerdict:
         news until it has lasted."""
         assert self._candidate_since is not None
         ready = self._candidate_since + confirmation_s(speedup, self.band)
-        if self.since is not None and _same_load(running, self.load_at_change):
+        if self.since is not None and not self._first_judged and _same_load(running, self.load_at_change):
             ready = max(ready, self.since + self.dwell_s)
         return ready
 
     def _move(self, state: str, time: float, running: float | None) -> None:
+        # A first judged verdict rests on the first seconds of a window: its correction is the
+        # evidence catching up, not a flap, and waits only its confirmation (the dwell holds every
+        # change after it).
+        self._first_judged = self.state in (None, UNKNOWN) and state != UNKNOWN
         self.state, self.since, self.load_at_change = state, time, running
         self._recent.clear()
         self._figures.clear()
