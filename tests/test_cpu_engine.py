@@ -83,7 +83,7 @@ def judge(device: str | None, running: float = 4.0, flag: str | None = None, nod
     for snap in generate(node, [running] * 90, seed=1):
         snap = dataclasses.replace(snap, targets=tuple(dataclasses.replace(t, device=device) for t in snap.targets))
         window.add(snap)
-        verdict = advisor.update(window.target(NODE.url), snap.gpus)
+        verdict = advisor.update(window.target(node.url), snap.gpus)
     return verdict
 
 

@@ -253,7 +253,8 @@ class Advisor:
                                 ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
         gpu = identity.identify(gpus)
         # an engine that says it runs on the CPU has a known shape, where no GPU is identified
-        cpu_engine = gpu is None and resolve_device(target.device, self._config.device)[0] == "cpu"
+        device = resolve_device(target.device, self._config.device)
+        cpu_engine = gpu is None and device[0] == "cpu"
         # vLLM's default budget where the hardware is known and neither the server nor the flag says it
         default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
             and (gpu is not None or cpu_engine) else None
@@ -341,7 +342,7 @@ class Advisor:
         state, hysteresis_note = self.hysteresis.move(s_now)
         judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note, busy, budget.note)
+                        decision if with_figures else None, state, hysteresis_note, busy, budget.note, device)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None
         return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),

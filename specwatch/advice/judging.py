@@ -183,6 +183,8 @@ class Judged:
     # the operator's --max-num-batched-tokens in words, where the server contradicted it or it does not
     # apply (TokenBudget.note): said among the reasons every verdict on a read window opens with
     budget_note: str | None = None
+    # what the engine runs on and where that was said (snapshot.resolve_device): (None, None) unsaid
+    device: tuple[str | None, str | None] = (None, None)
 
     @property
     def figures(self) -> EngineFigures:

@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
-from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, TargetSample, resolve_device
+from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, TargetSample
 from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
 from specwatch.advice.judging import (
     EASY_LENGTH, HARD_LENGTH, MAX_CONFIDENCE, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged,
@@ -55,9 +55,6 @@ class ReasonSettings(Protocol):
 
     @property
     def slo_tpot_s(self) -> float | None: ...
-
-    @property
-    def device(self) -> str | None: ...  # --device, where the server does not name it
 
 
 class TtftWatch:
@@ -213,7 +210,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         flags.append("stale_acceptance")
 
     shape_assumed = False
-    device, device_from = resolve_device(j.tw.latest.device, settings.device)
+    device, device_from = j.device
     if gpu is None and device == "cpu":
         said = "its /server_info says so" if device_from == FROM_SERVER_INFO else "--device cpu"
         reasons.append(f"the engine runs on the CPU ({said}): beyond vLLM's fixed step cost, every "

@@ -505,8 +505,7 @@ def _hinge_costs(n: np.ndarray, c: np.ndarray, y: np.ndarray, sqrt_w: np.ndarray
     rows_cost = np.full(count, total)
     rows_theta = np.zeros((count, 4))
     knee_rows = np.arange(count)
-    for size in (1, 2, 3):
-        sets = _FREE_SETS[size]
+    for sets in _FREE_SETS.values():
         # knees × sets × size × size systems, solved in one call
         sub_gram = gram[:, sets[:, :, None], sets[:, None, :]]
         sub_rhs = rhs[:, sets]
