@@ -3,7 +3,13 @@
 specwatch models a step as a hinge (flat weight read, then compute-bound past a knee). This law is
 built differently, so a test that passes on it shows the advisor tracking physics it was not
 handed:
-- memory time and compute time overlap smoothly, T_core = (mem⁴ + comp⁴)^¼, not max(mem, comp);
+- kernels run in sequence, as a serving engine runs them: the GEMMs (weight read and math overlap
+  smoothly, (W⁴ + G⁴)^¼, not max(W, G)), then attention (its KV read and its FLOPs, overlapping
+  the same way), each forward's time the sum of the two. An earlier version put the KV read in one
+  soft maximum with the GEMM math, which hides a step's attention under its GEMMs past the knee:
+  no engine serves that way (overlapping the two takes a scheduler built for it, as NanoFlow's
+  nano-batches or POD-Attention's fused kernels), and on it a hinge with its KV read priced apart
+  is optimistic at high load by construction;
 - GEMM efficiency rises smoothly with the tokens in a step, eff(N) = eff_max·(1 − e^(−N/n₀)), so
   small steps run far below peak;
 - a fixed per-step overhead, and a per-token cost (sampling, rejection, scheduling) linear in N;
@@ -49,12 +55,12 @@ class Forward:
     def time(self, gpu: "Gpu", queries: float, context_tokens: float, context_per_query: float) -> float:
         """Seconds for a forward over `queries` positions, with `context_tokens` of KV read once and
         each query attending over `context_per_query` tokens."""
-        mem = (self.params * BF16 + self.kv_bytes_per_token * context_tokens) / gpu.bandwidth
+        weights = self.params * BF16 / gpu.bandwidth
         gemm = queries * 2 * self.params / (gpu.peak_flops * gpu.efficiency(queries))
+        kv = self.kv_bytes_per_token * context_tokens / gpu.bandwidth
         attention = (queries * context_per_query * 4 * self.layers * self.attention_heads * self.head_dim
                      / (gpu.peak_flops * gpu.attention_efficiency))
-        comp = gemm + attention
-        return self.fixed_s + (mem ** 4 + comp ** 4) ** 0.25
+        return self.fixed_s + (weights ** 4 + gemm ** 4) ** 0.25 + (kv ** 4 + attention ** 4) ** 0.25
 
 
 @dataclass(frozen=True)

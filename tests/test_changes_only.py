@@ -37,7 +37,7 @@ NGRAM = (LawNode(per_position=(0.45, 0.25, 0.12, 0.05)), AdvisorConfig(method="n
 # a draft model: its draft is priced through its own step time, so the decision is made whole at once
 DRAFT = (LawNode(draft=LLAMA_1B, k=3, per_position=(0.6, 0.4, 0.25), url="http://law-draft:8000"),
          AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params, model=LLAMA_8B_SPEC))
-# up past the crossover (about 179 running for NGRAM) and back, each tier longer than the banner's dwell
+# up past the crossover (about 135 running for NGRAM) and back, each tier longer than the banner's dwell
 UP_AND_DOWN = tiers_load([16, 64, 128, 192, 256, 384, 256, 128, 32], 330)
 BUNDLED = sorted((Path(__file__).parent.parent / "specwatch" / "data").glob("*.swrec"))
 

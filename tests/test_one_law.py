@@ -113,3 +113,33 @@ def test_prefill_chunks_share_the_step_and_its_budget():
     # where the budget leaves room, the verdict is the decode steps' as before
     assert shared.decode_speedup == shared.expected_speedup and shared.carried_by != "token budget"
     assert any("leaves the prefill 48% of what" in reason for reason in capped.reasons)
+
+
+@pytest.mark.parametrize("draft", [dict(draft_params=1.24e9), dict(draft_model="Llama-3.2-1B")])
+def test_predict_and_the_advisor_price_a_draft_model_alike(draft):
+    """A draft model on an identified GPU runs its own roofline in both (its weights, its fixed
+    forward cost, and its KV cache where it is known by name): the advisor priced it as r of a
+    plain target step, whatever predict said for the same inputs."""
+    from specwatch.advice.drafter_pricing import DrafterPricing
+    from specwatch.telemetry.snapshot import FROM_SERVER_INFO, SpeculationConfig
+
+    batch, k, context = 64, 3, 800
+    result = predict("H200", model="Llama-3.1-8B", batch=batch, k=k, acceptance_length=2.0, method="draft",
+                     context=context, **draft)
+    # the size as the operator's flag, the name as the server's /server_info says it
+    drafter = DrafterPricing(method="draft_model", target_params=LLAMA_8B.params,
+                             draft_params=draft.get("draft_params"))
+    served = SpeculationConfig.known(FROM_SERVER_INFO, method="draft", k=k, draft_model=draft.get("draft_model"))
+    cost, _ = drafter.draft_cost(served)
+    pricing = drafter.pricing(cost, H200)
+    assert pricing.kind == "model"
+    law, _ = StepSamples(model=LLAMA_8B).step_model(0.0, H200)
+    drafting = pricing.drafting_s(law, batch, k, k + 1.0, batch * context)
+    # predict's speculative step is its verify step, the verify positions' extra attention, and the drafter
+    kv_read = float(law.step_time(batch, batch * context)) - float(law.step_time(batch, 0.0))
+    attention = perf.verify_attention_s(kv_read, k + 1.0)
+    details = result["details"]
+    assert details["step_time_speculative_s"] - details["step_time_verify_s"] == pytest.approx(
+        attention + drafting, rel=1e-9)
+    # without a GPU to run it on, r of a plain step, as before
+    assert drafter.pricing(cost, None).kind == "ratio"

@@ -266,7 +266,8 @@ class Advisor:
             # the operator's --k, where the counters do not count it (or the server info's, which wins)
             k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
-        self.step_samples.record(time, figures, k if tw.speculation_configured else None, r)
+        pricing = drafter.pricing(cost, gpu, tp=self._config.tp, dtype=self._config.dtype)
+        self.step_samples.record(time, figures, k if tw.speculation_configured else None, r, pricing)
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)
@@ -316,7 +317,6 @@ class Advisor:
             reasons.insert(0, K_UNKNOWN_WORDS)
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
                                 running=running), None
-        pricing = drafter.pricing(cost)
         self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
                                          running, context_per_seq, stale_acceptance, prior_words,
                                          pricing=pricing, waiting=figures.waiting or 0.0,
@@ -364,7 +364,7 @@ class Advisor:
         """A node without speculation: the acceptance length speculation would need here at
         UNCONFIGURED_K, against what typical drafters reach (`reasons.explain_unconfigured`)."""
         k = UNCONFIGURED_K
-        pricing = self.drafter.pricing(cost)
+        pricing = self.drafter.pricing(cost, gpu, tp=self._config.tp, dtype=self._config.dtype)
         try:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,

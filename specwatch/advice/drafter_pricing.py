@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from specwatch import perf
+from specwatch.perf.hardware import GpuSpec, lookup_model
 from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_METRICS, SpeculationConfig, resolve_speculation
 
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
@@ -33,7 +34,7 @@ class DrafterPricing:
         # The speculation config the latest verdict was judged with: the target's, with the operator's
         # method and draft size where the target does not say (what the front ends show).
         self.speculation: SpeculationConfig | None = None
-        self._pricing_cache: tuple[perf.DraftCost | None, perf.DraftPricing] | None = None
+        self._pricing_cache: tuple[perf.DraftCost | None, GpuSpec | None, perf.DraftPricing] | None = None
         self._draft_cost_cache: tuple[SpeculationConfig | None,
                                       tuple[perf.DraftCost | None, str | None]] | None = None
 
@@ -71,15 +72,59 @@ class DrafterPricing:
                                   f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
                                   "(pass --draft-ratio)"), name
 
-    def pricing(self, cost: perf.DraftCost | None) -> perf.DraftPricing:
-        """The draft's pricing for the decision: the same as predict's for the same method. A pure
-        function of the (frozen) cost, which draft_cost keeps while the settings stand: made once."""
+    def pricing(self, cost: perf.DraftCost | None, gpu: GpuSpec | None = None, *, tp: int = 1,
+                dtype: str = "bf16") -> perf.DraftPricing:
+        """The draft's pricing for the decision: the same as predict's for the same method and GPU. A
+        draft model on an identified GPU runs its own roofline (its weights, its fixed forward cost,
+        its KV cache where the model is known by name), as predict prices it; elsewhere r of a plain
+        target step. A pure function of the (frozen) cost and the GPU, which draft_cost and the GPU
+        identity keep while the settings stand: made once."""
         cached = self._pricing_cache
-        if cached is not None and cached[0] is cost:
-            return cached[1]
+        if cached is not None and cached[0] is cost and cached[1] is gpu:
+            return cached[2]
         pricing = price(cost)
-        self._pricing_cache = (cost, pricing)
+        speculation = self.speculation
+        if gpu is not None and cost is not None and pricing.kind == "ratio" and cost.basis != "given" \
+                and speculation is not None and (speculation.draft_model or speculation.draft_params):
+            try:
+                law, _, params = draft_model_law(gpu, speculation.draft_model, speculation.draft_params, dtype,
+                                                 None, tp)
+                pricing = perf.draft_pricing(cost.method, draft_model=law, draft_params=params,
+                                             target_params=self.target_params)
+            except (LookupError, ValueError):
+                pass  # a draft the table does not know, and no size: r of a plain step, as before
+        self._pricing_cache = (cost, gpu, pricing)
         return pricing
+
+
+def draft_model_law(gpu: GpuSpec, name: str | None, params: float | None, dtype: str, kv: float | None,
+                    tp: int) -> tuple[perf.StepTimePrior, str | None, float]:
+    """A draft model's own step-time law on `gpu` (its size, dtype and KV cache, at the target's
+    tensor parallelism), a note on what was assumed, and its size. The table's figures where the model is
+    known by name (its size unless `params` says it, its KV bytes unless `kv` does); a KV cache not
+    priced where neither says it. Raises LookupError for a name the table does not know, ValueError
+    for sizes no model has."""
+    spec = None
+    replicated = False
+    if name is not None:
+        spec = lookup_model(str(name))
+        if spec is None:
+            raise LookupError(f"unknown draft model {name!r}")
+        params = params or spec.params
+        if kv is None:  # the table's figure, whole on every rank where the cache is an MLA latent
+            kv, replicated = spec.kv_bytes_per_token, spec.kv_replicated_under_tp
+    if params is None:
+        raise ValueError("a draft model's law needs its size or its name")
+    note = None
+    if kv is None:
+        kv = 0.0
+        note = "draft KV cache not priced (give --draft-model or --draft-kv-bytes-per-token)"
+    law = perf.datasheet_prior(
+        gpu, params=params, kv_bytes_per_token=kv, tp=tp, dtype=dtype,
+        layers=spec.layers if spec else None, hidden_size=spec.hidden_size if spec else None,
+        kv_replicated=replicated,
+    )
+    return law, note, params
 
 
 def with_counted_k(observed: SpeculationConfig | None, counted_k: int) -> SpeculationConfig:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from specwatch import perf
+from specwatch.advice.drafter_pricing import draft_model_law
 from specwatch.advice.judging import MOE_ROUTING_ERROR
 from specwatch.telemetry.snapshot import FROM_FLAGS
 from specwatch.advice.token_budget import FROM_VLLM_DEFAULT, TokenBudget, vllm_default_token_budget
@@ -37,7 +38,6 @@ from specwatch.perf.hardware import (
     known_gpu_names,
     known_model_names,
     lookup,
-    lookup_model,
 )
 
 __all__ = ["PredictInputError", "predict", "parse_quantity", "MOE_ROUTING_ERROR"]
@@ -105,31 +105,16 @@ def _fmt(value: float) -> str:
 
 def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtype: str, kv: float | None,
                  tp: int) -> tuple[perf.StepTimePrior | None, str | None, float | None]:
-    """A draft model's own step-time prior (its size, dtype and KV cache) and a note on what was assumed."""
+    """A draft model's own step-time prior (its size, dtype and KV cache) and a note on what was
+    assumed: drafter_pricing.draft_model_law, the advisor's own, with predict's errors."""
     if name is None and params is None:
         return None, None, None
-    note = None
-    spec = None
-    replicated = False
-    if name is not None:
-        spec = lookup_model(str(name))
-        if spec is None:
-            raise PredictInputError(f"unknown draft model {name!r}; known models: {', '.join(known_model_names())}")
-        params = params or spec.params
-        if kv is None:  # the table's figure, whole on every rank where the cache is an MLA latent
-            kv, replicated = spec.kv_bytes_per_token, spec.kv_replicated_under_tp
-    if kv is None:
-        kv = 0.0
-        note = "draft KV cache not priced (give --draft-model or --draft-kv-bytes-per-token)"
     try:
-        prior = perf.datasheet_prior(
-            gpu_spec, params=params, kv_bytes_per_token=kv, tp=tp, dtype=dtype,
-            layers=spec.layers if spec else None, hidden_size=spec.hidden_size if spec else None,
-            kv_replicated=replicated,
-        )
+        return draft_model_law(gpu_spec, name, params, dtype, kv, tp)
+    except LookupError:
+        raise PredictInputError(f"unknown draft model {name!r}; known models: {', '.join(known_model_names())}") from None
     except ValueError as error:
         raise PredictInputError(f"draft model: {error}") from None
-    return prior, note, params
 
 
 def predict(

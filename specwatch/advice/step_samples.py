@@ -63,9 +63,12 @@ class StepSamples:
         # The running batch sizes the samples came from: where the fit is measured.
         self.observed_batch: tuple[float, float] | None = None
 
-    def record(self, time: float, figures: EngineFigures, k: int | None, r: float) -> None:
+    def record(self, time: float, figures: EngineFigures, k: int | None, r: float,
+               pricing: perf.DraftPricing | None = None) -> None:
         """A (tokens per step, step time, context) sample, once per sample interval of data time.
-        `k` and `r` (the draft cost) when the steps were speculative: the drafter's share comes off."""
+        `k` and `r` (the draft cost) when the steps were speculative: the drafter's share comes off,
+        as the decision prices it (`pricing`) on this node's latest step-time model, once there is
+        one to price it on."""
         # x is the positions the steps computed (window.StepTokens), not iteration_tokens_total's
         # mean, which counts tokens emitted: b·L on a speculative step rather than the b·(k+1) verified
         tokens_per_step = figures.computed_tokens_per_step_mean
@@ -88,18 +91,35 @@ class StepSamples:
         if self._last_time is not None and time - self._last_time < self.sample_interval_s:
             return
         step_time = period
+        batch, context = window_load(figures)
         if k and r > 0:
-            # a speculative step also ran the drafter k times at about r of a plain step each
-            step_time /= 1.0 + k * r
+            # A speculative step also ran the drafter k times. It comes off as the decision prices it
+            # (on this node's latest model: r of a plain step, or the draft model's own roofline),
+            # and at most as k·r of this step, its share where a verify step costs what a plain one
+            # does (read-bound), the most it can be. It came off as k·r of this step at every load:
+            # past the knee a verify step costs twice a plain one and more, and that left the
+            # target's step too cheap exactly where speculation stops paying.
+            flat_share = step_time / (1.0 + k * r)
+            law = self._fit if self._fit is not None else self._datasheet_law()
+            if pricing is None or law is None:
+                step_time = flat_share  # no model to price on yet
+            else:
+                drafting = float(pricing.drafting_s(law, batch, k, k + 1.0, context))
+                step_time = max(step_time - drafting, flat_share)
         ring = self._rows
         if len(ring):
-            ring[self._recorded % len(ring), :3] = (tokens_per_step, step_time, figures.context_tokens or 0.0)
+            ring[self._recorded % len(ring), :3] = (tokens_per_step, step_time, context)
             self._recorded += 1
             self._times.append(time)
         self._last_time = time
         if figures.running:
             low, high = self.observed_batch or (figures.running, figures.running)
             self.observed_batch = (min(low, figures.running), max(high, figures.running))
+
+    def _datasheet_law(self) -> perf.StepTimePrior | None:
+        """The datasheet prior the latest step_model judged with, if it was one."""
+        cached = self._datasheet_prior
+        return cached[3][0] if cached is not None else None
 
     def step_model(self, time: float, gpu: GpuSpec | None,
                    cpu_engine: bool = False) -> tuple[perf.StepTimeModel, str]:
@@ -181,6 +201,21 @@ class StepSamples:
             self._fit_time = time
             self._fit_prior_key = key
         return self._fit if self._fit is not None else prior()
+
+
+def window_load(figures: EngineFigures) -> tuple[float, float]:
+    """(sequences, context tokens) a step of the window decoded and read, on the window's mean as
+    its positions and its time are: the sequences a step decoded, and the context each running
+    sequence holds now times those. The gauges are read at the window's end: after a step in the
+    load they are the new load's, while the steps' positions and time are a mean over both loads,
+    and such a sample says that a step read more context for no more time (a KV read too cheap)."""
+    context = figures.context_tokens or 0.0
+    running, sequences = figures.running or 0.0, figures.sequences_per_step()
+    if sequences is None:
+        return running, context
+    if context and running > 0:
+        context *= sequences / running
+    return sequences, context
 
 
 def cpu_prior(samples: list[tuple[float, float]] | list[list[float]], fixed_s: float) -> perf.HingeParameters:

@@ -578,6 +578,15 @@ class EngineFigures:
     # server, the tokenizer or the clients.
     busy_share: float | None = None
 
+    def sequences_per_step(self) -> float | None:
+        """The sequences a step decoded, on the window's mean (each verified once a speculative step,
+        or decoded plain), or None without the counts."""
+        tokens = self.step_tokens
+        if tokens is None or tokens.steps <= 0:
+            return None
+        drafts = self.acceptance.drafts if self.acceptance is not None else 0.0
+        return (drafts + tokens.plain_decode) / tokens.steps
+
     def per_decode_step(self) -> tuple[float, float] | None:
         """(tokens emitted, positions verified) per sequence per decode step over the window, or None.
         A drafter that proposes nothing for a sequence (an n-gram miss) leaves that sequence's step a
