@@ -9,7 +9,8 @@ handed:
   soft maximum with the GEMM math, which hides a step's attention under its GEMMs past the knee:
   no engine serves that way (overlapping the two takes a scheduler built for it, as NanoFlow's
   nano-batches or POD-Attention's fused kernels), and on it a hinge with its KV read priced apart
-  is optimistic at high load by construction;
+  is optimistic at high load by construction (kept as `kernels_in_sequence=False`, for
+  benchmarks/ramp_legs.py's comparison);
 - GEMM efficiency rises smoothly with the tokens in a step, eff(N) = eff_max·(1 − e^(−N/n₀)), so
   small steps run far below peak;
 - a fixed per-step overhead, and a per-token cost (sampling, rejection, scheduling) linear in N;
@@ -52,14 +53,18 @@ class Forward:
     def kv_bytes_per_token(self) -> float:
         return 2 * self.layers * self.kv_heads * self.head_dim * BF16
 
-    def time(self, gpu: "Gpu", queries: float, context_tokens: float, context_per_query: float) -> float:
+    def time(self, gpu: "Gpu", queries: float, context_tokens: float, context_per_query: float,
+             in_sequence: bool = True) -> float:
         """Seconds for a forward over `queries` positions, with `context_tokens` of KV read once and
-        each query attending over `context_per_query` tokens."""
+        each query attending over `context_per_query` tokens; `in_sequence=False` is the earlier law,
+        every read in one soft maximum with every FLOP."""
         weights = self.params * BF16 / gpu.bandwidth
         gemm = queries * 2 * self.params / (gpu.peak_flops * gpu.efficiency(queries))
         kv = self.kv_bytes_per_token * context_tokens / gpu.bandwidth
         attention = (queries * context_per_query * 4 * self.layers * self.attention_heads * self.head_dim
                      / (gpu.peak_flops * gpu.attention_efficiency))
+        if not in_sequence:
+            return self.fixed_s + ((weights + kv) ** 4 + (gemm + attention) ** 4) ** 0.25
         return self.fixed_s + (weights ** 4 + gemm ** 4) ** 0.25 + (kv ** 4 + attention ** 4) ** 0.25
 
 
@@ -94,6 +99,7 @@ class LawNode:
     output_tokens: float = 512.0
     kv_capacity_tokens: float = 400_000.0
     noise: float = 0.02
+    kernels_in_sequence: bool = True  # False: the earlier law (Forward.time)
     url: str = "http://law-node:8000"
     model_name: str = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -107,12 +113,14 @@ class LawNode:
         prompt = b * length / (self.output_tokens - 1.0) * self.prompt_tokens
         context = b * self.context_per_sequence
         queries = prompt + (b * (self.k + 1) if speculative else b)
-        seconds = self.target.time(self.gpu, queries, context, self.context_per_sequence) + self.per_token_s * queries
+        seconds = self.target.time(self.gpu, queries, context, self.context_per_sequence,
+                                   self.kernels_in_sequence) + self.per_token_s * queries
         if speculative:
             if self.draft is None:
                 seconds += self.proposer_s
             else:
-                seconds += self.k * (self.draft.time(self.gpu, b, context, self.context_per_sequence)
+                seconds += self.k * (self.draft.time(self.gpu, b, context, self.context_per_sequence,
+                                                     self.kernels_in_sequence)
                                      + self.per_token_s * b)
         return seconds, prompt, b * length
 

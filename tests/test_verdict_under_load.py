@@ -18,6 +18,7 @@ from specwatch.advice.monitor import DEFAULT_DWELL_S, Monitor
 from specwatch.commands.check import exit_status
 from specwatch.commands.options import ExitCode
 from specwatch.telemetry.snapshot import TargetSample
+from ramp_legs import RAMP_NODES, ramp_legs
 from step_law import LLAMA_1B, Forward, Gpu, LawNode, generate, tiers_load, true_crossover
 
 START = 1_900_000_000.0
@@ -94,59 +95,6 @@ def test_cold_start_at_high_load_is_off_and_turns_on_within_one_tier(case):
     assert on is not None and abs(tier_index(on[1]) - below) <= 1
 
 
-# Seven nodes of the law (n-gram at three acceptances, a longer context, an H200, draft models at
-# k = 3 and 5), each ramped through TIERS_1MIN a minute a tier (up and down) and started cold at the
-# top: 21 legs, each judged by the tier the shown verdict flips in against the law's crossover.
-H200_LAW = Gpu(name="NVIDIA H200", bandwidth=4.8e12 * 0.85)
-RAMP_NODES = {
-    "ngram": CASES["ngram"],
-    "ngram_high_acceptance": (LawNode(per_position=(0.55, 0.35, 0.2, 0.1)), CASES["ngram"][1]),
-    "ngram_low_acceptance": (LawNode(per_position=(0.35, 0.15, 0.06, 0.02)), CASES["ngram"][1]),
-    "ngram_1200_context": (LawNode(per_position=(0.35, 0.15, 0.06, 0.02), context_per_sequence=1200.0,
-                                   kv_capacity_tokens=1.5e6), CASES["ngram"][1]),
-    "ngram_h200": (LawNode(gpu=H200_LAW, per_position=(0.45, 0.25, 0.12, 0.05)), CASES["ngram"][1]),
-    "draft_k3": CASES["draft_model"],
-    "draft_k5": (LawNode(draft=LLAMA_1B, k=5, per_position=(0.75, 0.55, 0.4, 0.28, 0.18)), CASES["draft_model"][1]),
-}
-TIERS_1MIN = [16, 32, 64, 96, 128, 192, 256, 384, 512]
-
-
-def _shown_each_second(node, config, tiers):
-    monitor = Monitor(window_s=30.0, advisor_config=config)
-    out = []
-    for snap in generate(node, tiers_load(tiers, 60)):
-        monitor.ingest(snap)
-        out.append(monitor.states[node.url].verdict.speculation)
-    return out
-
-
-def _ramp_legs(name: str) -> list[tuple[str, bool]]:
-    node, config = RAMP_NODES[name]
-    crossover = true_crossover(node)
-    above = TIERS_1MIN.index(next(t for t in TIERS_1MIN if t > crossover))
-
-    def within_one_tier(tier: int | None, of: int) -> bool:
-        return tier is not None and abs(TIERS_1MIN.index(tier) - of) <= 1
-
-    tiers = TIERS_1MIN + TIERS_1MIN[::-1][1:]
-    shown = _shown_each_second(node, config, tiers)
-    top = len(TIERS_1MIN) * 60
-    off = next((t for t, v in enumerate(shown) if v == "off"), None)
-    off_tier = tiers[off // 60] if off is not None and off < top else None
-    on = next((t for t, v in enumerate(shown) if v == "on" and t >= max(off or 0, top)), None)
-    cold_tiers = TIERS_1MIN[::-1]
-    cold = _shown_each_second(node, config, cold_tiers)
-    first = next((v for v in cold if v in ("on", "off")), None)
-    cold_on = next((t for t, v in enumerate(cold) if v == "on"), None)
-    return [
-        (f"{name} up: off at {off_tier}, crossing at {crossover:.0f}", within_one_tier(off_tier, above)),
-        (f"{name} down: on at {tiers[on // 60] if on is not None else None}",
-         within_one_tier(tiers[on // 60] if on is not None else None, above - 1)),
-        (f"{name} cold: first {first}, on at {cold_tiers[cold_on // 60] if cold_on is not None else None}",
-         first == "off" and within_one_tier(cold_tiers[cold_on // 60] if cold_on is not None else None, above - 1)),
-    ]
-
-
 def test_one_minute_ramp_legs_flip_within_one_tier_of_the_true_crossover():
     """The issue's bar on this law: with a minute of data a tier, the shown verdict flips within one
     tier of the law's crossover on at least 20 of 21 legs (up, down, and a cold start at the top).
@@ -154,8 +102,8 @@ def test_one_minute_ramp_legs_flip_within_one_tier_of_the_true_crossover():
     the decision prices it and a draft model ran its own roofline, it did on 17: three n-gram legs
     on the way down stayed off two tiers too long (their KV read learned too cheap from windows
     across a step in the load), and a draft model's way up turned off a tier late."""
-    legs = [leg for name in RAMP_NODES for leg in _ramp_legs(name)]
-    missed = [words for words, ok in legs if not ok]
+    legs = [leg for name in RAMP_NODES for leg in ramp_legs(name)]
+    missed = [leg.words for leg in legs if not leg.shown_ok]
     print(f"{len(legs) - len(missed)} of {len(legs)} legs; missed: {missed}")
     assert len(legs) == 21 and len(missed) <= 1, missed
 
