@@ -7,7 +7,7 @@ cold at the top: three legs a node, 21 in all. A leg is met when its flip lands 
 the law's own: OFF on the way up at the first tier past the crossover or one either side, ON on the
 way down and from the cold start at the last tier below it or one either side (and the cold start's
 first decided answer OFF). Used by tests/test_verdict_under_load.py (a minute a tier) and
-benchmarks/ramp_legs.py (other dwells, and the earlier shared-roofline law).
+benchmarks/bench_ramp_legs.py (other dwells, and the earlier shared-roofline law).
 """
 
 from __future__ import annotations

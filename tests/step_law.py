@@ -10,7 +10,7 @@ handed:
   no engine serves that way (overlapping the two takes a scheduler built for it, as NanoFlow's
   nano-batches or POD-Attention's fused kernels), and on it a hinge with its KV read priced apart
   is optimistic at high load by construction (kept as `kernels_in_sequence=False`, for
-  benchmarks/ramp_legs.py's comparison);
+  benchmarks/bench_ramp_legs.py's comparison);
 - GEMM efficiency rises smoothly with the tokens in a step, eff(N) = eff_max·(1 − e^(−N/n₀)), so
   small steps run far below peak;
 - a fixed per-step overhead, and a per-token cost (sampling, rejection, scheduling) linear in N;

@@ -1,7 +1,7 @@
 """Ramp legs: how soon the shown verdict (and the advisor's own answer behind it) flips after the
 load crosses the crossover of a node law that is not specwatch's model.
 
-    python benchmarks/ramp_legs.py [--dwell 30 60 120 360] [--law sequence shared]
+    python benchmarks/bench_ramp_legs.py [--dwell 30 60 120 360] [--law sequence shared]
 
 Seven nodes of tests/step_law.py's law (n-gram at three acceptances, a longer context, an H200,
 draft models at k = 3 and 5), each ramped a tier at a time through 16 … 512 running and back, and
