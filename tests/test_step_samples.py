@@ -84,3 +84,15 @@ def test_before_a_fit_or_a_datasheet_the_drafter_comes_off_as_a_flat_steps_share
     figures = _window_after(DRAFT, tiers_load([32], 40))
     samples.record(0.0, figures, 3, 0.2, pricing=None)
     assert samples._rows[0, 1] == pytest.approx(1.0 / figures.steps_per_s / (1 + 3 * 0.2))
+
+
+def test_a_draft_model_known_by_size_alone_says_its_kv_cache_is_not_priced():
+    advisor = Advisor(AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params, model=LLAMA_8B_SPEC))
+    window = Window(30.0)
+    verdict = None
+    for i, snapshot in enumerate(generate(DRAFT, tiers_load([64], 120))):
+        window.add(snapshot)
+        if i % 5 == 0:
+            verdict = advisor.update(window.target(DRAFT.url), snapshot.gpus)
+    assert advisor.last_inputs.pricing.kind == "model"
+    assert any("without its KV cache" in reason for reason in verdict.reasons), verdict.reasons

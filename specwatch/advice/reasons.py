@@ -144,6 +144,11 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     if pricing.assumed:
         reasons.append(METHOD_ASSUMED_WORDS)
         flags.append("method_assumed")
+    if pricing.kind == "model" and not pricing.kv_bytes_per_token:
+        # a draft model known by its size alone: its own KV reads grow with the context like the
+        # target's, so at long contexts the drafter costs more than this prices
+        reasons.append(f"the draft model is priced by its own roofline on the {gpu.name if gpu else 'GPU'} without "
+                       "its KV cache: the server does not name a model the table knows (its size alone is known)")
     low_be = decision.low_load_break_even
     be_here = decision.break_even_length
     # the engine's steps, and the node: the engine's speedup applied to the share it decodes
