@@ -92,25 +92,28 @@ def ramp_legs(name: str, dwell_s: int = 60, kernels_in_sequence: bool = True) ->
     round_trip = TIERS + TIERS[::-1][1:]
     top = len(TIERS) * dwell_s
     cold_tiers = TIERS[::-1]
-    ramped = _answers_each_second(node, config, round_trip, dwell_s)
-    cold = _answers_each_second(node, config, cold_tiers, dwell_s)
-    legs: dict[str, list[bool]] = {}
-    words = []
-    for answers in (ramped[0], ramped[1]):
+
+    def round_trip_flips(answers: list) -> tuple[int | None, int | None]:
+        """The tier turned off in on the way up, and the tier turned on in again after it."""
         off = next((t for t, v in enumerate(answers) if v == "off"), None)
         off_tier = tier_of(round_trip, off) if off is not None and off < top else None
         on = next((t for t, v in enumerate(answers) if v == "on" and t >= max(off or 0, top)), None)
-        legs.setdefault("up", []).append(near(off_tier, above))
-        legs.setdefault("down", []).append(near(tier_of(round_trip, on), above - 1))
-        words.append((off_tier, tier_of(round_trip, on)))
-    for answers in (cold[0], cold[1]):
+        return off_tier, tier_of(round_trip, on)
+
+    def cold_start(answers: list) -> tuple[str | None, int | None]:
+        """The first answer decided, and the tier turned on in."""
         first = next((v for v in answers if v in ("on", "off")), None)
-        on = next((t for t, v in enumerate(answers) if v == "on"), None)
-        legs.setdefault("cold", []).append(first == "off" and near(tier_of(cold_tiers, on), above - 1))
-        words.append((first, tier_of(cold_tiers, on)))
-    (off_tier, on_tier), _, (first, cold_on), _ = words
+        return first, tier_of(cold_tiers, next((t for t, v in enumerate(answers) if v == "on"), None))
+
+    (banner_up, banner_down), (advisor_up, advisor_down) = map(
+        round_trip_flips, _answers_each_second(node, config, round_trip, dwell_s))
+    (banner_first, banner_on), (advisor_first, advisor_on) = map(
+        cold_start, _answers_each_second(node, config, cold_tiers, dwell_s))
     return [
-        Leg(f"{name} up: off at {off_tier}, crossing at {crossover:.0f}", *legs["up"]),
-        Leg(f"{name} down: on at {on_tier}", *legs["down"]),
-        Leg(f"{name} cold: first {first}, on at {cold_on}", *legs["cold"]),
+        Leg(f"{name} up: off at {banner_up}, crossing at {crossover:.0f}", near(banner_up, above),
+            near(advisor_up, above)),
+        Leg(f"{name} down: on at {banner_down}", near(banner_down, above - 1), near(advisor_down, above - 1)),
+        Leg(f"{name} cold: first {banner_first}, on at {banner_on}",
+            banner_first == "off" and near(banner_on, above - 1),
+            advisor_first == "off" and near(advisor_on, above - 1)),
     ]

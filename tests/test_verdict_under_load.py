@@ -13,27 +13,23 @@ from prometheus_client import generate_latest
 
 from specwatch.advice.advisor import AdvisorConfig
 from specwatch.outputs.export import ExportAgent, build_registry
-from specwatch.perf.hardware import lookup_model
 from specwatch.advice.monitor import DEFAULT_DWELL_S, Monitor
 from specwatch.commands.check import exit_status
 from specwatch.commands.options import ExitCode
 from specwatch.telemetry.snapshot import TargetSample
 from ramp_legs import RAMP_NODES, ramp_legs
-from step_law import LLAMA_1B, Forward, Gpu, LawNode, generate, tiers_load, true_crossover
+from step_law import Forward, Gpu, LawNode, generate, tiers_load, true_crossover
 
 START = 1_900_000_000.0
 TIERS = [16, 32, 64, 96, 128, 192, 256, 384]
 TIER_DWELL_S = 360  # longer than the banner's dwell, so each tier can show its own verdict
-LLAMA_8B_SPEC = lookup_model("Llama-3.1-8B")
 
 CASES = {
     # n-gram, k=4, L = 1.87: the law's crossover is about 135 running
-    "ngram": (LawNode(per_position=(0.45, 0.25, 0.12, 0.05)),
-              AdvisorConfig(method="ngram", model=LLAMA_8B_SPEC)),
+    "ngram": RAMP_NODES["ngram"],
     # a 1B draft model for an 8B target, k=3, L = 2.25: about 122 running; the draft's own forwards
     # (its weights, its KV, its fixed overhead) are in the law's step
-    "draft_model": (LawNode(draft=LLAMA_1B, k=3, per_position=(0.6, 0.4, 0.25)),
-                    AdvisorConfig(method="draft_model", draft_params=LLAMA_1B.params, model=LLAMA_8B_SPEC)),
+    "draft_model": RAMP_NODES["draft_k3"],
 }
 
 

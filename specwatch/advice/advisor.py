@@ -170,7 +170,8 @@ class Advisor:
         c = self._config = config or AdvisorConfig()
         self.gpu_identity = GpuIdentity(c.gpu)
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
-                                      target_params=c.model.params if c.model else None, k=c.k)
+                                      target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
+                                      dtype=c.dtype)
         self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=c.dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
@@ -266,7 +267,7 @@ class Advisor:
             # the operator's --k, where the counters do not count it (or the server info's, which wins)
             k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
-        pricing = drafter.pricing(cost, gpu, tp=self._config.tp, dtype=self._config.dtype)
+        pricing = drafter.pricing(cost, gpu)
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r, pricing)
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
@@ -364,7 +365,7 @@ class Advisor:
         """A node without speculation: the acceptance length speculation would need here at
         UNCONFIGURED_K, against what typical drafters reach (`reasons.explain_unconfigured`)."""
         k = UNCONFIGURED_K
-        pricing = self.drafter.pricing(cost, gpu, tp=self._config.tp, dtype=self._config.dtype)
+        pricing = self.drafter.pricing(cost, gpu)
         try:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,

@@ -23,7 +23,7 @@ class DrafterPricing:
 
     def __init__(self, *, method: str | None = None, draft_ratio: float | None = None,
                  draft_params: float | None = None, target_params: float | None = None,
-                 k: int | None = None) -> None:
+                 k: int | None = None, tp: int = 1, dtype: str = "bf16") -> None:
         # The operator's word on the method, k and the draft model's size. The target's own /server_info
         # (and, for k, its counters) wins over them; they win over what a sample was declared with.
         self.method = method
@@ -31,6 +31,9 @@ class DrafterPricing:
         self.draft_ratio = draft_ratio
         self.draft_params = draft_params
         self.target_params = target_params
+        # the target's tensor parallelism and dtype, which a draft model runs at too
+        self.tp = tp
+        self.dtype = dtype
         # The speculation config the latest verdict was judged with: the target's, with the operator's
         # method and draft size where the target does not say (what the front ends show).
         self.speculation: SpeculationConfig | None = None
@@ -72,8 +75,7 @@ class DrafterPricing:
                                   f"draft model size unknown: assumed r ≈ {UNSIZED_DRAFT_RATIO} "
                                   "(pass --draft-ratio)"), name
 
-    def pricing(self, cost: perf.DraftCost | None, gpu: GpuSpec | None = None, *, tp: int = 1,
-                dtype: str = "bf16") -> perf.DraftPricing:
+    def pricing(self, cost: perf.DraftCost | None, gpu: GpuSpec | None = None) -> perf.DraftPricing:
         """The draft's pricing for the decision: the same as predict's for the same method and GPU. A
         draft model on an identified GPU runs its own roofline (its weights, its fixed forward cost,
         its KV cache where the model is known by name), as predict prices it; elsewhere r of a plain
@@ -87,8 +89,8 @@ class DrafterPricing:
         if gpu is not None and cost is not None and pricing.kind == "ratio" and cost.basis != "given" \
                 and speculation is not None and (speculation.draft_model or speculation.draft_params):
             try:
-                law, _, params = draft_model_law(gpu, speculation.draft_model, speculation.draft_params, dtype,
-                                                 None, tp)
+                law, _, params = draft_model_law(gpu, speculation.draft_model, speculation.draft_params,
+                                                 self.dtype, None, self.tp)
                 pricing = perf.draft_pricing(cost.method, draft_model=law, draft_params=params,
                                              target_params=self.target_params)
             except (LookupError, ValueError):
