@@ -18,9 +18,7 @@ import pytest
 from specwatch.commands.replay import _print_timeline, play_headless, replay_monitor
 from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording
-from specwatch.recording import reader, written_histograms
-from specwatch.recording.written_histograms import LineHistograms, WrittenHistogram
-from specwatch.readings.figures import engine_restarted
+from specwatch.recording import reader
 from specwatch.telemetry.snapshot import Histogram, Snapshot
 from specwatch.collectors.synthetic import SyntheticNode, generate
 
@@ -83,7 +81,7 @@ def test_the_fast_reading_gives_the_snapshots_as_made(recorded, monkeypatch):
     assert plain == snapshots
     # histograms written against their layout stand for Histograms in every way a caller sees
     engine = fast[-1].targets[0].engines[0]
-    written = [h for h in engine.histograms.values() if isinstance(h, WrittenHistogram)]
+    written = [h for h in engine.histograms.values() if isinstance(h, reader._WrittenHistogram)]
     assert written, "format 2 writes histograms against their bucket bounds"
     made = snapshots[-1].targets[0].engines[0].histograms
     for name, h in engine.histograms.items():
@@ -93,44 +91,6 @@ def test_the_fast_reading_gives_the_snapshots_as_made(recorded, monkeypatch):
         assert h.to_dict() == made[name].to_dict()
         assert type(copy.deepcopy(h)) is Histogram and copy.deepcopy(h) == made[name]
         assert type(pickle.loads(pickle.dumps(h))) is Histogram and pickle.loads(pickle.dumps(h)) == made[name]
-    # and the engine's histograms, kept as the line wrote them, stand for the dict of them
-    assert isinstance(engine.histograms, LineHistograms)
-    assert engine.histograms == made and made == engine.histograms
-    assert repr(engine.histograms) == repr(made) and list(engine.histograms) == list(made)
-    for copied in (copy.deepcopy(engine.histograms), pickle.loads(pickle.dumps(engine.histograms))):
-        assert type(copied) is dict and copied == made
-    assert engine.histograms.get("no such family", 7) == 7 and "no such family" not in engine.histograms
-    assert engine.histograms.counts == [h.count for h in made.values()]
-
-
-def test_a_restart_is_found_from_a_recordings_counts_as_from_its_histograms(recorded):
-    _, path = recorded
-    read = [s.targets[0].engines[0] for s in read_recording(path).snapshots if s.targets[0].engines]
-    earlier, later = read[-2], read[-1]
-    assert later.histograms.names is earlier.histograms.names  # one layout: compared by position
-    as_dicts = [dataclasses.replace(e, histograms=dict(e.histograms)) for e in (earlier, later)]
-    assert engine_restarted(earlier, later) is engine_restarted(*as_dicts) is False
-    # a histogram whose count fell, the counters alone climbing: a restart, either way it is held
-    name = later.histograms.names[-1]
-    fell = later.histograms.counts[:-1] + [earlier.histograms.counts[-1] - 1.0]
-    lower = LineHistograms(later.histograms._layout, later.histograms._rows, later.histograms._sums, fell)
-    restarted = dataclasses.replace(later, histograms=lower)
-    assert lower[name].count == earlier.histograms[name].count - 1.0
-    assert engine_restarted(earlier, restarted) is True
-    assert engine_restarted(*as_dicts[:1], dataclasses.replace(later, histograms=dict(lower))) is True
-
-
-def test_a_line_with_a_count_written_as_text_is_read_one_histogram_at_a_time():
-    bounds = {"h": (1.0, math.inf)}
-    earlier = {"h": Histogram(((1.0, 1.0), (math.inf, 2.0)), 1.5, 2.0)}
-    assert line_histograms_of(earlier, [[3.0, None, 1.0, 4.0]], bounds).counts == [4.0]
-    for row in ([3.0, None, "NaN", 4.0], [3.0, None], [3.0, None, 1.0, 2.0, 3.0], "same", [{"x": 1}, None, 1.0]):
-        assert line_histograms_of(earlier, [row], bounds) is None, row
-    assert line_histograms_of(earlier, [[3.0, None, 1.0]], {}) is None  # no bounds written for it
-
-
-def line_histograms_of(earlier, rows, bounds):
-    return written_histograms.line_histograms(earlier, rows, bounds)
 
 
 def test_a_snapshot_whose_gpus_are_made_when_read_stands_for_the_snapshot_as_made(recorded):
@@ -152,15 +112,15 @@ def test_a_snapshot_whose_gpus_are_made_when_read_stands_for_the_snapshot_as_mad
 
 
 def test_written_histogram_repeats_the_last_count_written_for_the_buckets_left_out():
-    h = WrittenHistogram((1.0, 2.0, 4.0, math.inf), [3.0, 5.0], 9.5, 5.0)
+    h = reader._WrittenHistogram((1.0, 2.0, 4.0, math.inf), [3.0, 5.0], 9.5, 5.0)
     assert h.buckets == ((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 5.0))
     assert h == Histogram(((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 5.0)), 9.5, 5.0)
     assert h != Histogram(((1.0, 3.0), (2.0, 5.0), (4.0, 5.0), (math.inf, 6.0)), 9.5, 5.0)
     # its bucket count without pairing the buckets (the window asks it of every histogram it subtracts)
-    unpaired = WrittenHistogram((1.0, 2.0, 4.0, math.inf), [3.0, 5.0], 9.5, 5.0)
+    unpaired = reader._WrittenHistogram((1.0, 2.0, 4.0, math.inf), [3.0, 5.0], 9.5, 5.0)
     assert unpaired.bucket_count == 4 == len(h.buckets)
     with pytest.raises(AttributeError):
-        written_histograms._HISTOGRAM_BUCKETS.__get__(unpaired)  # still unpaired
+        reader._HISTOGRAM_BUCKETS.__get__(unpaired)  # still unpaired
 
 
 def test_reading_a_recording_inflates_in_one_worker_that_ends_with_the_reading(recorded):

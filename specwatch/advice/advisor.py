@@ -26,7 +26,6 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from specwatch import perf
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.hardware import GpuSpec, ModelSpec
 from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, resolve_device
 from specwatch.advice.drafter_pricing import DrafterPricing
@@ -93,7 +92,6 @@ def kv_capacity_inputs(capacity_tokens: float | None) -> dict[str, float | None]
     return {"kv_budget_bytes": capacity_tokens, "target_kv_bytes_per_token": 1.0 if capacity_tokens else 0.0}
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class AdvisorInputs:
     """The model inputs behind the latest verdict of a node with speculation configured."""

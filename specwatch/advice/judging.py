@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from specwatch import perf
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import GpuSample
 from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, hold_words
@@ -156,7 +155,6 @@ def judge_unconfigured(needed: float, level_error: float) -> tuple[str, bool, fl
     return UNKNOWN, False, 0.0
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class Judged:
     """What `Advisor._judge` worked out and read for one evaluation on the decision's path: all that

@@ -24,7 +24,6 @@ from typing import Any, Mapping
 from specwatch.advice.advisor import Advisor, AdvisorConfig
 from specwatch.advice.shown import DEFAULT_DWELL_S, ShownVerdict
 from specwatch.advice.verdict import Verdict, unknown_verdict
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.telemetry.snapshot import Snapshot
 from specwatch.advice.sweep_evidence import SweepIdentity
 from specwatch.readings.window import TargetWindow, Window
@@ -34,7 +33,6 @@ from specwatch.readings.window import TargetWindow, Window
 DEFAULT_EVALUATE_EVERY_S = 5.0
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class TargetState:
     url: str

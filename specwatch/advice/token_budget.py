@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_SERVER_INFO, TargetSample
 
@@ -28,7 +27,6 @@ VLLM_DEFAULT_BUDGET_LARGE, VLLM_DEFAULT_BUDGET = 8192, 2048
 _LARGE_DEVICE_BYTES = 70 * 2**30
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class TokenBudget:
     """The budget a verdict is judged with (None: not known, so no budget cuts the prefill), where it

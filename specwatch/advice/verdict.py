@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specwatch import perf
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.hardware import GpuSpec
 
 __all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
@@ -19,7 +18,6 @@ ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class Verdict:
     speculation: str  # on | off | hold | unknown

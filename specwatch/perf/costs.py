@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.draft import HEAD_DRAFT_RATIO, LOOKUP_DRAFT_RATIO, METHOD_WORDS, canonical_method
 from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTimeModel, StepTimePrior  # noqa: F401
 
@@ -200,7 +199,6 @@ def verify_attention_s(kv_read_s: float | np.ndarray, positions: float,
     return max(0.0, positions - 1.0) * per_position * kv_read
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class Capacity:
     """How many sequences the node's KV cache holds, without and with speculation."""

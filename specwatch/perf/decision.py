@@ -27,7 +27,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.perf.acceptance import check_k, clipped_rates, iid_alpha, length_at_k_clipped, length_at_k_iid
 from specwatch.perf.costs import (
     Capacity,
@@ -43,6 +42,7 @@ from specwatch.perf.costs import (
 )
 from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
 from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
+
 
 __all__ = [
     "MAX_BATCH",
@@ -75,7 +75,6 @@ APPROXIMATE_GPU_ERROR = 0.2
 UNKNOWN_GPU_ERROR = 0.3
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class DecisionInputs:
     step_model: StepTimeModel  # the target's T(N, C): a datasheet prior or a live fit
@@ -111,7 +110,6 @@ class DecisionInputs:
     max_batch: float = MAX_BATCH
 
 
-@set_fields_at_once
 @dataclass(frozen=True)
 class Decision:
     state: str  # on | off | hold | unknown: the raw band, before any hysteresis

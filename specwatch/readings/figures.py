@@ -19,8 +19,7 @@ from operator import lt as _lt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from specwatch.dataclass_init import set_fields_at_once
-from specwatch.telemetry.snapshot import EngineSample, Histogram, HistogramsInOrder
+from specwatch.telemetry.snapshot import EngineSample, Histogram
 
 
 __all__ = [
@@ -195,7 +194,6 @@ def _add_histograms(a: Histogram | None, b: Histogram) -> Histogram:
     )
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class Increases:
     """What one engine (or a sum of engines) did over a span: counter increases and histogram deltas."""
@@ -243,13 +241,8 @@ def engine_restarted(prev: EngineSample, cur: EngineSample) -> bool:
             for name, value in prev_counters.items():
                 if cur_counters.get(name, math.inf) < value:
                     return True
-    cur_histograms, prev_histograms = cur.histograms, prev.histograms
-    if isinstance(cur_histograms, HistogramsInOrder) and isinstance(prev_histograms, HistogramsInOrder) \
-            and cur_histograms.names is prev_histograms.names:
-        # two readings of a recording in one layout: their counts by position, no Histogram made
-        return any(map(_lt, cur_histograms.counts, prev_histograms.counts))
-    for name, h in cur_histograms.items():
-        before = prev_histograms.get(name)
+    for name, h in cur.histograms.items():
+        before = prev.histograms.get(name)
         if before is not None and h.count < before.count:
             return True
     return False
@@ -426,7 +419,6 @@ def negative_zero(inc: Increases) -> bool:
                for v in (*inc.counters.values(), *inc.accepted_per_position))
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class Acceptance:
     """Speculative-decoding acceptance over a span (DESIGN §3)."""
@@ -478,7 +470,6 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den is not None and den > 0 else None
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class StepTokens:
     """What the engine steps of a span computed and emitted, from the counters (vllm.md §1.3, §1.4).
@@ -551,7 +542,6 @@ def _step_tokens(inc: Increases, acc: Acceptance | None) -> StepTokens | None:
     )
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class EngineFigures:
     """The engine-level figures specwatch shows and the advisor reads, for one engine or a total."""

@@ -12,14 +12,12 @@ from itertools import islice
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specwatch.dataclass_init import set_fields_at_once
 from specwatch.telemetry.snapshot import GPU_ENERGY, TARGET_OK, EngineSample, Snapshot, TargetSample
 from specwatch.readings.figures import *  # noqa: F401,F403 - the figures are read through the window too
 from specwatch.readings.health import HealthFigures, energy_counter_increase, health_figures
 from specwatch.readings.figures import ACCEPTANCE_RATE_V0, DRAFTS, EMITTED_V0, EngineFigures, Increases, RUNNING, acceptance, engine_figures, engine_restarted, increases_between, lifetime_increases, negative_zero, sum_increases
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class TargetWindow:
     """One target over the window: per engine and in total, plus the lifetime totals.

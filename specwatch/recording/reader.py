@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import bisect
+import inspect
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from specwatch import __version__
-from specwatch.dataclass_init import slots_maker
 from specwatch.recording.format import (
     HEADER_KIND,
     SAME,
@@ -22,7 +22,6 @@ from specwatch.recording.format import (
     format_time,
 )
 from specwatch.recording.lines import iter_lines
-from specwatch.recording.written_histograms import WRITTEN_HISTOGRAM_SETTERS, WrittenHistogram, line_histograms
 from specwatch.telemetry.snapshot import (
     SNAPSHOT_VERSION,
     EngineSample,
@@ -172,11 +171,32 @@ def _read_v1(path: Path, lines: Iterator[tuple[int, bytes]], header: RecordingHe
         yield snapshot
 
 
+def _slots_maker(cls: type, fields: tuple[str, ...] | None = None) -> Callable[..., Any]:
+    """cls(*fields), in the dataclass's field order (or `fields`' own), set through its slots: a
+    frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice as
+    much. A line of an 8-GPU node makes a dozen such objects (86 400 lines a day); the fields are
+    the dataclass's own, so a field added later is set too (and one not given fails at once)."""
+    names = tuple(cls.__dataclass_fields__) if fields is None else fields
+    # a slot may be a base class's (a Histogram's sum under _WrittenHistogram)
+    setters = tuple(inspect.getattr_static(cls, f).__set__ for f in names)
+    count = len(setters)
+
+    def make(*values: Any) -> Any:
+        if len(values) != count:
+            raise TypeError(f"{cls.__name__} takes {count} fields, {len(values)} given")
+        obj = _new_object(cls)
+        for set_, value in zip(setters, values):
+            set_(obj, value)
+        return obj
+
+    return make
+
+
 _new_object = object.__new__
 _sum = sum
-_make_target = slots_maker(TargetSample)
-_make_engine = slots_maker(EngineSample)
-_make_snapshot = slots_maker(Snapshot)
+_make_target = _slots_maker(TargetSample)
+_make_engine = _slots_maker(EngineSample)
+_make_snapshot = _slots_maker(Snapshot)
 
 # A GpuSample with another `values`: 8 GPUs a line, most written as the one value that changed (the
 # energy counter): the other fields are copied through their slots.
@@ -285,7 +305,63 @@ def _make_snapshot_fields(snapshot: Snapshot, *values: Any) -> None:
 
 
 # _ReadSnapshot(time, targets, sources, version, gpu source), its GPUs left unset (made when read)
-_make_read_snapshot = slots_maker(_ReadSnapshot, ("time", "targets", "sources", "version", "_gpu_source"))
+_make_read_snapshot = _slots_maker(_ReadSnapshot, ("time", "targets", "sources", "version", "_gpu_source"))
+
+
+_HISTOGRAM_BUCKETS = Histogram.__dict__["buckets"]  # the dataclass's slot, under the property below
+
+
+class _WrittenHistogram(Histogram):
+    """A Histogram as a format-2 line writes it (counts against the bucket bounds of its layout):
+    the (bound, count) pairs are made when first read. Seven histograms a line, 86 400 lines a day,
+    and a Window reads the buckets of few of them (the first and last reading of a window at each
+    evaluation), while pairing them was a fifth of reading a line. Equal to, hashed, shown and
+    copied as the Histogram it stands for."""
+
+    __slots__ = ("_bounds", "_counts")
+
+    def __init__(self, bounds: tuple[float, ...], counts: list[float], sum: float, count: float) -> None:
+        set_ = object.__setattr__
+        set_(self, "_bounds", bounds)
+        set_(self, "_counts", counts)  # as many as bounds, or fewer: the rest repeat the last
+        set_(self, "sum", sum)
+        set_(self, "count", count)
+
+    @property
+    def buckets(self) -> tuple[tuple[float, float], ...]:  # type: ignore[override]
+        try:
+            return _HISTOGRAM_BUCKETS.__get__(self)
+        except AttributeError:
+            pass
+        bounds = self._bounds
+        counts = [c if c.__class__ is float else float(c) for c in self._counts]
+        missing = len(bounds) - len(counts)
+        buckets = tuple(zip(bounds, counts + [counts[-1]] * missing if missing else counts))
+        _HISTOGRAM_BUCKETS.__set__(self, buckets)
+        return buckets
+
+    @property
+    def bucket_count(self) -> int:
+        return len(self._bounds)  # the counts not written repeat the last: one a bound
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        return (self.buckets, self.sum, self.count) == (other.buckets, other.sum, other.count)
+
+    def __hash__(self) -> int:
+        return hash((self.buckets, self.sum, self.count))
+
+    def __repr__(self) -> str:
+        return f"Histogram(buckets={self.buckets!r}, sum={self.sum!r}, count={self.count!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Histogram, (self.buckets, self.sum, self.count)
+
+
+# _WrittenHistogram's setters, in its __init__'s order (seven histograms a line, made in line)
+_WRITTEN_HISTOGRAM_SETTERS = tuple(inspect.getattr_static(_WrittenHistogram, f).__set__
+                                   for f in ("_bounds", "_counts", "sum", "count"))
 
 
 def _values_against(written: Any, before: dict[str, float] | None) -> dict[str, float]:
@@ -380,24 +456,20 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
         # AttributeError below when there is no earlier reading to refer to: a bad file
         counters = _values_against(d.get("counters", {}), before.counters if before is not None else None)
         gauges = _values_against(d.get("gauges", {}), before.gauges if before is not None else None)
+        histograms = {}
         layouts = self._layouts.get(key)
         if layouts is None:
             layouts = self._layouts[key] = {}
+        new, written_histogram = _new_object, _WrittenHistogram
+        set_bounds, set_counts, set_sum, set_count = _WRITTEN_HISTOGRAM_SETTERS
         written = d.get("histograms", {})
         if written.__class__ is list:  # the families of the earlier reading, in its order
             names = before.histograms
             if len(names) != len(written):
                 raise ValueError("histograms do not match the engine's earlier reading")
-            # the usual line: every row a list of numbers, kept as written until read
-            in_order = line_histograms(names, written, layouts)
-            if in_order is not None:
-                return self._made_engine(key, engine, model_name, counters, gauges, in_order, d)
             written = zip(names, written)
         else:
             written = written.items()
-        histograms = {}
-        new, written_histogram = _new_object, WrittenHistogram
-        set_bounds, set_counts, set_sum, set_count = WRITTEN_HISTOGRAM_SETTERS
         for name, h in written:
             if h.__class__ is list:
                 bounds = layouts[name]  # KeyError when no bounds were written: a bad file
@@ -412,7 +484,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 continue
             # [sum, count or null (= the last bucket's), cumulative counts...]: counts not written
             # repeat the last one written. They are floats as written: summing them (in C) checks
-            # that each is a number, and WrittenHistogram.buckets makes floats of any other
+            # that each is a number, and _WrittenHistogram.buckets makes floats of any other
             # (an int, from a file no recorder wrote) when read; a count written as text ("NaN")
             # fails the sum and is read here, as is anything that is no count (a bad file).
             counts = h[2:]
@@ -430,7 +502,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
                 count = counts[-1]  # IndexError when no bucket was written either: a bad file
             if count.__class__ is not float:
                 count = float(count)
-            # WrittenHistogram(bounds, counts, sum, count), set through its slots in line: a call
+            # _WrittenHistogram(bounds, counts, sum, count), set through its slots in line: a call
             # less per histogram
             histogram = new(written_histogram)
             set_bounds(histogram, bounds)
@@ -438,10 +510,6 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             set_sum(histogram, total if total.__class__ is float else float(total))
             set_count(histogram, count)
             histograms[name] = histogram
-        return self._made_engine(key, engine, model_name, counters, gauges, histograms, d)
-
-    def _made_engine(self, key: tuple[str, str, Any], engine: str, model_name: Any, counters: dict[str, float],
-                     gauges: dict[str, float], histograms: Mapping[str, Histogram], d: dict[str, Any]) -> EngineSample:
         sample = _make_engine(  # EngineSample's fields, in order
             engine,
             model_name,

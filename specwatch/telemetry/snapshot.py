@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
-
-from specwatch.dataclass_init import set_fields_at_once
+from typing import Any
 
 SNAPSHOT_VERSION = 1
 
@@ -26,7 +24,6 @@ class SnapshotFormatError(ValueError):
     """A dict that does not describe a Snapshot this version of specwatch can read."""
 
 
-@set_fields_at_once
 @dataclass(frozen=True, slots=True)
 class Histogram:
     """Cumulative buckets as exposed: (upper bound, cumulative count), sorted by bound, +Inf last."""
@@ -56,24 +53,6 @@ class Histogram:
         )
 
 
-class HistogramsInOrder(Mapping[str, Histogram]):
-    """An engine reading's histograms as a recording holds them: under names in one order that every
-    reading of the engine with the same layout shares (`names`, the same tuple object), each one's
-    count known without making it (`counts`, in that order), and each Histogram made when first read.
-    A replay reads the counts of every reading (a count that fell means a restart) and the buckets of
-    few. Equal to, iterated, shown and copied as the dict of its histograms."""
-
-    __slots__ = ()
-    names: tuple[str, ...]
-    counts: Sequence[float]
-
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return dict, (dict(self.items()),)
-
-
 @dataclass(frozen=True, slots=True)
 class EngineSample:
     """One data-parallel engine of one vLLM target, as read in one scrape.
@@ -87,8 +66,7 @@ class EngineSample:
     model_name: str | None
     counters: dict[str, float] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
-    # a dict, or a recording's HistogramsInOrder: read it as a Mapping
-    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    histograms: dict[str, Histogram] = field(default_factory=dict)
     accepted_per_position: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
