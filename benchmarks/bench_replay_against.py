@@ -1,6 +1,7 @@
 """The headless replay of this tree against another checkout's, measured side by side.
 
     python benchmarks/bench_replay_against.py BASELINE_CHECKOUT [--hours 24] [--rounds 5]
+    python benchmarks/bench_replay_against.py BASELINE_CHECKOUT --instructions --hours 1
 
 A replay's absolute time follows the machine: the same tree replayed the same day in 10.7 s on one
 day and 15.3 s on the next on the machine these figures come from. What a change to the replay is
@@ -17,6 +18,10 @@ round's ratio is this tree's CPU time over the baseline's. Prints one JSON objec
 and the median ratio. It is a benchmark, not a test: it asserts nothing. Both evaluate every 5 s of
 data time, as live, unless --evaluate-every (this tree) or --baseline-evaluate-every says otherwise.
 
+With --instructions it counts instructions under valgrind's callgrind instead (see instructions()
+and benchmarks/README.md): a CPU ratio on a shared machine moves 10-20 % between rounds, a count
+about 1 %.
+
 Needs two idle cores (the machine's other load slows both alike only while both run). The child
 code uses only what both trees have had since the recording package existed: SyntheticNode,
 generate, ramp, RecordingWriter, open_snapshots, Monitor, advisor_config; and the Monitor as that
@@ -28,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,8 +46,10 @@ HERE = Path(__file__).resolve().parent.parent
 # Run in each tree: `write PATH HOURS` writes the synthetic recording; `replay PATH EVERY` replays it
 # through a Monitor evaluating every EVERY seconds of data time and prints its CPU time. Both first print the specwatch they imported.
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 import specwatch
+if os.environ.get("BENCH_SWITCH_INTERVAL_S"):
+    sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL_S"]))
 print(json.dumps({"specwatch": specwatch.__file__}), flush=True)
 from specwatch.commands.options import advisor_config
 from specwatch.advice.monitor import Monitor
@@ -65,6 +74,7 @@ if sys.argv[1] == "write":
             writer.write(snapshot)
     print(json.dumps({"written": path}), flush=True)
 else:
+    import itertools
     wall, cpu = time.perf_counter(), time.process_time()
     header, snapshots = open_snapshots(sys.argv[2])
     # as each tree's `replay --headless` reads it: a tree whose Monitor can leave the evaluations that
@@ -73,18 +83,33 @@ else:
     headless = {"changes_only": True} if "changes_only" in inspect.signature(Monitor).parameters else {}
     monitor = Monitor(window_s=30.0, advisor_config=advisor_config(None, header.advisor),
                       evaluate_every_s=float(sys.argv[3]), **headless)
+    # `replay PATH EVERY [LIMIT]` stops after LIMIT Snapshots (0: the imports and the set-up alone);
+    # `read PATH EVERY [LIMIT]` reads them without the Monitor
+    limit = int(sys.argv[4]) if len(sys.argv) > 4 else None
     changes = 0
-    for snapshot in snapshots:
-        changes += len(monitor.ingest(snapshot))
+    for snapshot in itertools.islice(snapshots, limit):
+        if sys.argv[1] == "replay":
+            changes += len(monitor.ingest(snapshot))
     print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
                       "changes": changes}), flush=True)
 """
 
+# The instruction count of a child run under valgrind's callgrind, from its summary line.
+COLLECTED = re.compile(r"Collected : (\d+)")
 
-def start(tree: Path, *args: str) -> subprocess.Popen[str]:
+
+def start(tree: Path, *args: str, counted: bool = False) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    return subprocess.Popen([sys.executable, "-c", CHILD, *args], cwd=tree, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = [sys.executable, "-c", CHILD, *args]
+    if counted:  # every instruction the child runs, its inflating thread's included
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command]
+        env["PYTHONHASHSEED"] = "0"  # the same dict and set layouts in every run
+        # The GIL changes hands every 5 ms of wall time (the inflating thread asks for it): under
+        # valgrind, 50 times slower and sharing the machine, how often it does, and the instructions
+        # spent handing it over, follow the machine's load (4 % of a reading's count between two runs
+        # of the same tree). Handed over only when the main thread waits, they do not.
+        env["BENCH_SWITCH_INTERVAL_S"] = "1000"
+    return subprocess.Popen(command, cwd=tree, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def finish(child: subprocess.Popen[str], tree: Path) -> dict:
@@ -96,12 +121,47 @@ def finish(child: subprocess.Popen[str], tree: Path) -> dict:
     if not imported.is_relative_to(tree):
         raise SystemExit(f"the child meant for {tree} imported {imported}: an installed specwatch took "
                          "precedence over PYTHONPATH, so the two trees would not differ")
-    return rest[-1]
+    result = dict(rest[-1])
+    collected = COLLECTED.search(err)
+    if collected:
+        result["instructions"] = int(collected.group(1))
+    return result
 
 
-def together(trees: list[Path], args: list[list[str]]) -> list[dict]:
-    children = [start(tree, *a) for tree, a in zip(trees, args)]
+def together(trees: list[Path], args: list[list[str]], counted: bool = False) -> list[dict]:
+    children = [start(tree, *a, counted=counted) for tree, a in zip(trees, args)]
     return [finish(child, tree) for child, tree in zip(children, trees)]
+
+
+def instructions(trees: list[Path], paths: list[Path], every: list[float]) -> dict:
+    """Each tree's replay counted in instructions under callgrind: the replay, the reading alone and
+    the set-up alone (imports, opening the file, making the Monitor), each tree's run beside the
+    other's. The replay's instructions are the replay's count less the set-up's, the Monitor's the
+    replay's less the reading's. Unlike CPU time, a count does not move with the machine's other
+    load: a change of 1 % shows, where CPU time on a shared machine moves 10-20 % from run to run."""
+    counts: list[dict[str, int]] = [{}, {}]
+    changes = [0, 0]
+    for mode, limit in (("setup", "0"), ("read", ""), ("replay", "")):
+        child_mode = "read" if mode == "read" else "replay"
+        runs = together(trees, [[child_mode, str(p), str(e), *([limit] if limit else [])]
+                                for p, e in zip(paths, every)], counted=True)
+        for i, run in enumerate(runs):
+            if "instructions" not in run:
+                raise SystemExit("valgrind printed no instruction count")
+            counts[i][mode] = run["instructions"]
+            if mode == "replay":
+                changes[i] = run["changes"]
+    parts = []
+    for c in counts:
+        replay, read = c["replay"] - c["setup"], c["read"] - c["setup"]
+        parts.append({"replay": replay, "read": read, "monitor": replay - read, "setup": c["setup"]})
+    this, base = parts
+    return {
+        "instructions_millions": {"this": {k: round(v / 1e6, 1) for k, v in this.items()},
+                                  "baseline": {k: round(v / 1e6, 1) for k, v in base.items()}},
+        "instruction_ratios": {k: round(this[k] / base[k], 3) for k in ("replay", "read", "monitor")},
+        "changes": changes[0], "baseline_changes": changes[1],
+    }
 
 
 def main() -> int:
@@ -113,6 +173,9 @@ def main() -> int:
                         help="this tree's cadence in seconds of data time (default 5, the Monitor's): what a "
                              "coarser cadence would buy, against the baseline at --baseline-evaluate-every")
     parser.add_argument("--baseline-evaluate-every", type=float, default=5.0, metavar="SECONDS")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count each replay's instructions under valgrind's callgrind instead of timing "
+                             "it (about 50 times slower: give --hours 1)")
     args = parser.parse_args()
     this, baseline = HERE, args.baseline.resolve()
     if this == baseline:
@@ -121,10 +184,20 @@ def main() -> int:
         parser.error("--rounds must be at least 1, --hours above 0 and the cadences 0 (every Snapshot) or more")
     if not (baseline / "specwatch" / "__init__.py").is_file():
         parser.error(f"{baseline} is not a specwatch checkout")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
     folder = Path(tempfile.mkdtemp(prefix="specwatch-replay-against-"))
     paths = [folder / "this.swrec", folder / "baseline.swrec"]
     trees = [this, baseline]
     together(trees, [["write", str(p), str(args.hours)] for p in paths])
+    if args.instructions:
+        counted = instructions(trees, paths, [args.evaluate_every, args.baseline_evaluate_every])
+        for p in paths:
+            p.unlink(missing_ok=True)
+        folder.rmdir()
+        print(json.dumps({"hours": args.hours, "baseline": str(baseline), "evaluate_every_s": args.evaluate_every,
+                          "baseline_evaluate_every_s": args.baseline_evaluate_every, **counted}, indent=2))
+        return 0
     rounds = []
     for i in range(args.rounds):
         order = [0, 1] if i % 2 == 0 else [1, 0]
