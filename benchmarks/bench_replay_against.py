@@ -84,7 +84,7 @@ else:
     monitor = Monitor(window_s=30.0, advisor_config=advisor_config(None, header.advisor),
                       evaluate_every_s=float(sys.argv[3]), **headless)
     # `replay PATH EVERY [LIMIT]` stops after LIMIT Snapshots (0: the imports and the set-up alone);
-    # `read PATH EVERY [LIMIT]` reads them without the Monitor
+    # `read PATH EVERY [LIMIT]` makes the same Monitor (the same set-up) but only reads the Snapshots
     limit = int(sys.argv[4]) if len(sys.argv) > 4 else None
     changes = 0
     for snapshot in itertools.islice(snapshots, limit):
@@ -186,39 +186,34 @@ def main() -> int:
         parser.error(f"{baseline} is not a specwatch checkout")
     if args.instructions and shutil.which("valgrind") is None:
         parser.error("--instructions needs valgrind on PATH (Debian: apt install valgrind)")
-    folder = Path(tempfile.mkdtemp(prefix="specwatch-replay-against-"))
-    paths = [folder / "this.swrec", folder / "baseline.swrec"]
     trees = [this, baseline]
-    together(trees, [["write", str(p), str(args.hours)] for p in paths])
-    if args.instructions:
-        counted = instructions(trees, paths, [args.evaluate_every, args.baseline_evaluate_every])
-        for p in paths:
-            p.unlink(missing_ok=True)
-        folder.rmdir()
-        print(json.dumps({"hours": args.hours, "baseline": str(baseline), "evaluate_every_s": args.evaluate_every,
-                          "baseline_evaluate_every_s": args.baseline_evaluate_every, **counted}, indent=2))
-        return 0
+    every = [args.evaluate_every, args.baseline_evaluate_every]
+    with tempfile.TemporaryDirectory(prefix="specwatch-replay-against-") as folder:
+        paths = [Path(folder) / "this.swrec", Path(folder) / "baseline.swrec"]
+        together(trees, [["write", str(p), str(args.hours)] for p in paths])
+        measured = instructions(trees, paths, every) if args.instructions else timed(trees, paths, every, args.rounds)
+    print(json.dumps({"hours": args.hours, "baseline": str(baseline), "evaluate_every_s": args.evaluate_every,
+                      "baseline_evaluate_every_s": args.baseline_evaluate_every, **measured}, indent=2))
+    return 0
+
+
+def timed(trees: list[Path], paths: list[Path], every: list[float], count: int) -> dict:
+    """`count` rounds of both trees' replays at once, in alternating start order: each round's CPU
+    seconds and ratio, and their medians."""
     rounds = []
-    for i in range(args.rounds):
+    for i in range(count):
         order = [0, 1] if i % 2 == 0 else [1, 0]
-        every = [args.evaluate_every, args.baseline_evaluate_every]
         results = together([trees[j] for j in order], [["replay", str(paths[j]), str(every[j])] for j in order])
         this_run, base_run = (results[0], results[1]) if order == [0, 1] else (results[1], results[0])
         rounds.append({"cpu_s": round(this_run["cpu_s"], 2), "baseline_cpu_s": round(base_run["cpu_s"], 2),
                        "ratio": round(this_run["cpu_s"] / base_run["cpu_s"], 3),
                        "changes": this_run["changes"], "baseline_changes": base_run["changes"]})
-    for p in paths:
-        p.unlink(missing_ok=True)
-    folder.rmdir()
-    print(json.dumps({
-        "hours": args.hours, "baseline": str(baseline), "evaluate_every_s": args.evaluate_every,
-        "baseline_evaluate_every_s": args.baseline_evaluate_every, "rounds": rounds,
+    return {
+        "rounds": rounds,
         "median_ratio": round(statistics.median(r["ratio"] for r in rounds), 3),
         "median_cpu_s": round(statistics.median(r["cpu_s"] for r in rounds), 2),
         "median_baseline_cpu_s": round(statistics.median(r["baseline_cpu_s"] for r in rounds), 2),
-    }, indent=2))
-    return 0
-
+    }
 
 if __name__ == "__main__":
     sys.exit(main())
