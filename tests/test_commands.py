@@ -194,6 +194,27 @@ def test_the_slo_comes_from_the_header_and_the_flags_win(tmp_path):
         build_parser().parse_args(["check", "--slo-ttft", "0"])
 
 
+def test_the_weight_format_comes_from_the_flag_the_header_or_the_models_release(tmp_path):
+    from specwatch.advice.advisor import Advisor
+    from specwatch.commands.options import UsageError, advisor_config, advisor_settings
+
+    # no --dtype: the advisor prices the model as released (DeepSeek-V3: FP8), and the header keeps none
+    args = build_parser().parse_args(["record", "-o", "out.swrec", "--model", "DeepSeek-V3", "--tp", "8"])
+    assert "dtype" not in advisor_settings(args)
+    assert Advisor(advisor_config(args)).step_samples.dtype == "fp8"
+    # a live run's --dtype is stored in its recording's header, and a replay's flag wins over it
+    path = tmp_path / "awq.swrec"
+    header = RecordingHeader(data="synthetic", interval_s=1.0,
+                             advisor={"method": "ngram", "model": "Llama-3.1-70B", "dtype": "awq"})
+    write_recording(path, header, generate(NODE, [4.0] * 3))
+    assert _replay_config(path).dtype == "awq"
+    assert _replay_config(path, "--dtype", "FP8").dtype == "fp8"
+    with pytest.raises(UsageError, match="unknown weight format 'fp3'"):
+        advisor_config(None, {"dtype": "fp3"})
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["check", "--dtype", "fp3"])
+
+
 def test_tune_from_a_recording_takes_the_header_and_the_flags_win(recording, capsys):
     assert run_main(["tune", "--from", str(recording), "--json"]) == ExitCode.OK
     stored = json.loads(capsys.readouterr().out)["inputs"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specwatch.perf import hardware as hw
+from specwatch.perf.steptime import WEIGHT_FORMATS
 
 NVML_NAMES = {
     "NVIDIA H100 80GB HBM3": "H100-SXM",
@@ -206,3 +207,28 @@ def test_lookup_model(name, expected):
 def test_lookup_model_unknown():
     assert hw.lookup_model("GPT-5") is None
     assert hw.lookup_model("") is None
+
+
+def test_each_model_is_priced_in_the_format_it_is_released_in():
+    released = {"DeepSeek-V3": "fp8", "DeepSeek-R1": "fp8", "Kimi-K2": "fp8", "Kimi-K2-Thinking": "w4a16",
+                "MiniMax-M2": "fp8", "gpt-oss-20b": "w4a16", "gpt-oss-120b": "w4a16", "Qwen3-235B-A22B": "bf16",
+                "Llama-4-Maverick-17B-128E": "bf16", "Llama-3.1-70B": "bf16"}
+    assert {name: hw.MODELS[name].weights for name in released} == released
+    assert all(spec.weights in WEIGHT_FORMATS for spec in hw.MODELS.values())
+
+
+@pytest.mark.parametrize("name, expected, weights", [
+    ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", "Qwen3-235B-A22B", "fp8"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "Llama-4-Maverick-17B-128E", "fp8"),
+    ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "Llama-3.1-70B", "awq"),
+    ("RedHatAI/Kimi-K2-Instruct-quantized.w4a16", "Kimi-K2", "w4a16"),
+    # Kimi-K2-Thinking is a row of its own (int4 as released), not Kimi-K2 (FP8) less "-thinking"
+    ("moonshotai/Kimi-K2-Thinking", "Kimi-K2-Thinking", "w4a16"),
+    ("Qwen/Qwen3-235B-A22B-Thinking-2507", "Qwen3-235B-A22B", "bf16"),
+    ("deepseek-ai/DeepSeek-V3-0324", "DeepSeek-V3", "fp8"),
+])
+def test_a_quantised_copy_is_found_with_its_weights(name, expected, weights):
+    spec = hw.lookup_model(name)
+    assert (spec.name, spec.weights) == (expected, weights)
+    assert spec.params == hw.MODELS[expected].params
+

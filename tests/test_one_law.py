@@ -143,3 +143,24 @@ def test_predict_and_the_advisor_price_a_draft_model_alike(draft):
         attention + drafting, rel=1e-9)
     # without a GPU to run it on, r of a plain step, as before
     assert drafter.pricing(cost, None).kind == "ratio"
+
+
+def test_predict_and_the_advisor_price_a_model_as_it_is_released():
+    # DeepSeek-V3 is released in FP8 (config.json's quantization_config): 671 GB of weights, 84 GB on
+    # each of 8 H200s. Neither predict nor the advisor is told a dtype; both price FP8 and agree.
+    from specwatch.advice.advisor import Advisor, AdvisorConfig
+
+    spec = MODELS["DeepSeek-V3"]
+    result = predict("H200", model="DeepSeek-V3", tp=8, batch=32, k=2, acceptance_length=2.0, method="mtp",
+                     context=2000)
+    assert (result["inputs"]["dtype"], result["inputs"]["dtype_source"]) == ("fp8", "release")
+    law, words = Advisor(AdvisorConfig(model=spec, tp=8, method="mtp")).step_samples.step_model(0.0, H200)
+    assert words == "datasheet prior for DeepSeek-V3 in fp8 on H200 SXM"
+    assert result["details"]["step_time_plain_s"] == pytest.approx(float(law.step_time(32, 32 * 2000)), rel=1e-9)
+    # FP8 is a byte a weight. Routed experts: (671 − 37) B / (1 − 8/256) = 654.5 B; shared weights (read
+    # by every step): 671 − 654.5 = 16.5 B; each over 8 GPUs. BF16 is twice the bytes.
+    routed = (671e9 - 37e9) / (1 - 8 / 256)
+    assert law.shared_weight_bytes == pytest.approx((671e9 - routed) / 8, rel=1e-9)
+    assert law.expert_weight_bytes == pytest.approx(routed / 8, rel=1e-9)
+    bf16 = StepSamples(model=spec, tp=8, dtype="bf16").step_model(0.0, H200)[0]
+    assert bf16.shared_weight_bytes == pytest.approx(2 * (671e9 - routed) / 8, rel=1e-9)

@@ -294,3 +294,22 @@ def test_the_advisor_adds_the_routing_error_for_an_moe_model(monkeypatch, model,
         assert floor >= 0.2
     else:
         assert floor < 0.2
+
+
+def test_the_issues_deepseek_command_without_a_dtype_prices_the_released_fp8():
+    # `predict --gpu H200 --tp 8 --model DeepSeek-V3 --batch 32 --k 2 ...` with no --dtype: the model
+    # as released is FP8, and 8 H200s hold it; in BF16 (1342 GB, 168 GB a GPU) they do not.
+    args = dict(gpu="H200", tp=8, batch=32, k=2, acceptance_length=2.0, method="mtp")
+    released = predict(model="DeepSeek-V3", **args)
+    assert released["inputs"]["dtype"] == "fp8"
+    assert released["verdict"]["speculation"] != "unknown"
+    assert released["details"]["verify_ratio"] > 1.2  # the verify step wakes more experts
+    assert any("weights priced in fp8" in r and "--dtype prices another" in r for r in released["verdict"]["reasons"])
+    told = predict(model="DeepSeek-V3", dtype="bf16", **args)
+    assert told["inputs"]["dtype_source"] == "flags"
+    assert told["verdict"]["speculation"] == "unknown"
+    assert "168 GB of weights per GPU do not fit" in told["verdict"]["reasons"][0]
+    # a model given by its size has no release to go by: BF16, said nowhere as a choice made for it
+    custom = predict(params="70B", **{**args, "method": "ngram"})
+    assert (custom["inputs"]["dtype"], custom["inputs"]["dtype_source"]) == ("bf16", "default")
+    assert not any("weights priced in" in r for r in custom["verdict"]["reasons"])

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, ModelSpec
+from specwatch.perf.models import weight_format
 from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, resolve_device
 from specwatch.advice.drafter_pricing import DrafterPricing
 from specwatch.advice.gpu_identity import GpuIdentity
@@ -78,7 +79,8 @@ class AdvisorConfig:
     # what the engine runs on (--device: "cpu" or "gpu"), for a server whose /server_info does not say
     # it (which wins): a CPU engine is judged with a CPU's step-time shape where no GPU is identified
     device: str | None = None
-    dtype: str = "bf16"
+    # the weights' format (--dtype): None prices the model's as released (perf.models.weight_format)
+    dtype: str | None = None
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
     sample_interval_s: float = 5.0  # data time between step-time samples
     refit_interval_s: float = 60.0  # data time between refits of the hinge
@@ -168,11 +170,12 @@ class Advisor:
 
     def __init__(self, config: AdvisorConfig | None = None) -> None:
         c = self._config = config or AdvisorConfig()
+        dtype, _ = weight_format(c.model, c.dtype)
         self.gpu_identity = GpuIdentity(c.gpu)
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
                                       target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
-                                      dtype=c.dtype)
-        self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=c.dtype,
+                                      dtype=dtype)
+        self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
         self.hysteresis = Hysteresis(c.hysteresis)

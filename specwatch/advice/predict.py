@@ -31,6 +31,7 @@ from specwatch.advice.predict_inputs import (
     resolve_target,
 )
 from specwatch.advice.verdict import hold_words
+from specwatch.perf.models import WEIGHTS_AS_RELEASED, weight_format
 from specwatch.perf.hardware import (
     GpuSpec,
     ModelSpec,
@@ -126,7 +127,7 @@ def predict(
     experts: Any = None,
     experts_per_token: Any = None,
     kv_bytes_per_token: Any = None,
-    dtype: str = "bf16",
+    dtype: str | None = None,
     tp: Any = 1,
     batch: Any = None,
     waiting: Any = None,
@@ -180,7 +181,7 @@ def predict(
     waiting_count = 0.0 if waiting is None else _non_negative(waiting, "waiting")
     draft_k = _positive_int(k, "k")
     tp_degree = _positive_int(tp, "tp")
-    dtype_name = (dtype or "bf16").lower()
+    dtype_name, dtype_from = weight_format(target.spec, dtype)
     if dtype_name not in perf.WEIGHT_FORMATS:
         raise PredictInputError(f"unknown dtype {dtype!r}; known: {', '.join(perf.WEIGHT_FORMATS)}")
     draft_dtype_name = (draft_dtype or dtype_name).lower()
@@ -277,6 +278,7 @@ def predict(
         result = _refused(fit, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                           draft_k, length, context_per_sequence, tree, cap, prompt, output, method_name)
         result["inputs"]["verifier"] = verifier_name
+        _weights_said(result, target, dtype_from)
         return result
     fitted = isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
     decision = perf.decide(perf.DecisionInputs(
@@ -295,7 +297,19 @@ def predict(
     result["inputs"]["max_num_batched_tokens"] = budget
     result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
     result["verdict"]["throughput_speedup"] = decision.throughput_speedup
+    _weights_said(result, target, dtype_from)
     return result
+
+
+def _weights_said(result: dict[str, Any], target: Target, dtype_from: str) -> None:
+    """Where the weight format came from, in the inputs; and in the reasons where the operator did not
+    choose it and it is not BF16 (DeepSeek-V3 as released is FP8: priced in BF16 it would not fit)."""
+    result["inputs"]["dtype_source"] = dtype_from
+    dtype = result["inputs"]["dtype"]
+    if dtype_from == WEIGHTS_AS_RELEASED and dtype != "bf16":
+        result["verdict"]["reasons"].append(f"weights priced in {dtype}, {target.name}'s format as released (its "
+                                            "config.json's quantization_config, or the nearest format priced) or as "
+                                            "its name says (-FP8, -AWQ, ...); --dtype prices another")
 
 
 def _count(value: float) -> str:

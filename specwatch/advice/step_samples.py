@@ -144,7 +144,9 @@ class StepSamples:
                 try:
                     prior = perf.prior_for_model(gpu, model, tp=self.tp, dtype=self.dtype)
                     cached = self._datasheet_prior = (gpu, model, (self.tp, self.dtype),
-                                                      (prior, f"datasheet prior for {model.name} on {gpu.name}"))
+                                                      (prior, f"datasheet prior for {model.name}"
+                                                             + ("" if self.dtype == "bf16" else f" in {self.dtype}")
+                                                             + f" on {gpu.name}"))
                 except ValueError:
                     cached = None
             if cached is not None:

@@ -194,6 +194,17 @@ def method_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def weight_format_name(text: str) -> str:
+    """An argparse type: a weight format the datasheet prior prices (bf16, fp8, w4a16, ...), lower
+    case; a wrong one lists what is accepted."""
+    from specwatch.perf import WEIGHT_FORMATS
+
+    name = text.strip().lower()
+    if name not in WEIGHT_FORMATS:
+        raise argparse.ArgumentTypeError(f"unknown weight format {text!r}; known: {', '.join(WEIGHT_FORMATS)}")
+    return name
+
+
 # ==================================================================================================
 # shared flags
 # ==================================================================================================
@@ -304,6 +315,9 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
                    help="the served model's architecture (Llama-3.1-70B, Qwen2.5-7B, ...): "
                         f"enables the datasheet step-time prior{over}")
     p.add_argument("--tp", type=whole_number(1), metavar="N", help=f"tensor-parallel degree (default 1){over}")
+    p.add_argument("--dtype", type=weight_format_name, metavar="FORMAT",
+                   help="the served weights' format, for the datasheet prior: bf16, fp8, w8a16, w4a16, awq, gptq, "
+                        f"... (default: the format the --model is released in, e.g. fp8 for DeepSeek-V3){over}")
     p.add_argument("--slo-ttft", type=positive_number, metavar="SECONDS",
                    help=f"time-to-first-token target: goodput counts the requests within it{over}")
     p.add_argument("--slo-tpot", type=positive_number, metavar="SECONDS",
@@ -373,7 +387,7 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 _ADVISOR_FLAGS = (("method", "method"), ("k", "k"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
                   ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
                   ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"), ("token_budget", "max_num_batched_tokens"),
-                  ("device", "device"))
+                  ("device", "device"), ("dtype", "dtype"))
 
 
 def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -423,10 +437,11 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
         device = settings.get("device")
         if device is not None and device not in ("cpu", "gpu"):
             raise ValueError(f"device must be cpu or gpu, not {device!r}")
+        dtype = None if settings.get("dtype") is None else weight_format_name(str(settings["dtype"]))
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, **slo)
+                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, dtype=dtype, **slo)
 
 
 # ==================================================================================================

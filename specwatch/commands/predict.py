@@ -66,7 +66,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, dest, words in _FLAGS:
         parser.add_argument(flag, dest=dest, help=words)
-    parser.add_argument("--dtype", default="bf16", help=f"weights: {', '.join(perf.WEIGHT_FORMATS)} (default bf16)")
+    parser.add_argument("--dtype", help=f"weights: {', '.join(perf.WEIGHT_FORMATS)} (default: the format a --model "
+                                        "is released in, e.g. fp8 for DeepSeek-V3; else bf16)")
     parser.add_argument("--draft-dtype", help="the draft model's weights (default: --dtype)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     keywords = {dest: getattr(args, dest, None) for _, dest, _ in _FLAGS}
     keywords["tp"] = keywords["tp"] if keywords["tp"] is not None else 1
     try:
-        result = predict(keywords.pop("gpu"), dtype=getattr(args, "dtype", None) or "bf16",
+        result = predict(keywords.pop("gpu"), dtype=getattr(args, "dtype", None),
                          draft_dtype=getattr(args, "draft_dtype", None), **keywords)
     except (ValueError, TypeError, ArithmeticError) as error:
         print_error("predict", str(error), file=err)

@@ -116,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     model.add_argument("--model", dest="model_name", metavar="NAME",
                        help="the served model's architecture (Llama-3.1-8B, Qwen2.5-7B, ...)")
     model.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)")
-    model.add_argument("--dtype", default="bf16", help="weight format (default bf16)")
+    model.add_argument("--dtype", help="weight format (default: the format the --model is released in, e.g. fp8 "
+                                       "for DeepSeek-V3)")
     model.add_argument("--method", type=method_name, help="the speculation method (ngram, eagle, mtp, draft_model, ...), "
                                         "when neither --speculative-config nor the server says")
     model.add_argument("--draft-ratio", type=non_negative_number, metavar="R", help="draft cost per draft token, when measured")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["ModelSpec", "MODELS", "lookup_model", "known_model_names"]
+__all__ = ["ModelSpec", "MODELS", "lookup_model", "known_model_names", "weight_format"]
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -27,6 +27,11 @@ class ModelSpec:
     # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the cache holds one compressed latent
     # per layer and token, kv_lora_rank + qk_rope_head_dim wide, instead of K and V per KV head.
     kv_latent_dim: int | None = None
+    # The format the checkpoint is released in (a specwatch.perf.steptime.WEIGHT_FORMATS key, from
+    # its config.json's quantization_config): what predict and the advisor price the weights at
+    # where the operator does not say (--dtype). An 8×H200 node serves DeepSeek-V3 as released, in
+    # FP8; priced in BF16 its weights would not fit.
+    weights: str = "bf16"
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -67,6 +72,7 @@ class ModelSpec:
             "kv_replicated_under_tp": self.kv_replicated_under_tp,
             "experts": self.experts,
             "experts_per_token": self.experts_per_token,
+            "weights": self.weights,
             "source": self.source,
         }
 
@@ -91,29 +97,37 @@ _DEEPSEEK_V3 = ModelSpec(
             "num_hidden_layers 61, hidden_size 7168, num_attention_heads 128, MLA with kv_lora_rank 512 + "
             "qk_rope_head_dim 64 (the cache holds this 576-wide latent per layer, replicated on every TP rank), "
             "v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, "
-            "first_k_dense_replace 3", "671B total / 37B activated (the 14B MTP module left out)"),
-    experts=256, experts_per_token=8, kv_latent_dim=512 + 64,
+            "first_k_dense_replace 3, quantization_config fp8 (e4m3 weights in 128×128 blocks, dynamic "
+            "activations)", "671B total / 37B activated (the 14B MTP module left out)"),
+    experts=256, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8",
+)
+_KIMI_K2 = ModelSpec(
+    "Kimi-K2", 1.04e12, 32e9, 61, 7168, 64, 64, 128,
+    _hf_moe("moonshotai/Kimi-K2-Instruct",
+            "num_hidden_layers 61, hidden_size 7168, num_attention_heads 64, MLA with kv_lora_rank 512 + "
+            "qk_rope_head_dim 64 (576-wide latent per layer, replicated on every TP rank), v_head_dim 128, "
+            "n_routed_experts 384, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1, "
+            "quantization_config fp8 (e4m3 weights in 128×128 blocks)", "1.04T total / 32B activated"),
+    experts=384, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8",
 )
 _MOE_MODELS: tuple[ModelSpec, ...] = (
     _DEEPSEEK_V3,
     replace(_DEEPSEEK_V3, name="DeepSeek-R1",
             source=_DEEPSEEK_V3.source.replace("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1")
             + " (R1 is DeepSeek-V3's architecture, retrained)"),
-    ModelSpec(
-        "Kimi-K2", 1.04e12, 32e9, 61, 7168, 64, 64, 128,
-        _hf_moe("moonshotai/Kimi-K2-Instruct",
-                "num_hidden_layers 61, hidden_size 7168, num_attention_heads 64, MLA with kv_lora_rank 512 + "
-                "qk_rope_head_dim 64 (576-wide latent per layer, replicated on every TP rank), v_head_dim 128, "
-                "n_routed_experts 384, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1",
-                "1.04T total / 32B activated"),
-        experts=384, experts_per_token=8, kv_latent_dim=512 + 64,
-    ),
+    _KIMI_K2,
+    replace(_KIMI_K2, name="Kimi-K2-Thinking", weights="w4a16",
+            source=_KIMI_K2.source.replace("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Thinking").replace(
+                "quantization_config fp8 (e4m3 weights in 128×128 blocks)",
+                "quantization_config compressed-tensors, the routed experts int4 weight-only in groups of 32 "
+                "(quantisation-aware training), the rest bf16")),
     ModelSpec(
         "MiniMax-M2", 230e9, 10e9, 62, 3072, 48, 8, 128,
         _hf_moe("MiniMaxAI/MiniMax-M2",
                 "num_hidden_layers 62, hidden_size 3072, num_attention_heads 48, num_key_value_heads 8, head_dim 128, "
-                "num_local_experts 256, num_experts_per_tok 8, no shared expert", "230B total / 10B activated"),
-        experts=256, experts_per_token=8,
+                "num_local_experts 256, num_experts_per_tok 8, no shared expert, quantization_config fp8 (e4m3 "
+                "weights in 128×128 blocks, dynamic activations)", "230B total / 10B activated"),
+        experts=256, experts_per_token=8, weights="fp8",
     ),
     ModelSpec(
         "Qwen3-30B-A3B", 30.5e9, 3.3e9, 48, 2048, 32, 4, 128,
@@ -135,8 +149,8 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "num_hidden_layers 24, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
                 "num_local_experts 32, experts_per_token 4; every other layer attends through a 128-token sliding "
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
-                "experts are MXFP4 (about 4.25 bits: --dtype w4a16 is the nearest)", "20.9B total / 3.6B active"),
-        experts=32, experts_per_token=4,
+                "experts are MXFP4 (about 4.25 bits), priced as w4a16, the nearest format, attention and the rest bf16", "20.9B total / 3.6B active"),
+        experts=32, experts_per_token=4, weights="w4a16",
     ),
     ModelSpec(
         "gpt-oss-120b", 116.8e9, 5.1e9, 36, 2880, 64, 8, 64,
@@ -144,8 +158,8 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
                 "num_local_experts 128, experts_per_token 4; every other layer attends through a 128-token sliding "
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
-                "experts are MXFP4 (about 4.25 bits: --dtype w4a16 is the nearest)", "116.8B total / 5.1B active"),
-        experts=128, experts_per_token=4,
+                "experts are MXFP4 (about 4.25 bits), priced as w4a16, the nearest format, attention and the rest bf16", "116.8B total / 5.1B active"),
+        experts=128, experts_per_token=4, weights="w4a16",
     ),
     ModelSpec(
         "Llama-4-Scout-17B-16E", 109e9, 17e9, 48, 5120, 40, 8, 128,
@@ -209,7 +223,6 @@ _MODEL_ALIASES: dict[str, str] = {
     "deepseek-v3.1-terminus": "DeepSeek-V3",
     "deepseek-r1-0528": "DeepSeek-R1",
     "kimi-k2-instruct-0905": "Kimi-K2",
-    "kimi-k2-thinking": "Kimi-K2",
     "llama-4-scout": "Llama-4-Scout-17B-16E",
     "llama-4-maverick": "Llama-4-Maverick-17B-128E",
 }
@@ -221,12 +234,24 @@ def known_model_names() -> list[str]:
 
 # Suffixes of fine-tunes, point releases and weight formats that keep the architecture, taken off
 # the end of a name until none is left ("Qwen3-30B-A3B-Instruct-2507-FP8" → "qwen3-30b-a3b").
-_MODEL_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base", "-fp8", "-2507", "-thinking")
+_MODEL_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base", "-2507", "-thinking")
+# A quantised copy's usual name ends in its format ("Qwen3-235B-A22B-Instruct-2507-FP8",
+# "Llama-3.1-70B-Instruct-AWQ"): the same architecture, its weights in that format.
+_WEIGHT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "awq"), ("-awq", "awq"), ("-gptq-int4", "gptq"),
+                    ("-gptq-int8", "w8a16"), ("-gptq", "gptq"), ("-quantized.w4a16", "w4a16"),
+                    ("-quantized.w8a8", "w8a8"), ("-w4a16", "w4a16"), ("-w8a8", "w8a8"), ("-int4", "int4"))
 
 
-def _model_key(name: str) -> str:
-    key = name.strip().lower()
-    key = key.split("/")[-1]  # "meta-llama/Llama-3.1-8B-Instruct" → "llama-3.1-8b-instruct"
+def _weight_suffix(key: str) -> tuple[str, str | None]:
+    """A lower-case model name less its quantisation suffix, and the weight format that suffix names."""
+    for suffix, weights in _WEIGHT_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)], weights
+    return key, None
+
+
+def _base_key(key: str) -> str:
+    """A lower-case model name less the suffixes of its tunes and point releases (-Instruct, -2507)."""
     stripped = True
     while stripped:
         stripped = False
@@ -238,12 +263,38 @@ def _model_key(name: str) -> str:
 
 
 def lookup_model(name: str) -> ModelSpec | None:
-    """Find a model architecture by name, case-insensitive; Hugging Face ids and -Instruct suffixes work."""
+    """Find a model architecture by name, case-insensitive; Hugging Face ids and -Instruct suffixes
+    work. A name that ends in a quantisation format (-FP8, -AWQ, ...) gives the architecture with its
+    weights in that format; a row whose own name has a suffix (Kimi-K2-Thinking, released in int4
+    where Kimi-K2-Instruct is FP8) is found before the suffix is taken off."""
     if not isinstance(name, str) or not name.strip():
         return None
-    key = _model_key(name)
+    # "meta-llama/Llama-3.1-8B-Instruct" → "llama-3.1-8b-instruct"
+    named, weights = _weight_suffix(name.strip().lower().split("/")[-1])
+    spec = _lookup_key(named.replace("_", "-")) or _lookup_key(_base_key(named))
+    if spec is None or weights is None or weights == spec.weights:
+        return spec
+    return replace(spec, weights=weights)
+
+
+def _lookup_key(key: str) -> ModelSpec | None:
     for spec in _MODEL_LIST:
         if key == spec.name.lower():
             return spec
     alias = _MODEL_ALIASES.get(key)
     return MODELS[alias] if alias else None
+
+
+# Where the weight format priced came from (weight_format): the operator's --dtype, the table's
+# model as released, or the BF16 default for a model the table does not know.
+WEIGHTS_FROM_FLAGS, WEIGHTS_AS_RELEASED, WEIGHTS_DEFAULT = "flags", "release", "default"
+
+
+def weight_format(model: ModelSpec | None, dtype: str | None) -> tuple[str, str]:
+    """The weight format to price `model` at, and where it came from: --dtype (`dtype`) wins, then the
+    format the table's model is released in, then BF16 (a model given by its size alone)."""
+    if dtype is not None:
+        return dtype.lower(), WEIGHTS_FROM_FLAGS
+    if model is not None:
+        return model.weights, WEIGHTS_AS_RELEASED
+    return "bf16", WEIGHTS_DEFAULT

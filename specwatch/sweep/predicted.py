@@ -24,7 +24,7 @@ class PredictionInputs:
     gpu: str | None = None
     model: str | None = None  # architecture name from specwatch.perf.hardware's table
     tp: int = 1
-    dtype: str = "bf16"
+    dtype: str | None = None  # None: the format the model is released in (perf.models.weight_format)
     method: str | None = None
     draft_ratio: float | None = None
     draft_params: float | None = None
@@ -213,6 +213,7 @@ def predicted_curve(
         fit_details = None
     elif inputs.gpu and inputs.model:
         from specwatch.perf.hardware import lookup, lookup_model
+        from specwatch.perf.models import weight_format
 
         gpu, arch = lookup(inputs.gpu), lookup_model(inputs.model)
         if gpu is None:
@@ -220,12 +221,13 @@ def predicted_curve(
         if arch is None:
             return None, f"unknown model architecture {inputs.model!r}"
         target_params = arch.params
+        dtype, _ = weight_format(arch, inputs.dtype)
         try:
-            step_model = perf.prior_for_model(gpu, arch, tp=inputs.tp, dtype=inputs.dtype)
+            step_model = perf.prior_for_model(gpu, arch, tp=inputs.tp, dtype=dtype)
         except ValueError as exc:
             return None, str(exc)
         basis = BASIS_DATASHEET
-        note = f"datasheet step time for {arch.name} on {gpu.key} (tp {inputs.tp}, {inputs.dtype})"
+        note = f"datasheet step time for {arch.name} on {gpu.key} (tp {inputs.tp}, {dtype})"
         fit_details: dict | None = None
     try:
         pricing = _draft_pricing(inputs, method, target_params)
