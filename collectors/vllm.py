@@ -101,6 +101,8 @@ class TargetInfo:
     token_budget: int | None = None
     # the device the engine runs on, from /server_info (device_from_server_info), when read
     device: str | None = None
+    # the served weights' format, from /server_info (weights_from_server_info), when read
+    weights: str | None = None
 
 
 @dataclass
@@ -325,6 +327,7 @@ async def _scrape_target(
         speculation=resolve_speculation(observed, declared),
         token_budget=target.info.token_budget,
         device=target.info.device,
+        weights=target.info.weights,
     )
 
 
@@ -361,7 +364,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
         target.info.probed = False  # try again on a later poll
         return
     target.info.speculative_config = target.info.speculation = target.info.token_budget = None
-    target.info.device = None
+    target.info.device = target.info.weights = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
         r = await _get_bounded(client, (target.request_base or target.url) + "/server_info?config_format=json",
@@ -372,6 +375,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
             target.info.speculation = speculation_from_server_info(target.info.speculative_config)
             target.info.token_budget = token_budget_from_server_info(info)
             target.info.device = device_from_server_info(info)
+            target.info.weights = weights_from_server_info(info)
     except ValueError:
         pass  # a 200 that is not JSON: not vLLM's /server_info, and asking again will not change it
     except (httpx.HTTPError, OSError, PayloadTooLarge):
@@ -427,6 +431,36 @@ def device_from_server_info(info: object) -> str | None:
     if not isinstance(device, str) or not device.strip() or device.strip().lower() == "auto":
         return None
     return device.strip().lower()
+
+
+# vLLM's quantisation methods (model_config.quantization) whose name tells the weights' format, as
+# specwatch.perf prices it. MXFP4 (gpt-oss) is priced as W4A16, the nearest; the rest
+# (compressed-tensors, quark, modelopt_fp4, bitsandbytes, gguf, ...) name a container or a format
+# not priced, and say nothing here.
+_QUANTIZATION_WEIGHTS = {
+    "fp8": "fp8", "fbgemm_fp8": "fp8", "ptpc_fp8": "fp8", "fp8_per_tensor": "fp8", "fp8_per_block": "fp8",
+    "fp8_per_channel": "fp8", "deepseek_v4_fp8": "fp8", "modelopt": "fp8", "modelopt_mxfp8": "fp8", "mxfp8": "fp8",
+    "awq": "awq", "auto_awq": "awq", "awq_marlin": "awq",
+    "gptq": "gptq", "auto_gptq": "gptq", "gptq_marlin": "gptq",
+    "mxfp4": "w4a16", "gpt_oss_mxfp4": "w4a16",
+    "experts_int8": "w8a16", "int8_per_channel_weight_only": "w8a16",
+}
+
+
+def weights_from_server_info(info: object) -> str | None:
+    """The served weights' format from /server_info: vllm_config.model_config.quantization mapped to
+    the format specwatch prices (fp8, awq, gptq; a GPTQ of 8 bits, from its quantization_config, as
+    w8a16); None where it is missing (unquantised), not text, or a method that does not tell."""
+    config = _vllm_config_from_server_info(info)
+    model_config = config.get("model_config") if config is not None else None
+    method = model_config.get("quantization") if isinstance(model_config, dict) else None
+    if not isinstance(method, str):
+        return None
+    weights = _QUANTIZATION_WEIGHTS.get(method.strip().lower())
+    quantization_config = model_config.get("quantization_config")
+    if weights == "gptq" and isinstance(quantization_config, dict) and quantization_config.get("bits") == 8:
+        return "w8a16"
+    return weights
 
 
 # Methods that draft by lookup, not with a model: vLLM fills their "model" with the method's own name

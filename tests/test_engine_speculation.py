@@ -63,6 +63,11 @@ def test_check_reads_the_schedulers_token_budget_from_server_info(dev_server, ca
     assert report["engine"]["token_budget"] == {"tokens": budget, "source": FROM_SERVER_INFO}
     assert (f"--max-num-batched-tokens 1 was given, but the server's /server_info says {budget}: judged with "
             f"{budget}") in report["verdict"]["reasons"], report["verdict"]["reasons"]
+    # an unquantised model: the server's model_config names no quantisation, so --dtype stands
+    assert info["vllm_config"]["model_config"]["quantization"] is None
+    capsys.readouterr()
+    cli.main(["check", "--url", dev_server.url, "--json", "--window", "1", "--dtype", "fp8", *QUIET])
+    assert json.loads(capsys.readouterr().out)["engine"]["weights"] == {"format": "fp8", "source": "flags"}
 
 
 def test_watch_judges_with_the_method_from_server_info(dev_server, monkeypatch):

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, ModelSpec
 from specwatch.perf.models import weight_format
-from specwatch.telemetry.snapshot import GpuSample, SpeculationConfig, resolve_device
+from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, resolve_device
 from specwatch.advice.drafter_pricing import DrafterPricing
 from specwatch.advice.gpu_identity import GpuIdentity
 from specwatch.advice.judging import (
@@ -170,7 +170,12 @@ class Advisor:
 
     def __init__(self, config: AdvisorConfig | None = None) -> None:
         c = self._config = config or AdvisorConfig()
-        dtype, _ = weight_format(c.model, c.dtype)
+        # the weights' format: --dtype, else the model's as released; the server's word wins (_judge)
+        self._weights = weight_format(c.model, c.dtype)
+        # the format the latest verdict priced the weights at (a datasheet prior reads it where the
+        # model and the GPU are known), and where it came from
+        self.weights: tuple[str, str] = self._weights
+        dtype = self._weights[0]
         self.gpu_identity = GpuIdentity(c.gpu)
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
                                       target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
@@ -272,6 +277,11 @@ class Advisor:
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         pricing = drafter.pricing(cost, gpu)
         self.step_samples.record(time, figures, k if tw.speculation_configured else None, r, pricing)
+        # the weights' format the server says it serves (its /server_info) wins, as its device does
+        # (a recording's word that no law prices is not taken)
+        self.weights = (target.weights, FROM_SERVER_INFO) if target.weights in perf.WEIGHT_FORMATS \
+            else self._weights
+        self.step_samples.dtype = self.weights[0]
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)

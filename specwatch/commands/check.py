@@ -107,7 +107,7 @@ async def _check(session: Any, args: argparse.Namespace, sweep: Any = None) -> l
         config = session.monitor.advisor_config
         report = check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
                               slo=(config.slo_ttft_s, config.slo_tpot_s), token_budget=config.token_budget,
-                              device=config.device,
+                              device=config.device, weights=advisor.weights,
                               judged_budget=advisor.last_inputs.token_budget if advisor.last_inputs else None)
         if sweep is not None:
             report["sweep"] = sweep_block(sweep, advisor, verdict, window.target(url), window.latest.time)

@@ -121,6 +121,7 @@ def check_report(
     token_budget: int | None = None,
     device: str | None = None,
     judged_budget: TokenBudget | None = None,
+    weights: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The specwatch.check/1 object for one target. `config`: the speculation config the verdict was
     judged with (Advisor.speculation), when the target's own does not say everything. `slo`: the
@@ -128,7 +129,9 @@ def check_report(
     --max-num-batched-tokens, which the server's own budget wins over (under `engine.token_budget`,
     with where the one judged with came from). `device`: the operator's --device, which the server's
     own (its /server_info) wins over likewise (under `engine.device`). `judged_budget`: the budget the
-    verdict was judged with (Advisor.last_inputs), which may be vLLM's default for the hardware."""
+    verdict was judged with (Advisor.last_inputs), which may be vLLM's default for the hardware.
+    `weights`: the weights' format the verdict was priced with and where it came from
+    (Advisor.weights: server_info, flags, release or default), under `engine.weights`."""
     latest: Snapshot | None = window.latest
     tw = window.target(url)
     gpu_joules, _ = window.gpu_energy()
@@ -147,7 +150,10 @@ def check_report(
                    # what the engine runs on ("cpu" sets the step-time shape where no GPU is identified):
                    # {name, source}, name null where neither the server nor the operator said it
                    "device": dict(zip(("name", "source"), resolve_device(target.device if target else None,
-                                                                           device)))},
+                                                                           device))),
+                   # the weights' format the advisor prices (a datasheet prior reads it where the model and
+                   # the GPU are known): {format, source}, null without an advisor
+                   "weights": dict(zip(("format", "source"), weights)) if weights else None},
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),

@@ -31,7 +31,7 @@ from specwatch.telemetry.snapshot import (
     SnapshotFormatError,
     SourceStatus,
     TargetSample,
-    device_from_dict,
+    server_word_from_dict,
     speculation_from_dict,
     token_budget_from_dict,
 )
@@ -438,7 +438,8 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             self._speculation_of(url, d.get("speculation")),
             None if engine is None else str(engine),
             token_budget_from_dict(d.get("token_budget")),  # absent before it was read: None
-            device_from_dict(d.get("device")),
+            server_word_from_dict(d.get("device")),
+            server_word_from_dict(d.get("weights")),
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:

@@ -292,6 +292,11 @@ class TargetSample:
     # from /server_info in dev mode): "cpu" tells the advisor that every position a step computes
     # costs compute from the first token, which no GPU's roofline says. None where not exposed.
     device: str | None = None
+    # The served weights' format as the server's own config names its quantisation (vLLM's
+    # model_config.quantization, from /server_info in dev mode, as a perf.WEIGHT_FORMATS name:
+    # collectors.vllm.weights_from_server_info): what the advisor's datasheet prior reads per weight.
+    # None where not exposed, unquantised, or a method whose format its name does not tell.
+    weights: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -320,6 +325,8 @@ class TargetSample:
             d["token_budget"] = self.token_budget
         if self.device is not None:
             d["device"] = self.device
+        if self.weights is not None:
+            d["weights"] = self.weights
         return d
 
     @classmethod
@@ -336,7 +343,8 @@ class TargetSample:
             speculation=speculation_from_dict(d.get("speculation")),
             engine=None if d.get("engine") is None else str(d["engine"]),
             token_budget=token_budget_from_dict(d.get("token_budget")),
-            device=device_from_dict(d.get("device")),
+            device=server_word_from_dict(d.get("device")),
+            weights=server_word_from_dict(d.get("weights")),
         )
 
 
@@ -345,8 +353,9 @@ def speculation_from_dict(d: Any) -> SpeculationConfig | None:
     return None if d is None else SpeculationConfig.from_dict(d)
 
 
-def device_from_dict(value: Any) -> str | None:
-    """A target's "device" entry, absent in Snapshots written before it existed."""
+def server_word_from_dict(value: Any) -> str | None:
+    """A target's word from its server's config ("device", "weights"), as text: absent (None) in
+    Snapshots written before the entry existed, and where the server did not say it."""
     return None if value is None else str(value)
 
 
