@@ -405,6 +405,9 @@ Points found but not scored (a needed input is not published, or the model has n
   the ratio nearly unchanged with TP, so it would not have called the loss.
 - vLLM issue #17984: a Llama-1B draft on Llama-70B reverses at batch 32 (figure only; GPU and k not
   stated).
+- vLLM PR #12755 (DeepSeek-R1 MTP, k = 1, TP 8, V0 engine): acceptance 0.81–0.82, 1.63× at QPS 1 and
+  1.18× at QPS 2 (TPOT 55.5 → 34.0 ms and 57.6 → 48.8 ms). The GPU and the running batch at each
+  rate are not stated, and a rate is not a batch: the model would need both.
 
 Use `predict` for the shape (where the knee is, how context, k and the draft move the crossover) and
 for a first verdict; the live fit of T(N, C) from the node's own steps sets the level.
