@@ -54,11 +54,12 @@ def test_the_collector_carries_the_device_and_without_dev_mode_none():
         assert scrape(VllmSource([srv.url])).device is None
 
 
-def test_a_recording_keeps_the_device_in_the_fast_and_the_plain_reading(tmp_path, monkeypatch):
-    snaps = [Snapshot(time=float(i), targets=(TargetSample("http://a:8000", "ok", device="cpu"),
+@pytest.mark.parametrize("word, value", [("device", "cpu"), ("weights", "fp8")])  # weights: test_served_weights
+def test_a_recording_keeps_the_servers_word_in_the_fast_and_the_plain_reading(tmp_path, monkeypatch, word, value):
+    snaps = [Snapshot(time=float(i), targets=(TargetSample("http://a:8000", "ok", **{word: value}),
                                               TargetSample("http://b:8000", "ok"))) for i in range(3)]
-    assert "device" not in snaps[0].to_dict()["targets"][1]  # absent stays absent
-    path = tmp_path / "cpu.swrec"
+    assert word not in snaps[0].to_dict()["targets"][1]  # absent stays absent
+    path = tmp_path / f"{word}.swrec"
     with RecordingWriter(path, RecordingHeader(data="synthetic")) as writer:
         for snap in snaps:
             writer.write(snap)
@@ -66,7 +67,7 @@ def test_a_recording_keeps_the_device_in_the_fast_and_the_plain_reading(tmp_path
         if not fast:
             monkeypatch.setattr(reader, "_fast_loads", None)
         read = read_recording(path).snapshots
-        assert [[t.device for t in s.targets] for s in read] == [["cpu", None]] * 3
+        assert [[getattr(t, word) for t in s.targets] for s in read] == [[value, None]] * 3
 
 
 # A node whose steps cost in proportion to the positions they compute, 2 ms each, from the first:

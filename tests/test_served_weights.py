@@ -1,7 +1,8 @@
 """The served weights' format as the server says it: vLLM's /server_info names its quantisation
 (vllm_config.model_config.quantization; tests/data's real capture is an unquantised model, None).
 Mapped to the formats the step law prices, carried in every reading and through recordings, and
-read by the advisor's datasheet prior, where it wins over --dtype and the model's released format."""
+read by the advisor's datasheet prior, where it wins over --dtype and the model's released format.
+A recording keeps it as it keeps the device (test_cpu_engine)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from specwatch.collectors.vllm import VllmSource, weights_from_server_info
 from specwatch.perf import prior_for_model
 from specwatch.perf.hardware import MODELS, lookup
 from specwatch.readings.window import Window
-from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader
-from specwatch.telemetry.snapshot import Snapshot, TargetSample
 
 SERVER_INFO = Path(__file__).parent / "data" / "vllm-0.32-cpu-ngram-k4.server_info.json"
 
@@ -60,20 +59,6 @@ def test_the_collector_carries_the_weights_and_without_dev_mode_none():
         assert scrape(VllmSource([srv.url])).weights == "fp8"
     with LocalServer(FakeVllm(None)) as srv:
         assert scrape(VllmSource([srv.url])).weights is None
-
-
-def test_a_recording_keeps_the_weights_in_the_fast_and_the_plain_reading(tmp_path, monkeypatch):
-    snaps = [Snapshot(time=float(i), targets=(TargetSample("http://a:8000", "ok", weights="fp8"),
-                                              TargetSample("http://b:8000", "ok"))) for i in range(3)]
-    assert "weights" not in snaps[0].to_dict()["targets"][1]  # absent stays absent
-    path = tmp_path / "fp8.swrec"
-    with RecordingWriter(path, RecordingHeader(data="synthetic")) as writer:
-        for snap in snaps:
-            writer.write(snap)
-    for fast in (True, False):
-        if not fast:
-            monkeypatch.setattr(reader, "_fast_loads", None)
-        assert [[t.weights for t in s.targets] for s in read_recording(path).snapshots] == [["fp8", None]] * 3
 
 
 H100 = lookup("H100")
