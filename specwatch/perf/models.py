@@ -149,7 +149,8 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "num_hidden_layers 24, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
                 "num_local_experts 32, experts_per_token 4; every other layer attends through a 128-token sliding "
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
-                "experts are MXFP4 (about 4.25 bits), priced as w4a16, the nearest format, attention and the rest bf16", "20.9B total / 3.6B active"),
+                "experts are MXFP4 (about 4.25 bits) and the rest bf16: the whole is priced as w4a16, the nearest "
+                "format", "20.9B total / 3.6B active"),
         experts=32, experts_per_token=4, weights="w4a16",
     ),
     ModelSpec(
@@ -158,7 +159,8 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
                 "num_local_experts 128, experts_per_token 4; every other layer attends through a 128-token sliding "
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
-                "experts are MXFP4 (about 4.25 bits), priced as w4a16, the nearest format, attention and the rest bf16", "116.8B total / 5.1B active"),
+                "experts are MXFP4 (about 4.25 bits) and the rest bf16: the whole is priced as w4a16, the nearest "
+                "format", "116.8B total / 5.1B active"),
         experts=128, experts_per_token=4, weights="w4a16",
     ),
     ModelSpec(
@@ -237,9 +239,10 @@ def known_model_names() -> list[str]:
 _MODEL_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base", "-2507", "-thinking")
 # A quantised copy's usual name ends in its format ("Qwen3-235B-A22B-Instruct-2507-FP8",
 # "Llama-3.1-70B-Instruct-AWQ"): the same architecture, its weights in that format.
-_WEIGHT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "awq"), ("-awq", "awq"), ("-gptq-int4", "gptq"),
-                    ("-gptq-int8", "w8a16"), ("-gptq", "gptq"), ("-quantized.w4a16", "w4a16"),
-                    ("-quantized.w8a8", "w8a8"), ("-w4a16", "w4a16"), ("-w8a8", "w8a8"), ("-int4", "int4"))
+_WEIGHT_SUFFIXES = (("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-awq-int4", "awq"), ("-awq", "awq"),
+                    ("-gptq-int4", "gptq"), ("-gptq-int8", "w8a16"), ("-gptq", "gptq"),
+                    ("-quantized.w4a16", "w4a16"), ("-quantized.w8a8", "w8a8"), ("-w4a16", "w4a16"),
+                    ("-w8a8", "w8a8"), ("-int4", "int4"))
 
 
 def _weight_suffix(key: str) -> tuple[str, str | None]:
