@@ -182,11 +182,11 @@ def predict(
     draft_k = _positive_int(k, "k")
     tp_degree = _positive_int(tp, "tp")
     dtype_name, dtype_from = weight_format(target.spec, dtype)
-    if dtype_name not in perf.WEIGHT_FORMATS:
-        raise PredictInputError(f"unknown dtype {dtype!r}; known: {', '.join(perf.WEIGHT_FORMATS)}")
-    draft_dtype_name = (draft_dtype or dtype_name).lower()
-    if draft_dtype_name not in perf.WEIGHT_FORMATS:
-        raise PredictInputError(f"unknown draft dtype {draft_dtype!r}; known: {', '.join(perf.WEIGHT_FORMATS)}")
+    try:
+        dtype_name = perf.weight_format_key(dtype if dtype is not None else dtype_name)
+        draft_dtype_name = perf.weight_format_key(draft_dtype or dtype_name, "draft dtype")
+    except ValueError as error:
+        raise PredictInputError(str(error)) from None
     context_per_sequence = 0.0 if context is None else _non_negative(context, "context")
     length = _resolve_length(draft_k, acceptance_length, acceptance_rate, alpha)
     tree = None if tree_tokens is None else _positive_int(tree_tokens, "tree tokens")

@@ -197,12 +197,12 @@ def method_name(text: str) -> str:
 def weight_format_name(text: str) -> str:
     """An argparse type: a weight format the datasheet prior prices (bf16, fp8, w4a16, ...), lower
     case; a wrong one lists what is accepted."""
-    from specwatch.perf import WEIGHT_FORMATS
+    from specwatch.perf import weight_format_key
 
-    name = text.strip().lower()
-    if name not in WEIGHT_FORMATS:
-        raise argparse.ArgumentTypeError(f"unknown weight format {text!r}; known: {', '.join(WEIGHT_FORMATS)}")
-    return name
+    try:
+        return weight_format_key(text.strip(), "weight format")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ==================================================================================================

@@ -37,6 +37,7 @@ __all__ = [
     "StepTimePrior",
     "WEIGHT_FORMATS",
     "WEIGHT_ONLY_GEMM_EFFICIENCY",
+    "weight_format_key",
     "datasheet_prior",
     "prior_for_model",
     "StepSample",
@@ -270,6 +271,15 @@ WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
 }
 
 
+def weight_format_key(name: str, what: str = "dtype") -> str:
+    """`name` as a WEIGHT_FORMATS key (case aside); a name that is none is a ValueError saying
+    `what` was unknown and listing the formats priced."""
+    key = name.lower()
+    if key not in WEIGHT_FORMATS:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(WEIGHT_FORMATS)}")
+    return key
+
+
 def datasheet_prior(
     gpu: GpuSpec,
     *,
@@ -293,8 +303,7 @@ def datasheet_prior(
     `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token; `kv_replicated` says
     every rank holds that cache whole (MLA's latent), so it is not split.
     """
-    if dtype.lower() not in WEIGHT_FORMATS:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(WEIGHT_FORMATS)}")
+    dtype = weight_format_key(dtype)
     if not (params > 0 and math.isfinite(params)):
         raise ValueError("params must be a positive number")
     if kv_bytes_per_token < 0 or not math.isfinite(kv_bytes_per_token):
@@ -304,7 +313,7 @@ def datasheet_prior(
     active = params if active_params is None else active_params
     if not (0 < active <= params):
         raise ValueError("active params must be positive and at most the total params")
-    bytes_per_weight, precision = WEIGHT_FORMATS[dtype.lower()]
+    bytes_per_weight, precision = WEIGHT_FORMATS[dtype]
     weight_only = precision == "bf16" and bytes_per_weight < 2.0
     gemm_rate = WEIGHT_ONLY_GEMM_EFFICIENCY if weight_only else 1.0
     total_bytes = bytes_per_weight * params / tp
