@@ -21,12 +21,15 @@ a gauge the engine averages over its own interval (SGLang's acceptance length) i
 is windowed by the adapter (see collectors.sglang); a field the engine does not expose stays absent
 rather than guessed (the window then reports None and the advisor says what it could not judge).
 
-The adapters: VllmAdapter (specwatch.collectors.vllm, its info probe `probe_target_info`) and
-SglangAdapter (specwatch.collectors.sglang, its info probe `probe_sglang_info`). The transport (the
-bounded GET, the deadline, the failure states) is shared: collectors.vllm fetches /metrics, then
-`choose_engine` names the adapter that reads it. A TensorRT-LLM or Dynamo adapter adds a module
-beside collectors/sglang.py (its `claims`, `read_metrics` and info probe), its prefix in _PREFIX and
-ENGINE_CHOICES, and its branch after `choose_engine` in collectors.vllm._scrape_target.
+The adapters: VllmAdapter (specwatch.collectors.vllm, its info probe `probe_target_info`),
+SglangAdapter (specwatch.collectors.sglang, its info probe `probe_sglang_info`), TrtllmAdapter
+(specwatch.collectors.trtllm: /prometheus/metrics), TritonAdapter (specwatch.collectors.triton) and
+the Dynamo frontend's (specwatch.collectors.dynamo, which also reads a worker's deployment labels
+around whichever adapter reads the engine it wraps). The transport (the bounded GET, the deadline,
+the failure states) is shared: collectors.vllm fetches /metrics, then `choose_engine` names the
+adapter that reads it. A new engine adds a module beside collectors/sglang.py (its `claims`,
+`read_metrics` and info probe), its prefix in _PREFIX and ENGINE_CHOICES, and its branch after
+`choose_engine` in collectors.vllm._scrape_target.
 """
 
 from __future__ import annotations
@@ -40,8 +43,12 @@ from specwatch.telemetry.snapshot import EngineSample
 AUTO = "auto"
 VLLM = "vllm"
 SGLANG = "sglang"
-ENGINE_CHOICES = (AUTO, VLLM, SGLANG)
-LABELS = {VLLM: "vLLM", SGLANG: "SGLang"}
+TRTLLM = "trtllm"
+TRITON = "triton"
+DYNAMO = "dynamo"  # a Dynamo frontend; a Dynamo worker is read as the engine it wraps
+ENGINE_CHOICES = (AUTO, VLLM, SGLANG, TRTLLM, TRITON, DYNAMO)
+LABELS = {VLLM: "vLLM", SGLANG: "SGLang", TRTLLM: "TensorRT-LLM", TRITON: "Triton (TensorRT-LLM backend)",
+          DYNAMO: "Dynamo"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,17 @@ class EngineAdapter(Protocol):
 _PREFIX = {
     VLLM: re.compile(r"^(?:# (?:HELP|TYPE) )?vllm:", re.MULTILINE),
     SGLANG: re.compile(r"^(?:# (?:HELP|TYPE) )?sglang:", re.MULTILINE),
+    TRTLLM: re.compile(r"^(?:# (?:HELP|TYPE) )?trtllm_", re.MULTILINE),
+    TRITON: re.compile(r"^(?:# (?:HELP|TYPE) )?nv_trt_llm_", re.MULTILINE),
+    DYNAMO: re.compile(r"^(?:# (?:HELP|TYPE) )?dynamo_frontend_", re.MULTILINE),
 }
+# A Dynamo worker's system port: its own families, beside the engine's passed through.
+_DYNAMO_WORKER = re.compile(r"^(?:# (?:HELP|TYPE) )?dynamo_component_", re.MULTILINE)
+
+
+def dynamo_worker(text: str) -> bool:
+    """Whether a payload is a Dynamo worker's system port (dynamo_component_* families)."""
+    return _DYNAMO_WORKER.search(text) is not None
 
 
 def claims(engine: str, text: str) -> bool:
@@ -84,12 +101,14 @@ def claims(engine: str, text: str) -> bool:
 
 def detect_engine(text: str) -> str | None:
     """The engine whose families the payload holds: vLLM when it has any (a vLLM payload is read as
-    before), else SGLang when it has SGLang's, else None (not a known engine's payload)."""
-    if claims(VLLM, text):
-        return VLLM
-    if claims(SGLANG, text):
-        return SGLANG
-    return None
+    before), else SGLang, TensorRT-LLM, Triton's TensorRT-LLM backend, a Dynamo frontend, in that
+    order; else None (not a known engine's payload). A Dynamo worker's system port holds the engine's
+    own families beside Dynamo's (dynamo_worker): it is read as that engine; one with Dynamo's
+    alone (a mocker, or an engine whose metrics are off) is read as Dynamo."""
+    for engine in (VLLM, SGLANG, TRTLLM, TRITON, DYNAMO):
+        if claims(engine, text):
+            return engine
+    return DYNAMO if dynamo_worker(text) else None
 
 
 def choose_engine(forced: str, text: str) -> str:

@@ -36,13 +36,14 @@ from specwatch.collectors.transport import get_bounded as _get_bounded
 from specwatch.collectors.engines import (
     AUTO,
     LABELS,
-    SGLANG,
+    TRTLLM,
     VLLM,
     AdapterState,
     MetricsReading,
     check_engine_choice,
     choose_engine,
     claims,
+    dynamo_worker,
 )
 from specwatch.telemetry.exposition import ExpositionError, parse_payload
 from specwatch.telemetry.urls import redact, split_url
@@ -118,11 +119,22 @@ class VllmTarget:
     engine: str = AUTO
     detected: str | None = None
     adapter_state: AdapterState = field(default_factory=AdapterState)
+    # the operator said this is a disaggregated deployment's prefill worker (--prefill)
+    prefill: bool = False
+    # where the target sat in a deployment when last read, (namespace, role): a worker that stops
+    # answering is shown down as the decode or prefill worker it was
+    placed: tuple[str | None, str | None] = (None, None)
 
     @classmethod
-    def from_url(cls, url: str, engine: str = AUTO) -> VllmTarget:
+    def from_url(cls, url: str, engine: str = AUTO, prefill: bool = False) -> VllmTarget:
         base, metrics, shown = split_url(url, "vLLM URL")
-        return cls(shown, metrics, request_base=base, engine=check_engine_choice(engine))
+        target = cls(shown, metrics, request_base=base, engine=check_engine_choice(engine), prefill=prefill)
+        if target.engine == TRTLLM:
+            # TensorRT-LLM's Prometheus text; its /metrics is the draining JSON, never read when forced
+            from specwatch.collectors.trtllm import prometheus_urls
+
+            target.metrics_url, target.request_base, target.url = prometheus_urls(base, shown)
+        return target
 
     @property
     def label(self) -> str:
@@ -247,9 +259,15 @@ async def scrape_target(
     if not sample.ok:
         # what the server runs is re-read when it answers again: it may come back configured otherwise
         target.info.probed = False
-        # a target known to be SGLang (forced, or read so before) stays named so while it is down
-        engine = SGLANG if SGLANG in (target.engine, target.detected) else sample.engine
-        return dataclasses.replace(sample, speculation=declared, engine=engine)
+        # a target whose engine is known (forced, or read so before) stays named so while it is down,
+        # and a deployment's worker stays placed: a killed decode worker is shown down, not judged
+        known = target.engine if target.engine != AUTO else target.detected
+        engine = known if known not in (None, VLLM) else sample.engine
+        deployment, role = target.placed
+        if role is None and target.prefill:
+            role = "prefill"
+        return dataclasses.replace(sample, speculation=declared, engine=engine, deployment=deployment, role=role)
+    target.placed = (sample.deployment, sample.role)
     return sample
 
 
@@ -285,6 +303,13 @@ async def _scrape_target(
         state, message = describe_http_error(exc, target.url, target.label)
         return TargetSample(target.url, state, message, version=target.info.version)
     elapsed = time.perf_counter() - started
+    if response.status_code == 404 and TRTLLM in (target.engine, target.detected):
+        from specwatch.collectors.trtllm import PROMETHEUS_PATH, SWITCH_ON
+
+        return TargetSample(target.url, "http_404",
+                            f"TensorRT-LLM at {target.url}: HTTP 404 at {PROMETHEUS_PATH}: trtllm-serve mounts its "
+                            f"Prometheus metrics only when asked ({SWITCH_ON})",
+                            version=target.info.version, payload_bytes=len(response.content), engine=TRTLLM)
     if response.status_code != 200:
         state, message = describe_status(response.status_code, target.url,
                                          token_sent="authorization" in client.headers, engine_label=target.label,
@@ -292,18 +317,35 @@ async def _scrape_target(
         return TargetSample(target.url, state, message, version=target.info.version,
                             payload_bytes=len(response.content))
     body = response.content
+    if target.engine == AUTO and target.detected in (None, TRTLLM):
+        from specwatch.collectors.trtllm import looks_like_iteration_stats, prometheus_urls
+
+        if looks_like_iteration_stats(body):
+            # trtllm-serve's JSON iteration stats: this one read told the engine apart (and took
+            # the iterations buffered since the last reader's, as any read of it does). Its
+            # Prometheus text is read from now on, and /metrics never again.
+            target.detected = TRTLLM
+            target.metrics_url, target.request_base, target.url = prometheus_urls(target.request_base or target.url,
+                                                                                  target.url)
+            return await _scrape_target(client, target, max_bytes, probe_info, declared)
     text = body.decode("utf-8", errors="replace")
     target.detected = choose_engine(target.engine, text)
-    if target.detected == SGLANG:
-        from specwatch.collectors.sglang import scrape_sglang
+    if target.detected != VLLM:
+        from specwatch.collectors.engine_scrape import scrape_engine
 
-        return await scrape_sglang(client, target, text, len(body), elapsed, probe_info, declared)
+        return await scrape_engine(client, target, text, len(body), elapsed, probe_info, declared)
     try:
         parsed = VLLM_ADAPTER.read_metrics(text, target.adapter_state, time.monotonic())
     except ExpositionError as exc:
         return TargetSample(target.url, "not_prometheus", f"vLLM at {target.url}: {exc}",
                             version=target.info.version, payload_bytes=len(body))
     missing = parsed.missing
+    unjudged = None
+    if missing and parsed.engines and dynamo_worker(text):
+        # a Dynamo worker passing through part of vLLM's families (the mocker): read what is there
+        from specwatch.collectors.dynamo import PARTIAL_VLLM_UNJUDGED
+
+        unjudged, missing = PARTIAL_VLLM_UNJUDGED.format(missing=", ".join(missing)), ()
     if missing:
         return TargetSample(
             target.url, "families_missing",
@@ -316,7 +358,9 @@ async def _scrape_target(
         await probe_target_info(client, target)
         target.info.process_start_time = parsed.process_start_time
     observed = with_metrics_k(target.info.speculation, parsed.engines)
-    return TargetSample(
+    from specwatch.collectors.dynamo import placed_in_deployment
+
+    return placed_in_deployment(target, text, TargetSample(
         url=target.url,
         state=TARGET_OK,
         version=target.info.version,
@@ -328,7 +372,8 @@ async def _scrape_target(
         token_budget=target.info.token_budget,
         device=target.info.device,
         weights=target.info.weights,
-    )
+        unjudged=unjudged,
+    ))
 
 
 def with_metrics_k(config: SpeculationConfig | None, engines: Sequence[EngineSample]) -> SpeculationConfig | None:
@@ -532,9 +577,13 @@ class VllmSource:
         max_bytes: int = DEFAULT_MAX_BYTES,
         declared: SpeculationConfig | None = None,
         engine: str = AUTO,
+        prefill: Sequence[str] = (),
     ) -> None:
-        # engine: "auto" reads each target's engine off its payload; "vllm" or "sglang" forces it
-        self.targets = [VllmTarget.from_url(u, engine) for u in urls]
+        # engine: "auto" reads each target's engine off its payload; a name forces it. `prefill`: the
+        # URLs of a disaggregated deployment's prefill workers (--prefill), read like the others
+        prefill_bases = {split_url(u, "prefill URL")[0] for u in prefill}
+        self.targets = [VllmTarget.from_url(u, engine, split_url(u, "vLLM URL")[0] in prefill_bases)
+                        for u in dict.fromkeys([*urls, *prefill])]
         self.max_bytes = max_bytes
         # what the operator declared about the speculation setup (SpeculationConfig.from_flags)
         self.declared = declared

@@ -72,7 +72,8 @@ def test_bash_completes_commands_flags_choices_and_files(scripts):
     assert _bash_complete(script, ["specwatch", "ex"]) == ["export"]
     assert set(_bash_complete(script, ["specwatch", ""])) >= {c.name for c in COMMANDS}
     assert _bash_complete(script, ["specwatch", "export", "--lis"]) == ["--listen"]
-    assert _bash_complete(script, ["specwatch", "check", "--engine", ""]) == ["auto", "vllm", "sglang"]
+    assert _bash_complete(script, ["specwatch", "check", "--engine", ""]) == ["auto", "vllm", "sglang", "trtllm", "triton",
+                                                                              "dynamo"]
     assert _bash_complete(script, ["specwatch", "completion", ""]) == ["bash", "zsh", "fish"]
     # a recording is a file: replay completes paths
     assert "recording-format-2.swrec" in _bash_complete(script, ["specwatch", "replay", "rec"],

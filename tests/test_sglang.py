@@ -304,7 +304,7 @@ def test_an_unknown_engine_is_a_usage_error():
     out = io.StringIO()
     with contextlib.redirect_stderr(out):
         try:
-            status = main(["check", "--engine", "trtllm", "--no-nvml", "--no-dcgm"])
+            status = main(["check", "--engine", "tgi", "--no-nvml", "--no-dcgm"])
         except SystemExit as exc:
             status = exc.code
     assert status == ExitCode.USAGE and "--engine" in out.getvalue()

@@ -228,7 +228,8 @@ def short_host(url: str) -> str:
 
 
 # How the panels name each engine TargetSample.engine_name gives (the labels of collectors.engines).
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "triton": "Triton",
+                 "dynamo": "Dynamo"}
 
 
 def engine_label(engine: str | None) -> str:

@@ -79,6 +79,10 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
     target = view.target
     text.append(f"  {engine_label(target.engine_name if target is not None else None)} ", style="dim")
     text.append(target.version if target is not None and target.version else MISSING)
+    if target is not None and (target.deployment is not None or target.role is not None):
+        # a deployment's member: which deployment, and its part in it (frontend, prefill, decode)
+        where = " ".join(filter(None, (target.deployment, target.role)))
+        text.append(f"  [{where}]", style="bold" if target.role in ("prefill", "frontend") else "")
     model = view.model_name
     if model:
         if width < 150:
@@ -125,6 +129,7 @@ class HeaderBar(Panel):
     def content_key(self, view: DashboardView) -> object:
         return (view.time, view.source, view.url, view.target.version if view.target else None,
                 view.target.engine_name if view.target else None,
+                (view.target.deployment, view.target.role) if view.target else None,
                 view.model_name, len(view.gpus), len(view.target_urls), view.others_down,
                 self.now, self.next_poll_at)
 

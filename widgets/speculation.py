@@ -8,7 +8,8 @@ import math
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO, SpeculationConfig
+from specwatch.telemetry.snapshot import (FROM_CONFIG_METRIC, FROM_FLAGS, FROM_METRICS, FROM_SERVER_INFO,
+                                         SpeculationConfig)
 from specwatch.widgets.format import BAR_EMPTY, BAR_FULL, MISSING, bar, finite, num, pct, speedup
 from specwatch.widgets.panel import Panel, Same
 from specwatch.widgets.view import DashboardView
@@ -45,7 +46,8 @@ def length_gauge(length: float | None, break_even: float | None, k: int | None, 
 
 
 # Where a setting came from, as the operator would check it.
-_FROM_WORDS = {FROM_SERVER_INFO: "/server_info", FROM_FLAGS: "flags", FROM_METRICS: "metrics"}
+_FROM_WORDS = {FROM_SERVER_INFO: "/server_info", FROM_FLAGS: "flags", FROM_METRICS: "metrics",
+               FROM_CONFIG_METRIC: "config metric"}
 _FLAG_OF = {"method": "--method", "draft_model": "--draft-model"}
 
 

@@ -123,6 +123,7 @@ def flag_words(flags: tuple[str, ...]) -> list[str]:
         "sweep_stale": "? sweep too old",
         "sweep_unverified": "? sweep unmatched",
         "sweep_disagrees": "⚠ sweep disagrees",
+        "not_judged": "· not judged here",
     }
     # an identifier is never shown: a flag without words of its own reads as words
     return [words.get(f, "⚠ " + f.replace("_", " ")) for f in flags]

@@ -291,6 +291,14 @@ class Advisor:
                            budget_note=budget.note)
 
         running = figures.running
+        if target.unjudged is not None:
+            # read, but not a target whose metrics can say whether speculation pays (Triton's backend,
+            # a TensorRT-LLM without its counters, a Dynamo frontend, a prefill worker): no verdict on
+            # guesses, and the reason says what would let it be judged
+            bound, reasons, flags = opened()
+            reasons.insert(0, target.unjudged)
+            return make_verdict(UNKNOWN, 0.0, time, reasons, bound, [*flags, "not_judged"], tw,
+                                gpu_spec=identity.in_use, running=running), None
         if running is None or running < 1:
             if figures.generation_tokens_per_s:
                 running = max(1.0, running or 0.0)

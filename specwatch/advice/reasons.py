@@ -10,6 +10,8 @@ and caps the confidence. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
+
 from collections import deque
 from typing import Any, Protocol, Sequence
 
@@ -259,6 +261,10 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                         expected=s_now, be=be_here, low_be=low_be,
                         crossover=crossover_shown, length=length,
                         best=best, change=change,
+                        # where speculation stops paying, for an engine's own cut: past the search's
+                        # largest batch when it never crossed, none when it never paid
+                        pays_up_to=(crossover_shown if crossover_shown is not None
+                                    else 0.0 if crossover.state == "never_pays" else math.inf),
                         details={**sweep_details, "quoted": quoted, "prior": j.prior_words,
                                  "carried_by": decision.carried_by,
                                  "level_error": level_error,
@@ -349,9 +355,10 @@ def _model_name(target: TargetSample) -> str | None:
 
 def make_verdict(state, confidence, time, reasons, bound, flags, tw, *, gpu_spec, running=None, expected=None,
                  be=None, low_be=None, crossover=None, length=None, best=None, change=False, required=None,
-                 details=None) -> Verdict:
-    """The Verdict with these reasons and figures, once the engine's caveats are said."""
-    reasons, flags, confidence = engine_caveats(tw, list(reasons), list(flags), confidence)
+                 details=None, pays_up_to=None) -> Verdict:
+    """The Verdict with these reasons and figures, once the engine's caveats are said. `pays_up_to`:
+    the running requests up to which speculation pays (inf: beyond every batch searched), where judged."""
+    reasons, flags, confidence = engine_caveats(tw, list(reasons), list(flags), confidence, pays_up_to)
     return Verdict(
         speculation=state,
         confidence=confidence,
@@ -375,10 +382,37 @@ def make_verdict(state, confidence, time, reasons, bound, flags, tw, *, gpu_spec
     )
 
 
+# TensorRT-LLM's AUTO speculation turns drafting off above this batch size (its blog 7), and the
+# draft_len_schedule examples cut there too.
+TRTLLM_AUTO_BATCH_LIMIT = 32
+
+
+def trtllm_caveats(tw: TargetWindow, reasons: list[str], pays_up_to: float | None) -> list[str]:
+    """How TensorRT-LLM counts drafts, and its own speculation cut (AUTO: off above batch 32) against
+    where speculation stops paying on this node, where the window judged it."""
+    if not tw.speculation_configured:
+        return reasons
+    reasons.append("TensorRT-LLM counts drafts per position as requests finish (trtllm_spec_decode_*_tokens_total): "
+                   "the window's acceptance is that of the requests that ended in it")
+    limit = TRTLLM_AUTO_BATCH_LIMIT
+    if pays_up_to is not None and pays_up_to > limit * 1.25:
+        where = f"up to {pays_up_to:.0f} running" if math.isfinite(pays_up_to) else "at every batch searched"
+        reasons.append(f"TensorRT-LLM's AUTO mode turns speculation off above batch {limit}; on this node it "
+                       f"keeps paying {where}, so AUTO would give it up early (specwatch tune gives "
+                       "max_concurrency and a draft_len_schedule)")
+    elif pays_up_to is not None and pays_up_to < limit / 1.25:
+        reasons.append(f"TensorRT-LLM's AUTO mode speculates up to batch {limit}; on this node speculation "
+                       f"stops paying at {pays_up_to:.0f} running (specwatch tune gives max_concurrency and a "
+                       "draft_len_schedule)")
+    return reasons
+
+
 def engine_caveats(tw: TargetWindow, reasons: list[str], flags: list[str],
-                   confidence: float) -> tuple[list[str], list[str], float]:
+                   confidence: float, crossover: float | None = None) -> tuple[list[str], list[str], float]:
     """What an engine other than vLLM could not give, said in the reasons and paid for in confidence."""
     target = tw.latest
+    if target.engine_name == "trtllm":
+        return trtllm_caveats(tw, reasons, crossover), flags, confidence
     if target.engine_name != "sglang":
         return reasons, flags, confidence
     spec = target.speculation

@@ -35,14 +35,23 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(finite_json(document), indent=2, allow_nan=False, default=_json_default))
     else:
         print("\n".join(format_summary(report) for report in reports))
-    return worst_status(exit_status(r["state"] == "ok", r["verdict"]) for r in reports)
+    return worst_status(exit_status(r["state"] == "ok", r["verdict"], (r.get("deployment") or {}).get("role"))
+                        for r in reports)
 
 
-def exit_status(target_ok: bool, verdict: dict[str, Any]) -> ExitCode:
+# A deployment's members that are never judged by design: their `unknown` lacks no data
+_NOT_JUDGED_BY_DESIGN = ("frontend", "prefill")
+
+
+def exit_status(target_ok: bool, verdict: dict[str, Any], role: str | None = None) -> ExitCode:
     """The check contract: no usable reading (the target cannot be read, or its engine is stalled:
-    requests running, counters frozen), not enough data, change recommended, or no change."""
+    requests running, counters frozen), not enough data, change recommended, or no change. A Dynamo
+    frontend or a prefill worker, read, is never judged (its decode workers are): nothing to change
+    there, and nothing missing."""
     if not target_ok or "engine_stalled" in verdict.get("flags", ()):
         return ExitCode.UNREADABLE
+    if role in _NOT_JUDGED_BY_DESIGN and "not_judged" in verdict.get("flags", ()):
+        return ExitCode.OK
     if verdict.get("speculation") == "unknown":
         return ExitCode.NOT_ENOUGH_DATA
     return ExitCode.CHANGE if verdict.get("change_recommended") else ExitCode.OK

@@ -326,10 +326,12 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
 
 def add_source_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of every command that reads a live node (check, watch, record, export, tune)."""
+    from specwatch.collectors.engines import ENGINE_CHOICES
     from specwatch.collectors.vllm import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, DEFAULT_TOKEN_ENV, DEFAULT_URL
 
     p.add_argument("--url", action="append", dest="urls", metavar="URL", type=vllm_url,
-                   help="the server, vLLM or SGLang (base URL or its /metrics URL); repeat for several "
+                   help="the server: vLLM, SGLang, TensorRT-LLM, Triton's TensorRT-LLM backend, a Dynamo frontend "
+                        "or worker system port (base URL or its /metrics URL); repeat for several "
                         f"(default {DEFAULT_URL})")
     add_url_file_argument(p, "server URL")
     add_connection_arguments(p, DEFAULT_TOKEN_ENV)
@@ -338,8 +340,14 @@ def add_source_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-bytes", type=whole_number(1), default=DEFAULT_MAX_BYTES, metavar="N",
                    help="largest /metrics payload accepted (default %(default)s)")
     p.add_argument("--draft-model", help="the draft model, when the server does not expose it")
-    p.add_argument("--engine", choices=("auto", "vllm", "sglang"), default="auto",
-                   help="the serving engine: read off each /metrics payload (auto, the default) or forced")
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                   help="the serving engine: read off each /metrics payload (auto, the default) or forced; "
+                        "trtllm reads trtllm-serve's /prometheus/metrics and never its draining JSON /metrics; "
+                        "dynamo a Dynamo frontend (its workers' system ports are read as the engine they wrap)")
+    p.add_argument("--prefill", action="append", default=[], metavar="URL", type=vllm_url,
+                   help="a disaggregated deployment's prefill worker (read like --url, never judged: the "
+                        "speculation verdict belongs to the decode workers); repeat for several. A Dynamo "
+                        "worker whose labels say prefill needs no flag")
     p.add_argument("--dcgm", metavar="URL", type=dcgm_url,
                    help="dcgm-exporter /metrics URL (default: try localhost:9400 quietly)")
     p.add_argument("--no-dcgm", action="store_true", help="do not read a dcgm-exporter")
@@ -502,7 +510,8 @@ def live_session(
     from specwatch.advice.monitor import DEFAULT_EVALUATE_EVERY_S, Monitor
     from specwatch.collectors.sources import LiveSource
 
-    urls = list(args.urls or [DEFAULT_URL])
+    # prefill workers alone (--prefill) are a target list of their own: no default server beside them
+    urls = list(args.urls or ([] if getattr(args, "prefill", None) else [DEFAULT_URL]))
     if one_target and len(urls) > 1:
         raise UsageError(one_target)
     config = advisor_config(args)
@@ -516,7 +525,8 @@ def live_session(
                                             k=config.k)
     try:
         vllm = VllmSource(urls, token=connection.token, verify=connection.verify, timeout_s=args.timeout,
-                          max_bytes=args.max_bytes, declared=declared, engine=getattr(args, "engine", "auto"))
+                          max_bytes=args.max_bytes, declared=declared, engine=getattr(args, "engine", "auto"),
+                          prefill=getattr(args, "prefill", None) or ())
     except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from None
     source = LiveSource(vllm, gpu_poller(args), interval_s=interval_s, gpu_timeout_s=args.timeout)

@@ -187,13 +187,20 @@ class SpecwatchCollector(Collector):
                                      labels=list(schema.SPECULATION.labels))
         stalled = gauge(schema.ENGINE_STALLED)
         target_up = gauge(schema.TARGET_UP)
-        read_states = {t.url: t.state for t in frame.snapshot.targets} if frame.snapshot is not None else {}
+        target_info = InfoMetricFamily(schema.TARGET_INFO.name, schema.TARGET_INFO.help,
+                                       labels=list(schema.TARGET_INFO.labels))
+        read = {t.url: t for t in frame.snapshot.targets} if frame.snapshot is not None else {}
+        read_states = {url: t.state for url, t in read.items()}
         for url, state in sorted(frame.states.items()):
             target = public_url(url)
             v = state.verdict
             key = [node, target]
             read_state = read_states.get(url, "ok" if state.reachable else "unknown")
             target_up.add_metric(key + [read_state], 1.0 if read_state == "ok" else 0.0)
+            sample = read.get(url)
+            if sample is not None:
+                target_info.add_metric(key, {"engine": sample.engine_name, "deployment": sample.deployment or "none",
+                                             "role": sample.role or "none"})
             if v.configured:
                 config = frame.speculation.get(url)
                 spec_info.add_metric(key, {
@@ -228,7 +235,7 @@ class SpecwatchCollector(Collector):
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
         yield from (target_up, verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
-                    running, bound, signal, flag, spec_info, stalled)
+                    running, bound, signal, flag, spec_info, stalled, target_info)
 
     @staticmethod
     def _health(node: str, frame: ExportFrame) -> Iterable[Metric]:

@@ -45,7 +45,7 @@ REASON = "reason"
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
                "method_assumed", "engine_stalled", "gpu_unidentified", "mig_shape_assumed", "sweep_mismatch",
-               "sweep_stale", "sweep_unverified", "sweep_disagrees")
+               "sweep_stale", "sweep_unverified", "sweep_disagrees", "not_judged")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
 # quietly and not found, NVML turned off by a flag, no NVIDIA driver on the node. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.
@@ -119,6 +119,11 @@ SPECULATION = MetricName(
     "The speculation setup the verdict is judged with: the method, the draft model (none for lookup methods), "
     "and where the method came from (server_info: the server's /server_info; flags: the operator's --method; "
     "unknown).", _TARGET, info=True)
+TARGET_INFO = MetricName(
+    "specwatch_target",
+    "What the target is: its engine (vllm, sglang, trtllm, triton, dynamo), and where it sits in a deployment "
+    "(deployment: a Dynamo namespace, none for a bare server; role: frontend, prefill, decode, aggregated, or "
+    "none).", _TARGET, info=True)
 FLAGS = MetricName("specwatch_flag", "Advisor flags (misaligned_draft, prefill_tax, ...): 1 when raised.",
                    _TARGET + (FLAG,))
 
@@ -186,7 +191,7 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
 
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, TARGET_UP, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
                EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
-               BOUND_SIGNAL, FLAGS, SPECULATION, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
+               BOUND_SIGNAL, FLAGS, SPECULATION, TARGET_INFO, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
                FINISH_REASON, INPUT_OUTPUT, PREFILL_HEAVY_SHARE, REQUEST_RATE, PREEMPTION_RATE,
                PREFIX_CACHE_HIT, KV_CAPACITY, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)
 

@@ -10,12 +10,13 @@ from typing import Any, Sequence
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.token_budget import TokenBudget, resolve_token_budget
 from specwatch.perf import BoundEstimate
-from specwatch.telemetry.snapshot import (GpuSample, Snapshot, SourceStatus, SpeculationConfig, resolve_device,
-                                         resolve_speculation)
+from specwatch.telemetry.snapshot import (GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample,
+                                         resolve_device, resolve_speculation)
 from specwatch.readings.window import EngineFigures, TargetWindow, Window
+from specwatch.collectors.engines import LABELS as ENGINE_LABELS
 
 CHECK_SCHEMA = "specwatch.check/1"
-ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang"}
+
 
 # Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
 CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
@@ -92,7 +93,9 @@ def speculation_block(tw: TargetWindow | None, config: SpeculationConfig | None 
     }
 
 
-_ACCEPTANCE_FROM = {"sglang": "sglang:spec_accept_length gauge, time-weighted (drafts are seconds of weight)"}
+_ACCEPTANCE_FROM = {"sglang": "sglang:spec_accept_length gauge, time-weighted (drafts are seconds of weight)",
+                    "trtllm": "trtllm_spec_decode_* counters (drafts = drafted at position 0, counted as requests "
+                              "finish; else draft tokens / k)"}
 
 
 def gpu_block(gpu: GpuSample) -> dict[str, Any]:
@@ -154,6 +157,7 @@ def check_report(
                    # the weights' format the advisor prices (a datasheet prior reads it where the model and
                    # the GPU are known): {format, source}, null without an advisor
                    "weights": dict(zip(("format", "source"), weights)) if weights else None},
+        "deployment": deployment_block(latest, target),
         "speculation": speculation_block(tw, config),
         "gpus": [gpu_block(g) for g in (latest.gpus if latest else ())],
         "sources": sources_block(latest.sources if latest else ()),
@@ -168,16 +172,55 @@ def check_report(
     }
 
 
+def deployment_block(latest: Snapshot | None, target: TargetSample | None) -> dict[str, Any] | None:
+    """Where the target sits in a deployment (a Dynamo frontend or worker, or a prefill worker the
+    operator named); None for a bare server. For a frontend: the workers its metrics list and how
+    many of them this run reads (the other targets of the same deployment that answered), so the
+    ones not read can be named."""
+    if target is None or (target.deployment is None and target.role is None):
+        return None
+    block: dict[str, Any] = {"namespace": target.deployment, "role": target.role, "judged": target.unjudged is None}
+    if target.role == "frontend":
+        peers = [t for t in (latest.targets if latest else ()) if t.url != target.url
+                 and t.deployment == target.deployment and t.role not in (None, "frontend")]
+        read = [t.url for t in peers if t.ok]
+        block["workers_listed"] = list(target.workers)
+        block["workers_read"] = read
+        block["workers_down"] = [t.url for t in peers if not t.ok]
+        block["workers_not_read"] = max(0, len(target.workers) - len(read))
+    return block
+
+
+def deployment_words(report: dict[str, Any]) -> str | None:
+    """One line on the deployment for the summary, or None for a bare server."""
+    block = report.get("deployment")
+    if not block:
+        return None
+    words = f"  deployment {block['namespace'] or '?'}: {block['role'] or 'worker'}"
+    if block["role"] == "frontend":
+        listed = block["workers_listed"]
+        words += f", routes to {len(listed)} worker(s), {len(block['workers_read'])} read here"
+        if block["workers_down"]:
+            words += f", down: {', '.join(block['workers_down'])}"
+        if block["workers_not_read"]:
+            words += (f"; {block['workers_not_read']} not read ({', '.join(listed)} listed): add their system "
+                      "ports (DYN_SYSTEM_PORT) with --url")
+    return words
+
+
 def format_summary(report: dict[str, Any]) -> str:
     """The short human summary printed without --json."""
     lines = [f"specwatch check  {report['target']}"]
     if report["state"] != "ok":
         lines.append(f"  target: {report['state']}: {report['message']}")
+    placed = deployment_words(report)
+    if placed:
+        lines.append(placed)
     eng = report["engine"]
     if eng["reachable"]:
         version = eng["version"] or "version unknown"
         lines.append(
-            f"  {ENGINE_WORDS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), "
+            f"  {ENGINE_LABELS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), "
             f"model {eng['model'] or '?'}: "
             f"running {_fmt(eng['running'], '.0f')}, waiting {_fmt(eng['waiting'], '.0f')}, "
             f"KV {_fmt(eng['kv_cache_usage'], '.0%')}"
@@ -201,7 +244,7 @@ def format_summary(report: dict[str, Any]) -> str:
         method = f"{spec['method']} (from {spec['source']})" if spec["method"] else "method unknown"
         # an old (V0) server without the draft-token counter does not say k: say so, never "k=None"
         k_text = f"k={spec['k']}" if spec["k"] is not None else "k unknown (its counters do not give it)"
-        gauge = spec.get("acceptance_from") not in (None, "counters")  # drafts are seconds of weight
+        gauge = spec.get("acceptance_from") == _ACCEPTANCE_FROM["sglang"]  # drafts are seconds of weight
         tree = f" (tree: {spec['token_tree']})" if spec.get("token_tree") else ""
         if w and w["acceptance_length"] is not None:
             per_pos = ", ".join(f"{p:.2f}" for p in w["per_position"])

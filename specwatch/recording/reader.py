@@ -32,6 +32,7 @@ from specwatch.telemetry.snapshot import (
     SourceStatus,
     TargetSample,
     server_word_from_dict,
+    workers_from_dict,
     speculation_from_dict,
     token_budget_from_dict,
 )
@@ -440,6 +441,10 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             token_budget_from_dict(d.get("token_budget")),  # absent before it was read: None
             server_word_from_dict(d.get("device")),
             server_word_from_dict(d.get("weights")),
+            server_word_from_dict(d.get("deployment")),
+            server_word_from_dict(d.get("role")),
+            server_word_from_dict(d.get("unjudged")),
+            workers_from_dict(d.get("workers")),
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:

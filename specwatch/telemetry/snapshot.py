@@ -117,13 +117,19 @@ TARGET_STATES = (
 FROM_SERVER_INFO = "server_info"
 FROM_FLAGS = "flags"
 FROM_METRICS = "metrics"
-SPECULATION_SOURCES = (FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS)
+# The engine's own configuration, exported as an info metric (TensorRT-LLM's
+# trtllm_speculative_config_info): what the server runs, as much a fact as /server_info.
+FROM_CONFIG_METRIC = "config_metric"
+SPECULATION_SOURCES = (FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS, FROM_CONFIG_METRIC)
 SPECULATION_FIELDS = ("method", "k", "draft_model", "draft_params", "prompt_lookup_min", "prompt_lookup_max",
                       "token_tree")
 # How a disagreement names the operator's side of each field.
 _DECLARED_AS = {"method": "--method", "k": "--k", "draft_model": "--draft-model", "draft_params": "--draft-params"}
 # How a disagreement names the server's side, by where its value came from.
-_SAID_BY = {FROM_SERVER_INFO: "the server's /server_info says", FROM_METRICS: "the server's metrics say"}
+_SAID_BY = {FROM_SERVER_INFO: "the server's /server_info says", FROM_METRICS: "the server's metrics say",
+            FROM_CONFIG_METRIC: "the server's configuration metric says"}
+# The sources that say what the server runs: they win over the operator's declaration.
+_SERVER_FACTS = (FROM_SERVER_INFO, FROM_CONFIG_METRIC)
 
 
 def canonical_method_name(method: str) -> str:
@@ -240,7 +246,7 @@ def resolve_speculation(observed: SpeculationConfig | None,
     for name in SPECULATION_FIELDS:
         seen, seen_from = getattr(observed, name), observed.source_of(name)
         told, told_from = getattr(declared, name), declared.source_of(name)
-        if seen is not None and (seen_from == FROM_SERVER_INFO or (seen_from == FROM_METRICS and name == "k")):
+        if seen is not None and (seen_from in _SERVER_FACTS or (seen_from == FROM_METRICS and name == "k")):
             values[name], source = seen, seen_from
             if told is not None and told != seen:
                 disagreements.append(
@@ -297,6 +303,21 @@ class TargetSample:
     # collectors.vllm.weights_from_server_info): what the advisor's datasheet prior reads per weight.
     # None where not exposed, unquantised, or a method whose format its name does not tell.
     weights: str | None = None
+    # Where the target sits in a deployment (NVIDIA Dynamo): its namespace as the worker's or the
+    # frontend's labels name it, None for a bare server.
+    deployment: str | None = None
+    # The target's part in that deployment: "frontend", "prefill" or "decode" (disaggregated
+    # workers), "aggregated" (a worker doing both); None for a bare server. The speculation verdict
+    # belongs to decode and aggregated workers.
+    role: str | None = None
+    # Why speculation cannot be judged from this target's metrics although it was read (Triton's
+    # TensorRT-LLM backend exports no speculation family; a TensorRT-LLM too old to export its
+    # counters; a Dynamo frontend, which sees no drafts), in words that say what would let it be
+    # judged. The advisor then gives `unknown` with this reason, never a verdict on guesses.
+    unjudged: str | None = None
+    # The workers a Dynamo frontend's own metrics list (worker_id, and its worker_type where
+    # labelled as "ID (type)"), so that the workers not being read can be named.
+    workers: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -327,6 +348,11 @@ class TargetSample:
             d["device"] = self.device
         if self.weights is not None:
             d["weights"] = self.weights
+        for name in ("deployment", "role", "unjudged"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        if self.workers:
+            d["workers"] = list(self.workers)
         return d
 
     @classmethod
@@ -345,7 +371,20 @@ class TargetSample:
             token_budget=token_budget_from_dict(d.get("token_budget")),
             device=server_word_from_dict(d.get("device")),
             weights=server_word_from_dict(d.get("weights")),
+            deployment=server_word_from_dict(d.get("deployment")),
+            role=server_word_from_dict(d.get("role")),
+            unjudged=server_word_from_dict(d.get("unjudged")),
+            workers=workers_from_dict(d.get("workers")),
         )
+
+
+def workers_from_dict(value: Any) -> tuple[str, ...]:
+    """A frontend's "workers" entry: absent in Snapshots written before it existed."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"a target's workers must be a list, not {type(value).__name__}")
+    return tuple(str(w) for w in value)
 
 
 def speculation_from_dict(d: Any) -> SpeculationConfig | None:
