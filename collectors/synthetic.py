@@ -127,7 +127,7 @@ def generate(
             step_time = float(node.step.step_time(tokens_per_step, context))
             if node.speculation:
                 step_time += node.k * node.draft_ratio * plain
-            step_time *= float(np.exp(node.noise * rng.standard_normal()))
+            step_time *= math.exp(node.noise * rng.standard_normal())
             steps = interval_s / step_time
             decode_emitted = steps * b * length
             started = steps * started_per_step
