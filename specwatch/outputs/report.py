@@ -12,7 +12,7 @@ from specwatch.advice.token_budget import TokenBudget, resolve_token_budget
 from specwatch.perf import BoundEstimate
 from specwatch.telemetry.snapshot import (GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample,
                                          resolve_device, resolve_speculation)
-from specwatch.readings.window import EngineFigures, TargetWindow, Window
+from specwatch.readings.window import TTFT, EngineFigures, TargetWindow, Window
 from specwatch.collectors.engines import LABELS as ENGINE_LABELS
 
 CHECK_SCHEMA = "specwatch.check/1"
@@ -21,6 +21,11 @@ CHECK_SCHEMA = "specwatch.check/1"
 # Activity/utilisation fields that check reports for each GPU, in DESIGN §5's order.
 CHECK_GPU_FIELDS = ("sm_active", "tensor_active", "dram_bw_util", "util_gpu", "util_memory",
                     "power_w", "memory_used_bytes")
+
+
+def histogram_mean(h: Any) -> float | None:
+    """sum / count of a histogram's increase; None without observations."""
+    return h.sum / h.count if h is not None and h.count > 0 else None
 
 
 def _r(value: float | None, digits: int = 6) -> float | None:
@@ -43,6 +48,8 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
         "kv_cache_usage": _r(figures.kv_cache_usage) if figures else None,
         "ttft_p50_s": _r(total.ttft_p50_s) if total else None,
         "ttft_p95_s": _r(total.ttft_p95_s) if total else None,
+        # the window's mean: what a Dynamo frontend's planner compares with its SLA
+        "ttft_mean_s": _r(histogram_mean(tw.increases.histogram_totals(TTFT))) if tw and tw.increases else None,
         "tpot_mean_s": _r(total.tpot_mean_s) if total else None,
         "itl_mean_s": _r(total.itl_mean_s) if total else None,
         "generation_tokens_per_s": _r(total.generation_tokens_per_s, 3) if total else None,
@@ -181,13 +188,21 @@ def deployment_block(latest: Snapshot | None, target: TargetSample | None) -> di
         return None
     block: dict[str, Any] = {"namespace": target.deployment, "role": target.role, "judged": target.unjudged is None}
     if target.role == "frontend":
-        peers = [t for t in (latest.targets if latest else ()) if t.url != target.url
-                 and t.deployment == target.deployment and t.role not in (None, "frontend")]
+        # the deployment's workers read here; a target down before it was ever read has no placement
+        # yet, and is counted down beside them (a worker given with the frontend, most likely)
+        peers = [t for t in (latest.targets if latest else ()) if t.url != target.url and t.role != "frontend"
+                 and (t.deployment == target.deployment or (t.deployment is None and not t.ok))]
         read = [t.url for t in peers if t.ok]
+        # a worker's own id (Dynamo writes it on its port) matched against the ids the frontend lists
+        read_ids = {w for t in peers if t.ok for w in t.workers}
         block["workers_listed"] = list(target.workers)
         block["workers_read"] = read
         block["workers_down"] = [t.url for t in peers if not t.ok]
-        block["workers_not_read"] = max(0, len(target.workers) - len(read))
+        matched = all(t.workers for t in peers if t.ok)  # every worker read says its id
+        unread = [w for w in target.workers if w.split(" ")[0].split(":")[0] not in read_ids]
+        # named where the ids match (Dynamo 1.6 writes them on both sides), else only counted
+        block["workers_not_read"] = unread if matched else None
+        block["workers_not_read_count"] = len(unread) if matched else max(0, len(target.workers) - len(read))
     return block
 
 
@@ -202,9 +217,10 @@ def deployment_words(report: dict[str, Any]) -> str | None:
         words += f", routes to {len(listed)} worker(s), {len(block['workers_read'])} read here"
         if block["workers_down"]:
             words += f", down: {', '.join(block['workers_down'])}"
-        if block["workers_not_read"]:
-            words += (f"; {block['workers_not_read']} not read ({', '.join(listed)} listed): add their system "
-                      "ports (DYN_SYSTEM_PORT) with --url")
+        if block["workers_not_read_count"]:
+            named = ", ".join(block["workers_not_read"] or listed)
+            words += (f"; {block['workers_not_read_count']} not read ({named}): add their system ports "
+                      "(DYN_SYSTEM_PORT) with --url")
     return words
 
 
