@@ -15,6 +15,7 @@ python3 -m venv "$venv_dir"
 "$venv_dir/bin/python" -m pip install -q --upgrade pip
 "$venv_dir/bin/python" -m pip install -q "ai-dynamo-runtime==1.6.1"
 "$venv_dir/bin/python" -m pip install -q --no-deps "ai-dynamo==1.6.1"
-"$venv_dir/bin/python" -m pip install -q aiohttp certifi kubernetes msgspec prometheus-client pyzmq \
-  redis tqdm transformers typing-extensions zstandard pyyaml packaging
+# the bounds ai-dynamo and ai-dynamo-runtime 1.6.1 declare (pip leaves them unchecked under --no-deps)
+"$venv_dir/bin/python" -m pip install -q aiohttp certifi "kubernetes>=32.0.1,<33" msgspec prometheus-client \
+  pyzmq redis tqdm transformers typing-extensions zstandard pyyaml packaging "pydantic>=2.10.6,<=2.13.5"
 "$venv_dir/bin/python" -c "import dynamo.frontend, dynamo.mocker; print('Dynamo ready in $venv_dir')"

@@ -160,3 +160,25 @@ def test_a_dynamo_worker_gives_the_same_figures_as_the_bare_vllm_it_wraps():
     for field in ("running", "waiting", "kv_cache_usage", "model", "engines"):
         assert worker["engine"][field] == plain["engine"][field]
     assert worker["verdict"]["speculation"] == plain["verdict"]["speculation"]
+
+
+def test_a_real_dynamo_vllm_worker_passes_its_speculation_counters_through():
+    # `python -m dynamo.vllm` over a CPU vLLM 0.31 with n-gram k=4 (tests/data/dynamo/README.md): vLLM's
+    # own families on the worker's system port, with Dynamo's labels (worker_id among them, in hex)
+    worker, frontend = capture("vllm-worker-ngram.prom"), capture("frontend-vllm-ngram.prom")
+    assert detect_engine(worker) == "vllm" and detect_engine(frontend) == "dynamo"
+    (engine,) = parse_payload(worker).engines
+    assert engine.counters["vllm:spec_decode_num_drafts"] == 39
+    assert engine.counters["vllm:spec_decode_num_accepted_tokens"] == 1
+    assert engine.accepted_per_position == (1.0, 0.0, 0.0, 0.0)  # k = 4 from the position labels
+    identity = worker_identity(worker)
+    assert identity.role == "aggregated" and identity.namespace == "dynamo"
+    _, listed, _ = read_frontend(frontend)
+    assert listed == (f"{identity.worker_id} (decode)",)  # the frontend lists the worker read
+    with LocalServer(Steps(frontend)) as f, LocalServer(Steps(worker)) as w:
+        _, report = check_json("--url", f.url, "--url", w.url)
+    by_target = {r["target"]: r for r in report["targets"]}
+    spec = by_target[w.url]["speculation"]
+    assert spec["configured"] and spec["k"] == 4
+    assert spec["lifetime"]["acceptance_length"] == pytest.approx(1 + 1 / 39)
+    assert by_target[w.url]["deployment"]["judged"] and by_target[f.url]["deployment"]["workers_not_read"] == []

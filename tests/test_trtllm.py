@@ -199,3 +199,35 @@ def test_triton_reads_load_and_kv_and_gives_no_verdict():
     verdict = report["verdict"]
     assert verdict["speculation"] == "unknown" and status == 2
     assert verdict["reasons"][0].startswith("Triton's TensorRT-LLM backend exports no speculation family")
+
+
+@pytest.mark.parametrize("ranges, schedule, max_concurrency", [
+    # k 3 up to 16, 1 up to 48, then off: thresholds are the batch each length starts at
+    ([[1, 16, 3], [17, 48, 1], [49, 256, 0]], {"1": 3, "17": 1, "49": 0}, 48),
+    # on all the way: no max_concurrency, AUTO's cut at 32 gives it up early
+    ([[1, 8, 4], [9, 256, 2]], {"1": 4, "9": 2}, None),
+    # a longer draft further up: batch 1 alone drafts it (TensorRT-LLM requires {1: max_draft_len})
+    ([[1, 4, 2], [5, 64, 3], [65, 256, 0]], {"1": 3, "2": 2, "5": 3, "65": 0}, 64),
+])
+def test_tune_gives_trtllms_own_knobs(ranges, schedule, max_concurrency):
+    from specwatch.advice.tune import trtllm_knobs
+
+    knobs = trtllm_knobs(ranges, "mtp", 256)
+    assert knobs["draft_len_schedule"] == schedule and knobs["max_concurrency"] == max_concurrency
+    assert knobs["max_draft_len"] == max(k for _, _, k in ranges) and knobs["decoding_type"] == "MTP"
+    assert knobs["yaml"].startswith("speculative_config:\n  decoding_type: MTP\n")
+    assert f"    1: {knobs['max_draft_len']}" in knobs["yaml"]
+    assert any("AUTO" in note for note in knobs["notes"])
+
+
+def test_tune_on_a_trtllm_serve_prints_its_yaml():
+    fake = FakeTrtllm([current(loaded(0)), current(loaded(1))])
+    out = io.StringIO()
+    with LocalServer(fake) as srv, contextlib.redirect_stdout(out):
+        status = main(["tune", "--url", srv.url, "--duration", "1", "--interval", "0.3", "--no-nvml", "--no-dcgm",
+                       "--gpu", "H200", "--model", "DeepSeek-R1", "--tp", "8", "--json"])
+    report = json.loads(out.getvalue())
+    assert status == 0 and report["engine"] == "trtllm"
+    knobs = report["trtllm"]
+    assert knobs["decoding_type"] == "MTP" and knobs["draft_len_schedule"]["1"] == knobs["max_draft_len"] >= 1
+    assert report["validation"] is None  # vLLM's validator is not asked about TensorRT-LLM's knobs

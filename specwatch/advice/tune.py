@@ -41,6 +41,62 @@ except ValueError as exc:
 """
 
 
+# TensorRT-LLM's decoding_type for the methods the model prices (its speculative_config).
+_TRTLLM_DECODING_TYPE = {"mtp": "MTP", "eagle3": "Eagle3", "eagle": "Eagle", "ngram": "NGram", "draft": "DraftTarget",
+                         "medusa": "Medusa"}
+# TensorRT-LLM's AUTO speculation turns drafting off above this batch (its blog 7).
+TRTLLM_AUTO_LIMIT = 32
+
+
+def trtllm_knobs(ranges: list[list[int]], method: str | None, max_batch: int) -> dict[str, Any]:
+    """The schedule ([[start, end, k], ...], inclusive, from batch 1) as TensorRT-LLM's own knobs.
+
+    - `draft_len_schedule` maps a batch-size threshold to the draft length used from that batch up
+      (tensorrt_llm/llmapi/llm_args.py: {1: 4, 4: 2, 8: 0} drafts 4 from batch 1, 2 from 4, none
+      from 8); it must map batch 1 to max_draft_len, the longest draft: where the schedule wants a
+      shorter one at batch 1, batch 1 alone drafts the longest and the shorter one starts at 2;
+    - `max_concurrency` (the simpler knob, exclusive with the schedule): speculation off above it,
+      where the schedule turns it off once and for all;
+    - how TensorRT-LLM's AUTO mode (off above batch 32) compares with where it stops paying here."""
+    longest = max((k for _start, _end, k in ranges), default=0)
+    schedule: dict[int, int] = {}
+    for start, end, k in ranges:
+        if start == 1 and k != longest:
+            schedule[1] = longest  # TensorRT-LLM's rule; batch 1 alone departs from the schedule
+            if end < 2:
+                continue
+            start = 2
+        if not schedule or list(schedule.values())[-1] != k:
+            schedule[start] = k
+    first_k = longest
+    raised = bool(ranges) and ranges[0][2] != longest
+    off_from = next((start for start, _end, k in ranges if k == 0), None)
+    stays_off = off_from is not None and all(k == 0 for start, _end, k in ranges if start >= off_from)
+    max_concurrency = off_from - 1 if stays_off and off_from > 1 else None
+    decoding_type = _TRTLLM_DECODING_TYPE.get(method or "", "<your decoding_type>")
+    yaml = ["speculative_config:", f"  decoding_type: {decoding_type}", f"  max_draft_len: {first_k}",
+            "  draft_len_schedule:"] + [f"    {start}: {k}" for start, k in schedule.items()]
+    notes = []
+    if first_k == 0:
+        notes.append("speculation does not pay at batch 1 here: leave it off (no draft_len_schedule)")
+    if raised and first_k:
+        notes.append(f"batch 1 drafts {first_k}, not the schedule's {ranges[0][2]}: TensorRT-LLM maps batch 1 to "
+                     "max_draft_len, the longest draft")
+    if off_from is None:
+        auto = (f"TensorRT-LLM's AUTO mode turns speculation off above batch {TRTLLM_AUTO_LIMIT}; here it pays "
+                f"at every batch up to {max_batch}: AUTO gives it up early")
+    elif off_from - 1 > TRTLLM_AUTO_LIMIT * 1.25 or off_from - 1 < TRTLLM_AUTO_LIMIT / 1.25:
+        auto = (f"TensorRT-LLM's AUTO mode turns speculation off above batch {TRTLLM_AUTO_LIMIT}; here it "
+                f"stops paying above batch {off_from - 1}: use this schedule or max_concurrency instead")
+    else:
+        auto = (f"TensorRT-LLM's AUTO mode (off above batch {TRTLLM_AUTO_LIMIT}) is close to this node's "
+                f"crossover (speculation stops paying above batch {off_from - 1})")
+    notes.append(auto)
+    return {"draft_len_schedule": {str(b): k for b, k in schedule.items()}, "max_draft_len": first_k,
+            "max_concurrency": max_concurrency, "decoding_type": decoding_type, "yaml": "\n".join(yaml),
+            "notes": notes}
+
+
 def tune_report(
     inputs: AdvisorInputs,
     *,
@@ -49,6 +105,7 @@ def tune_report(
     max_batch: int = 256,
     margin: float = perf.SCHEDULE_MARGIN,
     source: str = "",
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """The schedule and its evidence, as the specwatch.tune/1 object (pure). Every speedup in it is
     the shared decision's (`specwatch.perf.decide`), the one check and watch show."""
@@ -85,9 +142,13 @@ def tune_report(
                      "confirm them with `specwatch sweep` before relying on them")
     notes.append("keep the rest of your --speculative-config (draft model, prompt_lookup_*) as it is; "
                  "vLLM caps each k at num_speculative_tokens")
+    trtllm = trtllm_knobs(schedule.entries, inputs.method, max_batch) if engine == "trtllm" else None
     return {
         "schema": TUNE_SCHEMA,
         "source": source,
+        "engine": engine,
+        # TensorRT-LLM's own knobs for the same schedule, for a trtllm-serve target
+        "trtllm": trtllm,
         "schedule": schedule.entries,
         "speculative_config": config,
         "ranges": [r.to_dict() for r in schedule.ranges],
@@ -164,6 +225,15 @@ def format_tune(report: dict[str, Any]) -> str:
         mark = " (extrapolated)" if r["extrapolated"] else ""
         lines.append(f"  {batch:>9}  {r['k']:>2}  {r['acceptance_length']:>5.2f}  {vs_off:>13}  {vs_cur:>13}  "
                      f"{r['evidence']}{mark}")
+    trtllm = report.get("trtllm")
+    if trtllm is not None:
+        lines.append("")
+        lines.append("TensorRT-LLM (the --extra_llm_api_options YAML; draft_len_schedule and max_concurrency "
+                     "exclude each other):")
+        lines.extend(f"  {line}" for line in trtllm["yaml"].splitlines())
+        if trtllm["max_concurrency"] is not None:
+            lines.append(f"  or, simpler: max_concurrency: {trtllm['max_concurrency']}")
+        lines.extend(f"  - {note}" for note in trtllm["notes"])
     lines.append("")
     for note in report["notes"]:
         lines.append(f"  - {note}")

@@ -70,10 +70,13 @@ def run(args: argparse.Namespace) -> int:
         reason = state.verdict.reasons[0] if state and state.verdict.reasons else "no verdict"
         print_error("tune", f"no schedule: the data hold no per-position acceptance ({reason})")
         return ExitCode.NOT_ENOUGH_DATA
+    latest = monitor.latest.target(url) if monitor.latest is not None else None
+    engine = latest.engine_name if latest is not None else None
     report = tune_report(inputs, observed_batch=advisor.observed_batch, k_max=args.k_max,
-                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url)
-    report["validation"] = validate_with_vllm(report["schedule"], report["speculative_config"]
-                                              ["num_speculative_tokens"], args.max_batch, args.vllm_python)
+                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url, engine=engine)
+    if engine in (None, "vllm"):  # vLLM's own validator checks vLLM's schedule, not another engine's knobs
+        report["validation"] = validate_with_vllm(report["schedule"], report["speculative_config"]
+                                                  ["num_speculative_tokens"], args.max_batch, args.vllm_python)
     print(json.dumps(report, indent=2) if args.json else format_tune(report))
     return ExitCode.OK
 
