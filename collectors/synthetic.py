@@ -245,3 +245,60 @@ def ramp(low: int, high: int, dwell: int, down: bool = True) -> list[float]:
     levels = sorted({int(round(x)) for x in np.geomspace(low, high, 2 * int(math.log2(high / low)) + 1)})
     up = [float(level) for level in levels for _ in range(dwell)]
     return up + up[::-1] if down else up
+
+
+# -- a Dynamo deployment ---------------------------------------------------------------------------
+
+
+def generate_deployment(
+    decode: Sequence[SyntheticNode],
+    prefill: SyntheticNode,
+    load: Sequence[float],
+    frontend_url: str,
+    namespace: str = "dynamo",
+    start_time: float = 1_800_000_000.0,
+    seed: int = 0,
+) -> Iterator[Snapshot]:
+    """A disaggregated Dynamo deployment: each decode worker runs `load` (running sequences each)
+    as a node of its own; the prefill worker computes the prompts of the requests they start; the
+    frontend sees the sum. Each Snapshot holds the decode workers, then the prefill worker, then the
+    frontend, placed as collectors.dynamo places them, and the GPUs of the first decode worker (the
+    node the watch runs on). Worker ids are written as the frontend writes them (decimal)."""
+    from specwatch.collectors.dynamo import DECODE, FRONTEND, FRONTEND_UNJUDGED, PREFILL, PREFILL_UNJUDGED
+
+    ids = [str(10_000_000_000_000_000_000 + 7919 * i) for i in range(len(decode) + 1)]
+    prefill_load = [len(decode) * max(0.0, level) * prefill.output_tokens_per_request
+                    / max(1.0, decode[0].output_tokens_per_request) for level in load]
+    streams = [generate(node, load, start_time, seed=seed + i) for i, node in enumerate(decode)]
+    streams.append(generate(prefill, prefill_load, start_time, seed=seed + len(decode)))
+    for snapshots in zip(*streams):
+        targets = [dataclasses.replace(s.targets[0], deployment=namespace, role=DECODE if i < len(decode) else PREFILL,
+                                       workers=(ids[i],), unjudged=None if i < len(decode) else PREFILL_UNJUDGED)
+                   for i, s in enumerate(snapshots)]
+        front = _frontend_engine([t.engines[0] for t in targets[: len(decode)]], targets[-1].engines[0])
+        listed = tuple(f"{ids[i]} ({DECODE if i < len(decode) else PREFILL})" for i in range(len(targets)))
+        targets.append(TargetSample(frontend_url, "ok", engines=(front,), engine="dynamo", deployment=namespace,
+                                    role=FRONTEND, unjudged=FRONTEND_UNJUDGED, workers=listed))
+        yield Snapshot(time=snapshots[0].time, targets=tuple(targets), gpus=snapshots[0].gpus,
+                       sources=snapshots[0].sources)
+
+
+def _frontend_engine(decoders: Sequence[EngineSample], prefiller: EngineSample) -> EngineSample:
+    """What a Dynamo frontend sees of its workers: the requests and tokens of all of them, TTFT from
+    the prefill worker, and the time between tokens (one observation per token) from the decoders."""
+
+    def summed(name: str) -> Histogram:
+        parts = [e.histograms[name] for e in decoders]
+        buckets = tuple((le, sum(p.buckets[j][1] for p in parts)) for j, (le, _) in enumerate(parts[0].buckets))
+        return Histogram(buckets, sum(p.sum for p in parts), sum(p.count for p in parts))
+
+    counters = {name: sum(e.counters.get(name, 0.0) for e in decoders)
+                for name in ("vllm:generation_tokens", "vllm:request_success")}
+    counters["vllm:prompt_tokens"] = prefiller.counters.get("vllm:prompt_tokens", 0.0)
+    running = sum(e.gauges.get("vllm:num_requests_running", 0.0) for e in decoders)
+    waiting = sum(e.gauges.get("vllm:num_requests_waiting", 0.0) for e in decoders)
+    return EngineSample("0", decoders[0].model_name, counters,
+                        {"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting},
+                        {"vllm:time_to_first_token_seconds": prefiller.histograms["vllm:time_to_first_token_seconds"],
+                         "vllm:request_time_per_output_token_seconds":
+                             summed("vllm:request_time_per_output_token_seconds")})

@@ -21,6 +21,11 @@ Scenarios:
 - h100-70b-longctx-eagle: the same node with EAGLE (k=3, r = 0.05) and 8k-token contexts, ramping
   1 → 64 → 1. KV reads dominate the step, so verification stays cheap and speculation keeps paying
   at the highest batch the KV cache holds.
+- dynamo-h100-70b-disagg: an NVIDIA Dynamo deployment (collectors.synthetic.generate_deployment): a
+  frontend, two decode workers (4× H100 each, Llama-3.1-70B at TP=4, n-gram k=4) and one prefill
+  worker. The decode workers compute no prompt (it arrives as KV from the prefill worker), so their
+  crossover (near 240 running) sits higher than the aggregated node's; each climbs 1 → 128 and holds
+  5 minutes at 256, 362, 256, 181 and 128, crossing it. The frontend and the prefill worker are shown, never judged.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Callable
 from specwatch import perf
 from specwatch.perf.hardware import lookup, lookup_model
 from specwatch.recording import FILE_SUFFIX, RecordingHeader, write_recording
-from specwatch.collectors.synthetic import SyntheticNode, generate, ramp
+from specwatch.collectors.synthetic import SyntheticNode, generate, generate_deployment, ramp
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "specwatch" / "data"
@@ -94,14 +99,55 @@ SCENARIOS = (
 )
 
 
+# The Dynamo deployment's decode workers: no prompt computed (it arrives as KV from the prefill
+# worker: counted as prompt tokens, never computed, as a prefix-cache hit is)
+def _decode_worker(n: int) -> SyntheticNode:
+    return _h100_70b_tp4(k=4, per_position=(0.6, 0.4, 0.25, 0.15), draft_ratio=0.0, context_per_sequence=1500.0,
+                         kv_capacity_tokens=560_000.0, prompt_cached_fraction=1.0,
+                         url=f"http://dynamo-decode-{n}:9090")
+
+
+def _decode_climb(dwell: int) -> list[float]:
+    """1 → 128 at `dwell` seconds a level, 5 minutes at 256, 362, 256, 181 and 128, then down: a decode
+    worker, computing no prompt, crosses over near 240 running, higher than the aggregated node."""
+    climb = [level for level in ramp(1, 128, dwell, down=False)]
+    plateaus = [float(level) for level in (256, 362, 256, 181, 128) for _ in range(300)]
+    descend = [level for level in ramp(1, 64, dwell, down=False)][::-1]
+    return climb + plateaus + descend
+
+
+DEPLOYMENT = ScenarioSpec(
+    name="dynamo-h100-70b-disagg",
+    notes="SYNTHETIC: an NVIDIA Dynamo deployment: a frontend, two decode workers (4× H100 SXM each, Llama-3.1-70B "
+          "at TP=4, n-gram k=4) and a prefill worker; each decode worker climbs 1→128 and holds 5 min at 256, 362, "
+          "256, 181 and 128: speculation pays on the decode workers at low load and stops past their crossover; "
+          "the frontend and the prefill worker are read, never judged (t cycles through them)",
+    node=lambda: _decode_worker(1),
+    load=_decode_climb,
+    advisor={"method": "ngram", "model": "Llama-3.1-70B", "tp": 4},
+)
+FRONTEND_URL = "http://dynamo-frontend:8000"
+
+
+def _deployment_snapshots(spec: ScenarioSpec, dwell: int, seed: int):
+    prefill = _h100_70b_tp4(speculation=False, output_tokens_per_request=2.0, prompt_cached_fraction=0.9,
+                            url="http://dynamo-prefill-1:9090")
+    return generate_deployment([_decode_worker(1), _decode_worker(2)], prefill, spec.load(dwell), FRONTEND_URL,
+                               start_time=START_TIME, seed=seed)
+
+
 def write_scenario(spec: ScenarioSpec, out_dir: Path, dwell: int, seed: int) -> Path:
     node = spec.node()
     path = out_dir / f"{spec.name}{FILE_SUFFIX}"
-    header = RecordingHeader(data="synthetic", host="synthetic-h100-node", targets=(node.url,),
+    deployment = spec is DEPLOYMENT
+    targets = (node.url, "http://dynamo-decode-2:9090", "http://dynamo-prefill-1:9090", FRONTEND_URL) \
+        if deployment else (node.url,)
+    header = RecordingHeader(data="synthetic", host="synthetic-h100-node", targets=targets,
                              gpus=(node.gpu_name,) * node.gpus, notes=spec.notes, interval_s=1.0,
                              created=START_TIME, advisor=spec.advisor)
-    write_recording(path, header, generate(node, spec.load(dwell), start_time=START_TIME, seed=seed),
-                    overwrite=True)
+    snapshots = _deployment_snapshots(spec, dwell, seed) if deployment \
+        else generate(node, spec.load(dwell), start_time=START_TIME, seed=seed)
+    write_recording(path, header, snapshots, overwrite=True)
     # recordings are private by default; bundled ones ship in the package, readable by every user
     path.chmod(0o644)
     return path
@@ -115,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", metavar="NAME", help="generate one scenario")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for spec in SCENARIOS:
+    for spec in (*SCENARIOS, DEPLOYMENT):
         if args.only and spec.name != args.only:
             continue
         path = write_scenario(spec, args.out, args.dwell, args.seed)

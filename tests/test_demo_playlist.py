@@ -13,6 +13,7 @@ from specwatch.commands.replay import Scenario, build_demo, list_scenarios
 from specwatch.perf import HingeParameters
 from specwatch.recording import RecordingHeader, format_time, read_recording, write_recording
 from specwatch.collectors.synthetic import SyntheticNode, generate
+from specwatch.recording import open_snapshots
 
 STEP = HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134, kv_s_per_token=0.0, per_token_s=0.0)
 NODE = SyntheticNode(step=STEP, gpu_name="NVIDIA A100-SXM4-80GB", context_per_sequence=0.0)
@@ -76,7 +77,8 @@ def test_bundled_demo_builds_a_playlist_of_every_scenario():
                               window=30.0, evaluate_every=5.0)
     source, monitor = build_demo(scenarios, args)
     assert len(source.sources) == len(scenarios)
-    assert len(monitor.target_configs) == len(scenarios)
+    # one advisor configuration per target of each scenario (the Dynamo deployment has four)
+    assert len(monitor.target_configs) == sum(len(open_snapshots(s.path)[0].targets) for s in scenarios)
     methods = {dataclasses.asdict(c)["method"] for c in monitor.target_configs.values()}
     assert len(methods) >= 2  # the scenarios differ in method
     assert source.synthetic == source.current.header.synthetic

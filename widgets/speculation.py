@@ -147,7 +147,8 @@ class SpeculationPanel(Panel):
 
     def inputs(self, view: DashboardView) -> object:
         # the figures and the lifetime come from the state's window and the selected engine
-        return (Same(view.state), view.target.ok if view.target is not None else None, view.engine,
+        return (Same(view.state), view.target.ok if view.target is not None else None,
+                view.target.unjudged if view.target is not None else None, view.engine,
                 view.speculation, view.method_words, view.method, Same(view.sweep), view.unconfigured_k,
                 self._render_width())
 
@@ -159,7 +160,8 @@ class SpeculationPanel(Panel):
             return "down"
         figures = view.figures
         acc = figures.acceptance if figures is not None else None
-        return (state.window.speculation_configured, len(acc.per_position) if acc else 0)
+        return (state.window.speculation_configured, len(acc.per_position) if acc else 0,
+                view.target.unjudged if view.target is not None else None)
 
     def render_view(self, view: DashboardView, width: int) -> RenderableType:
         state = view.state
@@ -172,6 +174,11 @@ class SpeculationPanel(Panel):
         window = state.window
         figures = view.figures
         if not window.speculation_configured:
+            if view.target is not None and view.target.unjudged is not None:
+                # a Dynamo frontend, a prefill worker, Triton's backend: what its metrics cannot say is
+                # not "not configured"
+                return Group(Text("not visible from this target", style="bold"),
+                             Text(view.target.unjudged, style="dim"))
             return self._unconfigured(view, width)
         acc = figures.acceptance if figures is not None else None
         life = view.lifetime  # the selected engine's own when one is selected
