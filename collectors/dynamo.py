@@ -56,6 +56,9 @@ PREFILL = "prefill"
 DECODE = "decode"
 AGGREGATED = "aggregated"
 ROLES = (FRONTEND, PREFILL, DECODE, AGGREGATED)
+# A deployment's members never judged by design (their decode workers are): their `unknown` lacks
+# no data, and needs nobody
+NOT_JUDGED_ROLES = (FRONTEND, PREFILL)
 
 MODEL_READY = "dynamo_frontend_model_ready"
 FRONTEND_UNJUDGED = ("a Dynamo frontend sees no drafts (Dynamo exports no speculation metric; the engine's own "

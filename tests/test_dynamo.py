@@ -182,3 +182,19 @@ def test_a_real_dynamo_vllm_worker_passes_its_speculation_counters_through():
     assert spec["configured"] and spec["k"] == 4
     assert spec["lifetime"]["acceptance_length"] == pytest.approx(1 + 1 / 39)
     assert by_target[w.url]["deployment"]["judged"] and by_target[f.url]["deployment"]["workers_not_read"] == []
+
+
+def test_fleet_rows_name_the_engine_and_the_part_in_the_deployment():
+    front, prefill = capture("frontend-disagg.prom"), capture("mocker-prefill.prom")
+    out = io.StringIO()
+    with LocalServer(Steps(front)) as f, LocalServer(Steps(prefill)) as p, contextlib.redirect_stdout(out):
+        try:
+            status = main(["fleet", "--json", "--window", "0.3", "--url", f.url, "--url", p.url])
+        except SystemExit as exc:
+            status = exc.code
+    rows = {row["target"].rsplit(":", 1)[-1]: row for row in json.loads(out.getvalue())["rows"]}
+    frontend_row, prefill_row = rows[f.url.rsplit(":", 1)[-1]], rows[p.url.rsplit(":", 1)[-1]]
+    assert frontend_row["engine"] == "dynamo" and frontend_row["role"] == "frontend"
+    assert prefill_row["engine"] == "dynamo" and prefill_row["role"] == "prefill"
+    assert frontend_row["attention"] == "frontend: not judged"
+    assert status == 0  # neither is a node needing anyone: their decode workers carry the verdict

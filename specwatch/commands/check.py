@@ -39,10 +39,6 @@ def run(args: argparse.Namespace) -> int:
                         for r in reports)
 
 
-# A deployment's members that are never judged by design: their `unknown` lacks no data
-_NOT_JUDGED_BY_DESIGN = ("frontend", "prefill")
-
-
 def exit_status(target_ok: bool, verdict: dict[str, Any], role: str | None = None) -> ExitCode:
     """The check contract: no usable reading (the target cannot be read, or its engine is stalled:
     requests running, counters frozen), not enough data, change recommended, or no change. A Dynamo
@@ -50,7 +46,9 @@ def exit_status(target_ok: bool, verdict: dict[str, Any], role: str | None = Non
     there, and nothing missing."""
     if not target_ok or "engine_stalled" in verdict.get("flags", ()):
         return ExitCode.UNREADABLE
-    if role in _NOT_JUDGED_BY_DESIGN and "not_judged" in verdict.get("flags", ()):
+    from specwatch.collectors.dynamo import NOT_JUDGED_ROLES
+
+    if role in NOT_JUDGED_ROLES and "not_judged" in verdict.get("flags", ()):
         return ExitCode.OK
     if verdict.get("speculation") == "unknown":
         return ExitCode.NOT_ENOUGH_DATA

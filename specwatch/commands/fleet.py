@@ -160,7 +160,7 @@ def fleet_document(reading: Any, source: str, direct: bool = False) -> dict[str,
 def fleet_status(reading: Any) -> ExitCode:
     """check's contract over the rows: a row that cannot be read first, then one without a verdict,
     then one that wants a change; a Prometheus that cannot be queried is UNREADABLE."""
-    from specwatch.commands.check import worst_status
+    from specwatch.commands.check import exit_status, worst_status
 
     if not reading.ok:
         return ExitCode.UNREADABLE
@@ -168,8 +168,7 @@ def fleet_status(reading: Any) -> ExitCode:
     def status(row: Any) -> ExitCode:
         if not row.exporter_up or not row.reachable or "engine_stalled" in row.flags:
             return ExitCode.UNREADABLE
-        if row.verdict == "unknown":
-            return ExitCode.NOT_ENOUGH_DATA
-        return ExitCode.CHANGE if row.change_recommended else ExitCode.OK
+        return exit_status(True, {"speculation": row.verdict, "flags": row.flags,
+                                  "change_recommended": row.change_recommended}, row.role)
 
     return worst_status(map(status, reading.rows))

@@ -37,6 +37,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from specwatch.collectors.dynamo import NOT_JUDGED_ROLES
 from specwatch.outputs import export_schema as schema
 from specwatch.outputs.fleet_columns import COLUMNS, column_widths, fit_columns, last_good_words, short_target, \
     shown_columns
@@ -96,6 +97,10 @@ class FleetRow:
     sources_down: tuple[str, ...] = ()  # "dcgm http://... (connection_refused)"
     exporter_up: bool = True
     selector: Selector = ()  # label matchers of this node's series; empty: node="<node>"
+    # what the target is (specwatch_target_info): its engine, and its part in a deployment
+    # (frontend, prefill, decode, aggregated); None where the agent does not say
+    engine: str | None = None
+    role: str | None = None
 
     @property
     def key(self) -> str:
@@ -124,6 +129,10 @@ class FleetRow:
             return RANK_GPU_LOST, f"{self.gpus_lost} GPU{'s' if self.gpus_lost > 1 else ''} lost"
         if self.sources_down:
             return RANK_SOURCE_DOWN, "source down: " + ", ".join(self.sources_down)
+        if self.verdict == "unknown" and "not_judged" in self.flags:
+            if self.role in NOT_JUDGED_ROLES:
+                return RANK_FINE, f"{self.role}: not judged"  # its decode workers are
+            return RANK_UNKNOWN, "cannot be judged here (see check)"
         if self.verdict == "unknown":
             return RANK_UNKNOWN, "no verdict yet"
         if self.change_recommended:
@@ -205,6 +214,11 @@ def fleet_rows(series: Sequence[PromSample], up: Sequence[PromSample] = ()) -> l
             lost[name(s.labels)] = lost.get(name(s.labels), 0) + 1
     for s in by_name.get(schema.TARGET_UP.series, ()):
         row(s.labels)["read_state"] = s.labels.get(STATE, "unknown") if s.value == 0 else "ok"
+    for s in by_name.get(schema.TARGET_INFO.series, ()):
+        if where(s.labels) in fields:
+            fields[where(s.labels)]["engine"] = s.labels.get("engine")
+            role = s.labels.get("role")
+            fields[where(s.labels)]["role"] = role if role not in (None, "none") else None
     last_success = {(name(s.labels), s.labels.get(SOURCE, "")): s.value
                     for s in by_name.get(schema.SOURCE_LAST_SUCCESS.series, ())}
     for (node, target), values in fields.items():
@@ -439,7 +453,8 @@ def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     known = row.verdict in ("on", "off", "hold")
     crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never" if known else "—"
     running = f"{row.running:.0f}" if _finite(row.running) else "—"
-    return (row.node, short_target(row.target), Text(word, style=VERDICT_STYLE.get(row.verdict, "")),
+    target = short_target(row.target) + (f" ({row.role})" if row.role else "")
+    return (row.node, target, Text(word, style=VERDICT_STYLE.get(row.verdict, "")),
             Text(words, style=style), _num(row.acceptance_length), _num(row.break_even_length),
             f"{running} / {crossover}", row.bound)
 

@@ -17,6 +17,8 @@ large fleets: it keeps history, alerts, and one query instead of N scrapes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import time
 from dataclasses import dataclass
@@ -186,7 +188,8 @@ class DirectFleet:
             target.rows = (FleetRow(node=target.node, target=target.shown, read_state=sample.state,
                                     last_good=target.last_good),)
         else:
-            target.rows = (engine_row(target.node, target.shown, state, sample.state, target.last_good),)
+            row = engine_row(target.node, target.shown, state, sample.state, target.last_good)
+            target.rows = (dataclasses.replace(row, engine=sample.engine_name, role=sample.role),)
 
     async def _drop_session(self, target: DirectTarget) -> None:
         session, target.session, target.kind = target.session, None, UNKNOWN
