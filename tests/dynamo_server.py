@@ -36,12 +36,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+
+import vllm_server
 
 HERE = Path(__file__).parent
 DEFAULT_VENV = Path.home() / ".cache" / "specwatch" / "dynamo-venv"
@@ -325,51 +326,6 @@ class DynamoDeployment:
         return m.group(1) if m else None
 
 
-PROMPTS = [
-    "echo repeat after me one two three one two three one two three",
-    "alpha beta gamma delta alpha beta gamma delta alpha beta gamma delta",
-    "def main return value for item in items def main return value for item in items",
-    "the draft model proposes tokens the draft model proposes tokens",
-]
-
-
-class Traffic:
-    """Completions sent through the frontend from background threads until stopped."""
-
-    def __init__(self, deployment: DynamoDeployment, concurrency: int = 2, max_tokens: int = 24,
-                 stream: bool = False) -> None:
-        self.deployment = deployment
-        self.concurrency = concurrency
-        self.max_tokens = max_tokens
-        self.stream = stream
-        self.sent = 0
-        self.errors = 0
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    def _run(self, n: int) -> None:
-        i = n
-        while not self._stop.is_set():
-            prompt = PROMPTS[i % len(PROMPTS)]
-            try:
-                if self.stream:
-                    self.deployment.complete_streamed(prompt, self.max_tokens)
-                else:
-                    self.deployment.complete(prompt, self.max_tokens)
-                self.sent += 1
-            except httpx.HTTPError:
-                self.errors += 1
-                time.sleep(0.2)
-            i += 1
-
-    def __enter__(self) -> Traffic:
-        for n in range(self.concurrency):
-            t = threading.Thread(target=self._run, args=(n,), daemon=True)
-            t.start()
-            self._threads.append(t)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=150)
+# The load: vllm_server's, which drives anything with complete() and complete_streamed() (here the
+# frontend's OpenAI API)
+Traffic = vllm_server.Traffic

@@ -124,3 +124,21 @@ class RecordingProxy(LocalServer):
             reply(r.status_code, r.content, r.headers.get("content-type", "text/plain"))(h)
 
         super().__init__(on_get)
+
+
+def check_json(*args: str, window: str = "0.2") -> tuple[int, dict]:
+    """`specwatch check ARGS --json` in this process, without NVML or dcgm-exporter: its exit status and
+    its JSON document."""
+    import contextlib
+    import io
+    import json
+
+    from specwatch.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            status = main(["check", *args, "--window", window, "--json", "--no-nvml", "--no-dcgm"])
+        except SystemExit as exc:
+            status = exc.code
+    return status, json.loads(out.getvalue())

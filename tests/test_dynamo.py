@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from http_fixtures import LocalServer, reply
+from http_fixtures import LocalServer, check_json, reply
 from specwatch.cli import main
 from specwatch.collectors.dynamo import decimal_worker_id, read_frontend, worker_identity
 from specwatch.collectors.engines import detect_engine
@@ -44,16 +44,6 @@ class Steps:
             reply(200, text.encode())(h)
         else:
             reply(404, b"", "text/plain")(h)
-
-
-def check_json(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            status = main(["check", *args, "--window", "0.2", "--json", "--no-nvml", "--no-dcgm"])
-        except SystemExit as exc:
-            status = exc.code
-    return status, json.loads(out.getvalue())
 
 
 def test_the_captures_are_told_apart():

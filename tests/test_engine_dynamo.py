@@ -5,9 +5,6 @@ or speculation counter (see tests/data/dynamo/README.md): its workers are read a
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import shutil
 import subprocess
@@ -17,8 +14,8 @@ import uuid
 
 import pytest
 
+from http_fixtures import check_json
 from dynamo_server import DynamoDeployment, Traffic, build_tiny_model, dynamo_python
-from specwatch.cli import main
 from specwatch.recording import read_recording
 
 pytestmark = pytest.mark.engine
@@ -40,21 +37,11 @@ def deployment(dynamo_model, tmp_path):
         yield d
 
 
-def check_json(*args: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            status = main(["check", *args, "--json", "--no-nvml", "--no-dcgm", "--timeout", "10"])
-        except SystemExit as exc:
-            status = exc.code
-    return status, json.loads(out.getvalue())
-
-
 def test_check_reads_the_frontend_and_its_workers(deployment):
     urls = [deployment.frontend_url, *deployment.worker_urls]
     with Traffic(deployment, concurrency=2, max_tokens=24):
         time.sleep(2.0)  # requests in flight before the first scrape
-        status, report = check_json(*(a for u in urls for a in ("--url", u)), "--window", "3")
+        status, report = check_json(*(a for u in urls for a in ("--url", u)), "--timeout", "10", window="3")
     by_target = {r["target"]: r for r in report["targets"]}
     frontend = by_target[deployment.frontend_url]
     assert frontend["state"] == "ok", deployment.log_tail()
@@ -76,7 +63,8 @@ def test_check_reads_the_frontend_and_its_workers(deployment):
 def test_check_names_the_workers_it_does_not_read(deployment):
     with Traffic(deployment, concurrency=2, max_tokens=16):
         time.sleep(2.0)
-        _, report = check_json("--url", deployment.frontend_url, "--url", deployment.worker_urls[0], "--window", "2")
+        _, report = check_json("--url", deployment.frontend_url, "--url", deployment.worker_urls[0], "--timeout", "10",
+                               window="2")
     placed = report["targets"][0]["deployment"]
     assert placed["workers_read"] == [deployment.worker_urls[0]]
     # the one not read is named by the id the frontend lists for it
@@ -104,7 +92,7 @@ def test_a_killed_worker_is_shown_down_under_record_and_check(deployment, tmp_pa
     assert all(s.target(deployment.worker_urls[1]).ok for s in rec.snapshots)
     assert rec.snapshots[-1].target(deployment.frontend_url).engine == "dynamo"
 
-    status, report = check_json(*(a for u in urls for a in ("--url", u)), "--window", "1")
+    status, report = check_json(*(a for u in urls for a in ("--url", u)), "--timeout", "10", window="1")
     by_target = {r["target"]: r for r in report["targets"]}
     down = by_target[deployment.worker_urls[0]]
     assert down["state"] == "connection_refused" and down["verdict"]["speculation"] == "unknown"

@@ -29,7 +29,7 @@ from specwatch.collectors.vllm import VllmSource
 from specwatch.recording import RecordingHeader, read_recording, write_recording
 from specwatch.telemetry.snapshot import Snapshot, TargetSample
 from specwatch.readings.window import Window
-from http_fixtures import LocalServer, reply
+from http_fixtures import LocalServer, check_json, reply
 
 DATA = Path(__file__).parent / "data"
 CURRENT = (DATA / "sglang-main-00ae9c1-eagle3-tp2.metrics.txt").read_text()
@@ -220,16 +220,6 @@ class FakeSglang:
             reply(404, b'{"detail":"Not Found"}', "application/json")(h)
 
 
-def check_json(url: str, *flags: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            status = main(["check", "--url", url, "--window", "0.2", "--json", "--no-nvml", "--no-dcgm", *flags])
-        except SystemExit as exc:
-            status = exc.code
-    return status, json.loads(out.getvalue())
-
-
 @pytest.mark.parametrize("info, method, k, tree_flag", [
     (CHAIN_INFO, "eagle3", 3, False),
     (TREE_INFO, "eagle3", 5, True),
@@ -237,7 +227,7 @@ def check_json(url: str, *flags: str) -> tuple[int, dict]:
 ])
 def test_check_reads_an_sglang_server(info, method, k, tree_flag):
     with LocalServer(FakeSglang([(2.2, 1000.0), (2.8, 1600.0)], info)) as srv:
-        status, report = check_json(srv.url)
+        status, report = check_json("--url", srv.url)
     assert report["state"] == "ok"
     assert report["engine"]["name"] == "sglang"
     assert report["engine"]["version"] == "0.5.5"
@@ -258,7 +248,7 @@ def test_check_reads_an_sglang_server(info, method, k, tree_flag):
 
 def test_check_reads_an_sglang_server_without_speculation():
     with LocalServer(FakeSglang([(0.0, 1000.0), (0.0, 1600.0)], PLAIN_INFO)) as srv:
-        _, report = check_json(srv.url)
+        _, report = check_json("--url", srv.url)
     assert report["engine"]["name"] == "sglang"
     assert report["speculation"]["configured"] is False
     assert "acceptance_from_gauge" not in report["verdict"]["flags"]
@@ -266,7 +256,7 @@ def test_check_reads_an_sglang_server_without_speculation():
 
 def test_without_server_info_k_is_unknown_and_said():
     with LocalServer(FakeSglang([(2.2, 1000.0), (2.8, 1600.0)], None)) as srv:
-        _, report = check_json(srv.url)
+        _, report = check_json("--url", srv.url)
     spec = report["speculation"]
     assert spec["configured"] is True and spec["k"] is None
     assert spec["window"]["acceptance_length"] == pytest.approx(2.8)

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from http_fixtures import LocalServer, reply
+from http_fixtures import LocalServer, check_json, reply
 from specwatch.cli import main
 from specwatch.collectors.engines import detect_engine
 from specwatch.collectors.trtllm import NO_CONFIG, NO_COUNTERS, NO_LOAD, looks_like_iteration_stats, read_trtllm
@@ -63,16 +63,6 @@ class FakeTrtllm:
             reply(404, b'{"detail":"Not Found"}', "application/json")(h)
 
 
-def check_json(url: str, *flags: str) -> tuple[int, dict]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            status = main(["check", "--url", url, "--window", "0.2", "--json", "--no-nvml", "--no-dcgm", *flags])
-        except SystemExit as exc:
-            status = exc.code
-    return status, json.loads(out.getvalue())
-
-
 def test_the_engines_are_told_apart_by_their_families():
     assert detect_engine(current(loaded(0))) == "trtllm"
     assert detect_engine(basic(loaded(0))) == "trtllm"
@@ -103,7 +93,7 @@ def test_without_per_position_counters_drafts_are_draft_tokens_over_k():
 def test_check_reads_a_trtllm_serve_with_one_read_of_its_draining_json():
     fake = FakeTrtllm([current(loaded(0)), current(loaded(1))])
     with LocalServer(fake) as srv:
-        status, report = check_json(srv.url)
+        status, report = check_json("--url", srv.url)
         json_reads = [path for path, _ in srv.requests if path.startswith("/metrics")]
     assert len(json_reads) == 1  # the one probe that told the engine apart, never a poll
     assert report["state"] == "ok" and report["engine"]["name"] == "trtllm"
@@ -126,7 +116,7 @@ def test_check_reads_a_trtllm_serve_with_one_read_of_its_draining_json():
 def test_forced_trtllm_never_reads_the_draining_json():
     fake = FakeTrtllm([current(loaded(0)), current(loaded(1))])
     with LocalServer(fake) as srv:
-        _, report = check_json(srv.url, "--engine", "trtllm")
+        _, report = check_json("--url", srv.url, "--engine", "trtllm")
         paths = [path for path, _ in srv.requests]
     assert not any(p.startswith("/metrics") for p in paths)
     assert report["speculation"]["window"]["drafts"] == 600
@@ -134,7 +124,7 @@ def test_forced_trtllm_never_reads_the_draining_json():
 
 def test_a_server_without_the_prometheus_endpoint_is_told_what_to_switch_on():
     with LocalServer(FakeTrtllm([], prometheus=False)) as srv:
-        status, report = check_json(srv.url)
+        status, report = check_json("--url", srv.url)
     assert status == 3 and report["state"] == "http_404"
     assert "return_perf_metrics: true" in report["message"] and "/prometheus/metrics" in report["message"]
 
@@ -149,7 +139,7 @@ def test_a_server_without_the_prometheus_endpoint_is_told_what_to_switch_on():
 def test_no_confident_verdict_without_the_speculation_families(payload, reason):
     fake = FakeTrtllm([payload(loaded(0)), payload(loaded(1))])
     with LocalServer(fake) as srv:
-        status, report = check_json(srv.url, "--engine", "trtllm")
+        status, report = check_json("--url", srv.url, "--engine", "trtllm")
     verdict = report["verdict"]
     assert report["state"] == "ok" and verdict["speculation"] == "unknown" and status == 2
     assert verdict["reasons"][0] == reason and "not_judged" in verdict["flags"]
@@ -159,7 +149,7 @@ def test_no_confident_verdict_without_the_speculation_families(payload, reason):
 def test_a_trtllm_url_naming_the_prometheus_path_is_its_base():
     fake = FakeTrtllm([current(loaded(0)), current(loaded(1))])
     with LocalServer(fake) as srv:
-        _, report = check_json(srv.url + "/prometheus/metrics", "--engine", "trtllm")
+        _, report = check_json("--url", srv.url + "/prometheus/metrics", "--engine", "trtllm")
     assert report["target"] == srv.url and report["engine"]["version"] == "1.3.0"
 
 
@@ -193,7 +183,7 @@ def test_triton_reads_load_and_kv_and_gives_no_verdict():
     assert engine.gauges["vllm:kv_cache_usage_perc"] == 0.4875
     assert engine.gauges["vllm:cache_config_info:kv_cache_size_tokens"] == 6239 * 64
     with LocalServer(reply(200, TRITON.encode())) as srv:
-        status, report = check_json(srv.url)
+        status, report = check_json("--url", srv.url)
     assert report["engine"]["name"] == "triton" and report["engine"]["running"] == 17
     assert report["engine"]["kv_cache_usage"] == 0.4875
     verdict = report["verdict"]

@@ -196,7 +196,9 @@ ECHO_PROMPTS = [
 
 
 class Traffic:
-    """Completions sent from background threads until stopped: load while a window is open."""
+    """Completions sent from background threads until stopped: load while a window is open. `server`
+    is anything with complete() and complete_streamed(): a VllmServer, or a DynamoDeployment (whose
+    frontend takes them)."""
 
     def __init__(self, server: VllmServer, concurrency: int = 2, max_tokens: int = 24, stream: bool = False) -> None:
         self.server = server
