@@ -43,7 +43,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.collectors.engines import DYNAMO, AdapterState, MetricsReading, claims, dynamo_worker
+from specwatch.collectors.engines import DYNAMO, AdapterState, MetricsReading, claims, dynamo_planner, dynamo_worker
 from specwatch.collectors.families import Series, read_series
 from specwatch.readings.health import E2E
 from specwatch.readings.window import GENERATION_TOKENS, PROMPT_TOKENS, REQUEST_SUCCESS, RUNNING, TTFT, WAITING
@@ -52,13 +52,22 @@ from specwatch.telemetry.snapshot import TARGET_OK, EngineSample, Histogram, Spe
 KV_USAGE = "vllm:kv_cache_usage_perc"
 TPOT = "vllm:request_time_per_output_token_seconds"
 FRONTEND = "frontend"
+PLANNER = "planner"
 PREFILL = "prefill"
 DECODE = "decode"
 AGGREGATED = "aggregated"
-ROLES = (FRONTEND, PREFILL, DECODE, AGGREGATED)
+ROLES = (FRONTEND, PLANNER, PREFILL, DECODE, AGGREGATED)
 # A deployment's members never judged by design (their decode workers are): their `unknown` lacks
 # no data, and needs nobody
-NOT_JUDGED_ROLES = (FRONTEND, PREFILL)
+NOT_JUDGED_ROLES = (FRONTEND, PLANNER, PREFILL)
+# The planner's gauges shown beside the verdict (planner_metrics.py, prefix dynamo_planner): its
+# observed and estimated latencies, and the pools it sizes. Its SLA targets (ttft_ms, itl_ms) are in
+# its configuration, not in its metrics.
+PLANNER_GAUGES = ("observed_ttft_ms", "observed_itl_ms", "estimated_ttft_ms", "estimated_itl_ms",
+                  "observed_requests_per_second", "num_prefill_replicas", "num_decode_replicas",
+                  "predicted_num_prefill_replicas", "predicted_num_decode_replicas")
+PLANNER_UNJUDGED = ("the Dynamo planner sizes the prefill and decode pools and sees no drafts: its latencies "
+                    "are shown beside the workers' verdicts")
 
 MODEL_READY = "dynamo_frontend_model_ready"
 FRONTEND_UNJUDGED = ("a Dynamo frontend sees no drafts (Dynamo exports no speculation metric; the engine's own "
@@ -246,10 +255,26 @@ class DynamoFrontendAdapter:
 # -- the scrape ------------------------------------------------------------------------------------
 
 
+def read_planner(text: str) -> MetricsReading:
+    """A planner's payload → one EngineSample holding its gauges under their own names
+    (`dynamo_planner_observed_ttft_ms`, ...), summed over a model label where it carries one."""
+    series = read_series(text)
+    gauges = {f"dynamo_planner_{name}": value for name in PLANNER_GAUGES
+              if (value := series.total(f"dynamo_planner_{name}")) is not None}
+    model = next((lb.get("model_name") for samples in series.samples.values() for lb, _ in samples
+                  if lb.get("model_name")), None)
+    return MetricsReading((EngineSample("0", model, {}, gauges),))
+
+
 def scrape_dynamo(target: Any, text: str, payload_bytes: int, elapsed: float,
                   declared: SpeculationConfig | None) -> TargetSample:
-    """A Dynamo frontend's /metrics, or a worker's system port with Dynamo's families alone."""
+    """A Dynamo frontend's /metrics, a worker's system port with Dynamo's families alone, or the
+    planner's."""
     try:
+        if dynamo_planner(text) and not claims(DYNAMO, text):
+            return TargetSample(target.url, TARGET_OK, engines=read_planner(text).engines, scrape_seconds=elapsed,
+                                payload_bytes=payload_bytes, engine=DYNAMO, deployment=DYNAMO, role=PLANNER,
+                                unjudged=PLANNER_UNJUDGED)
         if claims(DYNAMO, text):
             reading, workers, namespace = read_frontend(text)
             return TargetSample(target.url, TARGET_OK, engines=reading.engines, scrape_seconds=elapsed,

@@ -86,8 +86,15 @@ _PREFIX = {
     TRITON: re.compile(r"^(?:# (?:HELP|TYPE) )?nv_trt_llm_", re.MULTILINE),
     DYNAMO: re.compile(r"^(?:# (?:HELP|TYPE) )?dynamo_frontend_", re.MULTILINE),
 }
-# A Dynamo worker's system port: its own families, beside the engine's passed through.
+# A Dynamo worker's system port: its own families, beside the engine's passed through; and the
+# planner's (PLANNER_PROMETHEUS_PORT).
 _DYNAMO_WORKER = re.compile(r"^(?:# (?:HELP|TYPE) )?dynamo_component_", re.MULTILINE)
+_DYNAMO_PLANNER = re.compile(r"^(?:# (?:HELP|TYPE) )?dynamo_planner_", re.MULTILINE)
+
+
+def dynamo_planner(text: str) -> bool:
+    """Whether a payload is a Dynamo planner's (dynamo_planner_* families)."""
+    return _DYNAMO_PLANNER.search(text) is not None
 
 
 def dynamo_worker(text: str) -> bool:
@@ -108,7 +115,7 @@ def detect_engine(text: str) -> str | None:
     for engine in (VLLM, SGLANG, TRTLLM, TRITON, DYNAMO):
         if claims(engine, text):
             return engine
-    return DYNAMO if dynamo_worker(text) else None
+    return DYNAMO if dynamo_worker(text) or dynamo_planner(text) else None
 
 
 def choose_engine(forced: str, text: str) -> str:

@@ -188,3 +188,40 @@ def test_fleet_rows_name_the_engine_and_the_part_in_the_deployment():
     assert prefill_row["engine"] == "dynamo" and prefill_row["role"] == "prefill"
     assert frontend_row["attention"] == "frontend: not judged"
     assert status == 0  # neither is a node needing anyone: their decode workers carry the verdict
+
+
+# A Dynamo planner's /metrics (PLANNER_PROMETHEUS_PORT): the names of its planner_metrics.py
+# (prefix dynamo_planner), prometheus_client's exposition, values set here
+PLANNER = """\
+# HELP dynamo_planner_num_prefill_replicas Current number of prefill replicas
+# TYPE dynamo_planner_num_prefill_replicas gauge
+dynamo_planner_num_prefill_replicas 1.0
+# HELP dynamo_planner_num_decode_replicas Current number of decode replicas
+# TYPE dynamo_planner_num_decode_replicas gauge
+dynamo_planner_num_decode_replicas 2.0
+# HELP dynamo_planner_observed_ttft_ms Observed time to first token (ms)
+# TYPE dynamo_planner_observed_ttft_ms gauge
+dynamo_planner_observed_ttft_ms 212.4
+# HELP dynamo_planner_observed_itl_ms Observed inter-token latency (ms)
+# TYPE dynamo_planner_observed_itl_ms gauge
+dynamo_planner_observed_itl_ms 11.8
+# HELP dynamo_planner_estimated_itl_ms Max estimated ITL from regression across engines (ms)
+# TYPE dynamo_planner_estimated_itl_ms gauge
+dynamo_planner_estimated_itl_ms 13.1
+# HELP dynamo_planner_throughput_scaling_decision Throughput-based scaling decision reason
+# TYPE dynamo_planner_throughput_scaling_decision gauge
+dynamo_planner_throughput_scaling_decision{dynamo_planner_throughput_scaling_decision="scale"} 1.0
+"""
+
+
+def test_the_planners_latencies_stand_beside_the_workers_verdicts():
+    assert detect_engine(PLANNER) == "dynamo"
+    bare = (DATA / "vllm-0.32-cpu-ngram-k4.metrics.txt").read_text(encoding="utf-8")
+    with LocalServer(Steps(PLANNER)) as planner, LocalServer(Steps(dynamo_passthrough(bare))) as worker:
+        status, report = check_json("--url", worker.url, "--url", planner.url)
+    by_target = {r["target"]: r for r in report["targets"]}
+    assert by_target[planner.url]["deployment"]["role"] == "planner"
+    assert by_target[planner.url]["verdict"]["reasons"][0].startswith("the Dynamo planner sizes")
+    shown = by_target[worker.url]["deployment"]["planner"]
+    assert shown == {"observed_ttft_ms": 212.4, "observed_itl_ms": 11.8, "estimated_itl_ms": 13.1,
+                     "num_prefill_replicas": 1.0, "num_decode_replicas": 2.0}

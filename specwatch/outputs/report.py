@@ -187,10 +187,17 @@ def deployment_block(latest: Snapshot | None, target: TargetSample | None) -> di
     if target is None or (target.deployment is None and target.role is None):
         return None
     block: dict[str, Any] = {"namespace": target.deployment, "role": target.role, "judged": target.unjudged is None}
+    # the deployment's planner, where one is read: its latencies and pools beside the verdict
+    planner = next((t for t in (latest.targets if latest else ()) if t.ok and t.role == "planner"
+                    and t.deployment == target.deployment and t.engines), None)
+    if planner is not None:
+        block["planner"] = {name.removeprefix("dynamo_planner_"): value
+                            for name, value in planner.engines[0].gauges.items()}
     if target.role == "frontend":
         # the deployment's workers read here; a target down before it was ever read has no placement
         # yet, and is counted down beside them (a worker given with the frontend, most likely)
-        peers = [t for t in (latest.targets if latest else ()) if t.url != target.url and t.role != "frontend"
+        peers = [t for t in (latest.targets if latest else ()) if t.url != target.url
+                 and t.role not in ("frontend", "planner")
                  and (t.deployment == target.deployment or (t.deployment is None and not t.ok))]
         read = [t.url for t in peers if t.ok]
         # a worker's own id (Dynamo writes it on its port) matched against the ids the frontend lists
@@ -221,6 +228,13 @@ def deployment_words(report: dict[str, Any]) -> str | None:
             named = ", ".join(block["workers_not_read"] or listed)
             words += (f"; {block['workers_not_read_count']} not read ({named}): add their system ports "
                       "(DYN_SYSTEM_PORT) with --url")
+    planner = block.get("planner")
+    if planner:
+        words += ("; planner: TTFT " + _fmt(planner.get("observed_ttft_ms"), ".0f") + " ms observed, "
+                  + _fmt(planner.get("estimated_ttft_ms"), ".0f") + " ms estimated; ITL "
+                  + _fmt(planner.get("observed_itl_ms"), ".1f") + " ms observed, "
+                  + _fmt(planner.get("estimated_itl_ms"), ".1f") + " ms estimated; decode replicas "
+                  + _fmt(planner.get("num_decode_replicas"), ".0f"))
     return words
 
 
