@@ -120,7 +120,11 @@ def detect_engine(text: str) -> str | None:
 
 def choose_engine(forced: str, text: str) -> str:
     """The adapter to read a payload with: the one forced by `--engine`, else the one detected, else
-    vLLM (whose reader then names the families it misses)."""
+    vLLM (whose reader then names the families it misses). `--engine dynamo` reads a frontend or a
+    planner as Dynamo, and a worker's system port as the engine it passes through."""
+    if forced == DYNAMO and not claims(DYNAMO, text):
+        # a Dynamo worker's system port is read as the engine it wraps, when it passes one through
+        return detect_engine(text) or DYNAMO
     if forced != AUTO:
         return forced
     return detect_engine(text) or VLLM

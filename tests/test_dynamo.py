@@ -225,3 +225,12 @@ def test_the_planners_latencies_stand_beside_the_workers_verdicts():
     shown = by_target[worker.url]["deployment"]["planner"]
     assert shown == {"observed_ttft_ms": 212.4, "observed_itl_ms": 11.8, "estimated_itl_ms": 13.1,
                      "num_prefill_replicas": 1.0, "num_decode_replicas": 2.0}
+
+
+def test_forced_dynamo_reads_a_worker_as_the_engine_it_wraps():
+    from specwatch.collectors.engines import choose_engine
+
+    assert choose_engine("dynamo", capture("vllm-worker-ngram.prom")) == "vllm"
+    assert choose_engine("dynamo", capture("mocker-prefill.prom")) == "dynamo"
+    assert choose_engine("dynamo", capture("frontend-loaded.prom")) == "dynamo"
+    assert choose_engine("dynamo", PLANNER) == "dynamo"
