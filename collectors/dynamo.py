@@ -43,7 +43,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.collectors.engines import DYNAMO, AdapterState, MetricsReading, claims, dynamo_planner, dynamo_worker
+from specwatch.collectors.engines import DYNAMO, MetricsReading, claims, dynamo_planner, dynamo_worker
 from specwatch.collectors.families import Series, read_series
 from specwatch.readings.health import E2E
 from specwatch.readings.window import GENERATION_TOKENS, PROMPT_TOKENS, REQUEST_SUCCESS, RUNNING, TTFT, WAITING
@@ -238,18 +238,6 @@ def read_bare_worker(text: str) -> MetricsReading:
                   if name.startswith("dynamo_component_") for lb, _ in samples if lb.get("model")), None)
     return MetricsReading((EngineSample("0", model, counters, gauges),))
 
-
-
-class DynamoFrontendAdapter:
-    name = DYNAMO
-    label = "Dynamo"
-    info_paths = ("/v1/models",)
-
-    def claims(self, text: str) -> bool:
-        return claims(DYNAMO, text)
-
-    def read_metrics(self, text: str, state: AdapterState, now: float) -> MetricsReading:
-        return read_frontend(text)[0]
 
 
 # -- the scrape ------------------------------------------------------------------------------------

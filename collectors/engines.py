@@ -21,15 +21,17 @@ a gauge the engine averages over its own interval (SGLang's acceptance length) i
 is windowed by the adapter (see collectors.sglang); a field the engine does not expose stays absent
 rather than guessed (the window then reports None and the advisor says what it could not judge).
 
-The adapters: VllmAdapter (specwatch.collectors.vllm, its info probe `probe_target_info`),
-SglangAdapter (specwatch.collectors.sglang, its info probe `probe_sglang_info`), TrtllmAdapter
-(specwatch.collectors.trtllm: /prometheus/metrics), TritonAdapter (specwatch.collectors.triton) and
-the Dynamo frontend's (specwatch.collectors.dynamo, which also reads a worker's deployment labels
-around whichever adapter reads the engine it wraps). The transport (the bounded GET, the deadline,
-the failure states) is shared: collectors.vllm fetches /metrics, then `choose_engine` names the
-adapter that reads it. A new engine adds a module beside collectors/sglang.py (its `claims`,
-`read_metrics` and info probe), its prefix in _PREFIX and ENGINE_CHOICES, and its branch after
-`choose_engine` in collectors.vllm._scrape_target.
+The adapters: VllmAdapter (specwatch.collectors.vllm, its info probe `probe_target_info`) and
+SglangAdapter (specwatch.collectors.sglang, its info probe `probe_sglang_info`). TensorRT-LLM,
+Triton's TensorRT-LLM backend and Dynamo are read by module functions whose readings say more than
+the protocol carries (the speculation configuration from a config-info metric, why a target cannot be
+judged, where it sits in a deployment): collectors.trtllm.read_trtllm (/prometheus/metrics),
+collectors.triton.read_triton, collectors.dynamo.read_frontend and read_planner; collectors.dynamo
+also places a worker in its deployment around whichever reader reads the engine it wraps. The
+transport (the bounded GET, the deadline, the failure states) is shared: collectors.vllm fetches
+/metrics, then `choose_engine` names the engine, and collectors.engine_scrape the reader of any
+engine but vLLM. A new engine adds a module beside collectors/sglang.py, its prefix in _PREFIX and
+ENGINE_CHOICES, and its branch in collectors.engine_scrape.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ speculation cannot be judged here: TargetSample.unjudged says so, and the verdic
 
 from __future__ import annotations
 
-from specwatch.collectors.engines import TRITON, AdapterState, MetricsReading, claims
+from specwatch.collectors.engines import TRITON, MetricsReading, claims
 from specwatch.collectors.families import read_series
 from specwatch.readings.window import KV_CAPACITY_TOKENS, REQUEST_SUCCESS, RUNNING, WAITING
 from specwatch.telemetry.snapshot import EngineSample
@@ -67,15 +67,3 @@ def read_triton(text: str) -> MetricsReading:
             counters[REQUEST_SUCCESS] = success
         engines.append(EngineSample(str(i), model, counters, gauges))
     return MetricsReading(tuple(engines))
-
-
-class TritonAdapter:
-    name = TRITON
-    label = "Triton (TensorRT-LLM backend)"
-    info_paths = ("/v2",)  # Triton's server metadata (name, version), on its HTTP port, not :8002
-
-    def claims(self, text: str) -> bool:
-        return claims(TRITON, text)
-
-    def read_metrics(self, text: str, state: AdapterState, now: float) -> MetricsReading:
-        return read_triton(text)

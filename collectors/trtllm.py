@@ -46,7 +46,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.collectors.engines import TRTLLM, AdapterState, MetricsReading, claims
+from specwatch.collectors.engines import TRTLLM, MetricsReading, claims
 from specwatch.collectors.families import Series, read_series
 from specwatch.readings.health import DECODE, E2E, INFERENCE, PREFILL, QUEUE
 from specwatch.telemetry.snapshot import (FROM_CONFIG_METRIC, TARGET_OK, EngineSample, Histogram, SpeculationConfig,
@@ -250,18 +250,6 @@ def read_trtllm(text: str, declared_k: int | None = None) -> TrtllmReading:
 
 def per_position_depth(engines: tuple[EngineSample, ...] | list[EngineSample]) -> int:
     return max((len(e.accepted_per_position) for e in engines), default=0)
-
-
-class TrtllmAdapter:
-    name = TRTLLM
-    label = "TensorRT-LLM"
-    info_paths = ("/version",)
-
-    def claims(self, text: str) -> bool:
-        return claims(TRTLLM, text)
-
-    def read_metrics(self, text: str, state: AdapterState, now: float) -> MetricsReading:
-        return read_trtllm(text).reading
 
 
 def looks_like_iteration_stats(body: bytes) -> bool:
