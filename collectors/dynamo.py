@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from specwatch.collectors.engines import DYNAMO, MetricsReading, claims, dynamo_planner, dynamo_worker
 from specwatch.collectors.families import Series, read_series
@@ -300,3 +300,18 @@ def placed_in_deployment(target: Any, text: str, sample: TargetSample) -> Target
     # a prefill worker's reason comes first: whatever else it lacks, it is not where drafts are verified
     unjudged = PREFILL_UNJUDGED if role == PREFILL else sample.unjudged
     return dataclasses.replace(sample, deployment=deployment, role=role, unjudged=unjudged, workers=workers)
+
+
+def disaggregated_roles(samples: Sequence[TargetSample]) -> tuple[TargetSample, ...]:
+    """The samples of one poll, with each worker a frontend of its deployment lists as a decode worker
+    beside a prefill worker placed as "decode": a decode worker's own labels say "backend", as an
+    aggregated worker's do (Dynamo 1.6.1), and only its frontend tells the two apart."""
+    decode: set[tuple[str | None, str]] = set()
+    for s in samples:
+        if s.role == FRONTEND and any(w.endswith(f"({PREFILL})") for w in s.workers):
+            decode.update((s.deployment, w.split(" ")[0]) for w in s.workers if w.endswith(f"({DECODE})"))
+    if not decode:
+        return tuple(samples)
+    return tuple(dataclasses.replace(s, role=DECODE)
+                 if s.role == AGGREGATED and any((s.deployment, w) in decode for w in s.workers) else s
+                 for s in samples)

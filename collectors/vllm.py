@@ -608,7 +608,10 @@ class VllmSource:
         results = await asyncio.gather(
             *(scrape_target(self._client, t, self.max_bytes, declared=self.declared) for t in self.targets)
         )
-        return tuple(results)
+        from specwatch.collectors.dynamo import disaggregated_roles
+
+        # a disaggregated deployment's decode workers, told apart by its frontend read in the same poll
+        return disaggregated_roles(results)
 
     def info(self, url: str) -> TargetInfo | None:
         for t in self.targets:

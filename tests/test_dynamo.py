@@ -99,6 +99,8 @@ def test_a_disaggregated_pair_its_prefill_worker_is_not_judged():
         status, report = check_json("--url", f.url, "--url", p.url, "--url", d.url)
     by_target = {r["target"]: r for r in report["targets"]}
     assert by_target[f.url]["deployment"]["workers_not_read"] == []
+    # the decode worker's labels say "backend", as an aggregated one's: its frontend says decode
+    assert by_target[d.url]["deployment"]["role"] == "decode"
     prefill_report = by_target[p.url]
     assert prefill_report["deployment"]["role"] == "prefill" and prefill_report["engine"]["name"] == "dynamo"
     assert prefill_report["verdict"]["reasons"][0].startswith("a prefill worker verifies no drafts")
