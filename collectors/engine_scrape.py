@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from specwatch.collectors.engines import DYNAMO, SGLANG, TRITON, TRTLLM
-from specwatch.telemetry.snapshot import TARGET_OK, SpeculationConfig, TargetSample
+from specwatch.telemetry.snapshot import SpeculationConfig, TargetSample
 
 
 async def scrape_engine(client: Any, target: Any, text: str, payload_bytes: int, elapsed: float,
@@ -24,6 +24,8 @@ async def scrape_engine(client: Any, target: Any, text: str, payload_bytes: int,
 
         sample = await scrape_trtllm(client, target, text, payload_bytes, elapsed, probe_info, declared)
     elif engine == TRITON:
+        from specwatch.collectors.triton import scrape_triton
+
         sample = scrape_triton(target, text, payload_bytes, elapsed, declared)
     elif engine == DYNAMO:
         return scrape_dynamo(target, text, payload_bytes, elapsed, declared)
@@ -31,20 +33,3 @@ async def scrape_engine(client: Any, target: Any, text: str, payload_bytes: int,
         raise ValueError(f"no adapter for the engine {engine!r}")
     return placed_in_deployment(target, text, sample)
 
-
-def scrape_triton(target: Any, text: str, payload_bytes: int, elapsed: float,
-                  declared: SpeculationConfig | None) -> TargetSample:
-    from specwatch.collectors.triton import UNJUDGED, read_triton
-
-    if "nv_trt_llm_" not in text:
-        return TargetSample(target.url, "families_missing",
-                            f"Triton at {target.url}: /metrics has no nv_trt_llm_ family (is the TensorRT-LLM "
-                            "backend loaded? Triton serves its metrics on :8002)",
-                            payload_bytes=payload_bytes, engine=TRITON)
-    try:
-        reading = read_triton(text)
-    except ValueError as exc:
-        return TargetSample(target.url, "not_prometheus", f"Triton at {target.url}: {exc}",
-                            payload_bytes=payload_bytes, engine=TRITON)
-    return TargetSample(target.url, TARGET_OK, engines=reading.engines, scrape_seconds=elapsed,
-                        payload_bytes=payload_bytes, speculation=declared, engine=TRITON, unjudged=UNJUDGED)

@@ -16,10 +16,12 @@ speculation cannot be judged here: TargetSample.unjudged says so, and the verdic
 
 from __future__ import annotations
 
+from typing import Any
+
 from specwatch.collectors.engines import TRITON, MetricsReading, claims
 from specwatch.collectors.families import read_series
 from specwatch.readings.window import KV_CAPACITY_TOKENS, REQUEST_SUCCESS, RUNNING, WAITING
-from specwatch.telemetry.snapshot import EngineSample
+from specwatch.telemetry.snapshot import TARGET_OK, EngineSample, SpeculationConfig, TargetSample
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
 REQUESTS = "nv_trt_llm_request_metrics"
@@ -67,3 +69,20 @@ def read_triton(text: str) -> MetricsReading:
             counters[REQUEST_SUCCESS] = success
         engines.append(EngineSample(str(i), model, counters, gauges))
     return MetricsReading(tuple(engines))
+
+
+def scrape_triton(target: Any, text: str, payload_bytes: int, elapsed: float,
+                  declared: SpeculationConfig | None) -> TargetSample:
+    """Triton's /metrics, already fetched by the shared transport (collectors.vllm)."""
+    if not claims(TRITON, text):
+        return TargetSample(target.url, "families_missing",
+                            f"Triton at {target.url}: /metrics has no nv_trt_llm_ family (is the TensorRT-LLM "
+                            "backend loaded? Triton serves its metrics on :8002)",
+                            payload_bytes=payload_bytes, engine=TRITON)
+    try:
+        reading = read_triton(text)
+    except ValueError as exc:
+        return TargetSample(target.url, "not_prometheus", f"Triton at {target.url}: {exc}",
+                            payload_bytes=payload_bytes, engine=TRITON)
+    return TargetSample(target.url, TARGET_OK, engines=reading.engines, scrape_seconds=elapsed,
+                        payload_bytes=payload_bytes, speculation=declared, engine=TRITON, unjudged=UNJUDGED)
