@@ -279,7 +279,6 @@ def _gpu_panel_text(app) -> str:
 @pytest.mark.parametrize("gpus", [0, 2], ids=["no_gpu_read", "gpus_read"])
 async def test_the_gpus_panel_says_its_gpu_comes_from_the_gpu_flag(gpus):
     from specwatch.cli import build_parser
-    from specwatch.collectors.synthetic import SyntheticNode
     from specwatch.commands.options import advisor_config
     from specwatch.dashboard.app import SpecwatchApp
     from specwatch.advice.monitor import Monitor

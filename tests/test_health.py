@@ -247,3 +247,19 @@ def test_the_prefix_cache_counters_by_their_names_before_0_9_2():
     assert engine.counters["vllm:gpu_prefix_cache_hits"] == 300.0
     block = health_report(Increases(30.0, dict(engine.counters)), 30.0, {}, None, None, True, None)
     assert block["traffic"]["prefix_cache_hit_rate"] == pytest.approx(300 / 1194)
+
+
+def test_the_time_averaged_load_from_the_capture_by_hand(capture_increases):
+    """Little's law over the capture's lines: request_inference_time_seconds_sum 6.955758839999476 and
+    request_queue_time_seconds_sum 0.0007334120006703415 (20 requests each) over a 30 s span are the
+    mean number running and waiting; the instant gauges beside them say nothing of the span."""
+    from dataclasses import replace
+
+    from specwatch.readings.figures import engine_figures
+    (engine,) = parse_payload(read(NGRAM_K4)).engines
+    figures = engine_figures(replace(capture_increases, seconds=30.0), [engine.gauges])
+    assert figures.running_time_mean == pytest.approx(6.955758839999476 / 30)
+    assert figures.waiting_time_mean == pytest.approx(0.0007334120006703415 / 30)
+    # no request finished in the span: no time average, rather than a 0 no one measured
+    no_requests = replace(capture_increases, seconds=30.0, histograms={})
+    assert engine_figures(no_requests, [engine.gauges]).running_time_mean is None

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from http_fixtures import LocalServer, metrics_and_version, refused_port, reply
-from specwatch.cli import main
 from specwatch.commands.options import ExitCode
 from specwatch.outputs.export import public_url
 from specwatch.recording import read_recording

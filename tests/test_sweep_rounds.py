@@ -274,6 +274,26 @@ def test_failures_on_one_side_only_flag_the_round():
         "requests failed on one side only (3 baseline, 0 speculative)"]
 
 
+def test_tokens_the_server_generated_beyond_the_sweeps_requests_flag_the_round():
+    """Another client on the speculative server during its side: its generation counter rose by 1200
+    tokens where the sweep's requests received 768. 10 tokens over (a request that failed after
+    generating some) is within the share and says nothing."""
+    async def side(received: int, server: float | None) -> dict:
+        conditions = sw.RoundConditions(None, stat_reader=lambda: None, load_reader=lambda: None)
+        conditions.start()
+        return await conditions.finish(0, received, server)
+
+    quiet, shared = asyncio.run(side(768, 778.0)), asyncio.run(side(768, 1200.0))
+    assert quiet["unrequested_tokens"] == 10.0 and shared["unrequested_tokens"] == 432.0
+    assert sw.condition_flags(quiet, quiet) == []
+    assert sw.condition_flags(quiet, shared) == [
+        "the speculative server generated 432 tokens its requests did not receive (other clients on it, "
+        "or failed requests): its figures are not the sweep's alone"]
+    # a server whose counter was not read flags nothing
+    unread = asyncio.run(side(768, None))
+    assert unread["unrequested_tokens"] is None and sw.condition_flags(unread, unread) == []
+
+
 def test_a_live_round_records_a_throttle_seen_only_while_the_speculative_server_works(tmp_path):
     gpu = hopper_gpu()
     poller = nvml_poller(gpu)

@@ -30,6 +30,8 @@ __all__ = [
     "ACCEPTANCE_RATE_V0",
     "PROMPT_TOKENS",
     "PROMPT_TOKENS_CACHED",
+    "INFERENCE",
+    "QUEUE",
     "GENERATION_TOKENS",
     "RUNNING",
     "WAITING",
@@ -96,6 +98,12 @@ MFU_READ = "vllm:estimated_read_bytes_per_gpu"
 MFU_WRITE = "vllm:estimated_write_bytes_per_gpu"
 REQUEST_SUCCESS = "vllm:request_success"
 PREEMPTIONS = "vllm:num_preemptions"
+# Each finished request's time in the engine's running set (prefill + decode) and in its queue.
+INFERENCE = "vllm:request_inference_time_seconds"
+QUEUE = "vllm:request_queue_time_seconds"
+# EngineFigures.judged_running: the longest mean request, as a share of the window, beside which the
+# window's time average is the load rather than the gauge read at its end.
+TIME_AVERAGE_MAX_REQUEST_SHARE = 0.25
 
 
 def counter_increase(prev: float, cur: float, restarted: bool = False) -> float:
@@ -577,6 +585,26 @@ class EngineFigures:
     # The part speculation can speed. Below 1 the engine idled, or prefilled, or waited on the API
     # server, the tokenizer or the clients.
     busy_share: float | None = None
+    # Requests in the engine's running set and in its queue on the window's time average (Little's
+    # law: the increase of Σ time each request spent there, over the window's seconds). The gauges
+    # are read at an instant: with short requests on a fast engine they read 0 at most scrapes while
+    # work flows (tests/test_engine_sweep.py). Only requests that finished in the window count, so
+    # None when none did, and low in a window shorter than a request.
+    running_time_mean: float | None = None
+    waiting_time_mean: float | None = None
+    request_inference_mean_s: float | None = None  # a finished request's mean time in the running set
+
+    def judged_running(self) -> tuple[float | None, str | None]:
+        """The load a verdict is judged at, and where it came from: the window's time average
+        ("time_average") where the requests that finished in it were short beside it, else the gauge
+        at the window's end ("gauge"). A request still running at the window's end is not in the
+        time average, and one that began before it counts whole: beside requests that last a
+        quarter of the window or more, those edges outweigh the instant the gauge was read."""
+        mean_s = self.request_inference_mean_s
+        if (self.running_time_mean is not None and mean_s is not None
+                and mean_s <= TIME_AVERAGE_MAX_REQUEST_SHARE * self.seconds):
+            return self.running_time_mean, "time_average"
+        return (self.running, "gauge") if self.running is not None else (None, None)
 
     def sequences_per_step(self) -> float | None:
         """The sequences a step decoded, on the window's mean (each verified once a speculative step,
@@ -635,6 +663,7 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
     if step_rate is not None and itl is not None and gauges:
         busy = min(1.0, step_rate * itl / len(gauges))
     moved = None
+    in_engine, queued = inc.histogram_totals(INFERENCE), inc.histogram_totals(QUEUE)
     if inc.counter(MFU_READ) is not None:
         moved = inc.counters[MFU_READ] + inc.counters.get(MFU_WRITE, 0.0)
     return EngineFigures(
@@ -663,4 +692,14 @@ def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> Engine
         restarts=inc.restarts,
         step_tokens=tokens,
         busy_share=busy,
+        running_time_mean=_time_mean(in_engine, seconds),
+        request_inference_mean_s=_mean(in_engine),
+        waiting_time_mean=_time_mean(queued, seconds),
     )
+
+
+def _time_mean(totals: HistogramTotals | None, seconds: float) -> float | None:
+    """Σ time spent in a state, per second of the window: the mean number in that state."""
+    if totals is None or totals.count <= 0 or seconds <= 0:
+        return None
+    return totals.sum / seconds

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from specwatch.readings.figures import (
-    GENERATION_TOKENS, PREEMPTIONS, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens,
+    GENERATION_TOKENS, INFERENCE, PREEMPTIONS, QUEUE, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens,
 )
 from specwatch.telemetry.snapshot import Histogram
 
@@ -30,10 +30,8 @@ __all__ = [
 ]
 
 E2E = "vllm:e2e_request_latency_seconds"
-QUEUE = "vllm:request_queue_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
 DECODE = "vllm:request_decode_time_seconds"
-INFERENCE = "vllm:request_inference_time_seconds"
 # Per request: decode time over its output tokens less one (0.11+); per token under speculation too.
 REQUEST_TPOT = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds")
 # Between engine steps as a request sees them (V1 name first, V0's name after).

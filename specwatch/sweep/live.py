@@ -197,6 +197,7 @@ class LiveSweep:
 
         async with source, self._client() as client:
             conditions.start()
+            await probe.begin()
             probe_task = asyncio.create_task(probe.run_until(done))
             try:
                 run = await loadgen.run_tier(client, endpoint.url, self.prompts, plan, settings,
@@ -207,7 +208,9 @@ class LiveSweep:
         stats = loadgen.tier_stats(run)
         figures = side_from_stats(stats, probe.figures())
         figures["wall_s"] = run.wall_s
-        self.record.put(concurrency, endpoint.side, figures, await conditions.finish(stats.requests_failed))
+        self.record.put(concurrency, endpoint.side, figures,
+                        await conditions.finish(stats.requests_failed, stats.output_tokens,
+                                                figures.get("server_generation_tokens")))
         self.progress(_progress_line(endpoint.side, concurrency, figures))
         self.on_tier(self.record)
         if run.server_dead:

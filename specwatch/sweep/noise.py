@@ -24,6 +24,7 @@ __all__ = [
     "STEAL_DIFFERENCE_PCT",
     "LOAD_DIFFERENCE_PER_CPU",
     "CLOCK_DIFFERENCE",
+    "OTHER_TRAFFIC_SHARE",
 ]
 
 # Side-to-side differences that flag a round. Steal of a few percent moves a CPU-bound tokens/s by as
@@ -31,6 +32,10 @@ __all__ = [
 STEAL_DIFFERENCE_PCT = 5.0
 LOAD_DIFFERENCE_PER_CPU = 0.5
 CLOCK_DIFFERENCE = 0.05
+# Tokens the server generated over a side beyond those its requests received, as a share of the
+# latter: other clients on the server (its figures are then not the sweep's alone), or requests that
+# failed after generating. A few percent is the size of the effects a sweep resolves.
+OTHER_TRAFFIC_SHARE = 0.02
 
 
 def read_proc_stat(path: str = "/proc/stat") -> tuple[float, float, float] | None:
@@ -120,7 +125,10 @@ class RoundConditions:
         if self.gpu_poll is not None:
             self._task = asyncio.create_task(self._poll_loop())
 
-    async def finish(self, failed_requests: int = 0) -> dict[str, Any]:
+    async def finish(self, failed_requests: int = 0, tokens_received: int | None = None,
+                     server_tokens: float | None = None) -> dict[str, Any]:
+        """The side's conditions. `server_tokens`: the server's generation-token increase over the side
+        (None where its counter was not read), set against the `tokens_received` by its requests."""
         self._done.set()
         if self._task is not None:
             await self._task
@@ -131,6 +139,9 @@ class RoundConditions:
             "load_1m": self.load_reader(),
             "cpus": os.cpu_count(),
             "requests_failed": failed_requests,
+            "tokens_received": tokens_received,
+            "unrequested_tokens": (server_tokens - tokens_received
+                                   if server_tokens is not None and tokens_received is not None else None),
             "gpu": None,
             "gpu_state": self._gpu_state if self.gpu_poll is not None else "not polled",
         }
@@ -172,6 +183,11 @@ def condition_flags(baseline: dict | None, speculative: dict | None) -> list[str
     cpus = baseline.get("cpus") or 1
     if lb is not None and ls is not None and abs(lb - ls) / cpus > LOAD_DIFFERENCE_PER_CPU:
         flags.append(f"host load differs: {lb:.1f} baseline, {ls:.1f} speculative ({cpus} CPUs)")
+    for side, conditions in (("baseline", baseline), ("speculative", speculative)):
+        extra, received = conditions.get("unrequested_tokens"), conditions.get("tokens_received")
+        if extra is not None and received and extra > OTHER_TRAFFIC_SHARE * received:
+            flags.append(f"the {side} server generated {extra:.0f} tokens its requests did not receive "
+                         f"(other clients on it, or failed requests): its figures are not the sweep's alone")
     fb, fs = baseline.get("requests_failed") or 0, speculative.get("requests_failed") or 0
     if bool(fb) != bool(fs):
         flags.append(f"requests failed on one side only ({fb} baseline, {fs} speculative)")

@@ -20,10 +20,14 @@ __all__ = [
 class MetricsProbe:
     """Scrapes one server's /metrics through a tier: the acceptance over it and the running batch.
 
-    One scrape at the start, one every `interval_s` while requests are in flight, one at the end.
-    The acceptance comes from the counter increases between the first and the last (as `check`
-    computes it); the running batch is the mean of the in-flight scrapes. A server whose /metrics
-    cannot be read gives no figures and a message, never an error.
+    One scrape before the tier's first request (`begin`), one every `interval_s` while requests are
+    in flight, one after the last has finished. The acceptance comes from the counter increases
+    between the first and the last (as `check` computes it). The running batch is the time average
+    over that span from the engine's own per-request times (EngineFigures.running_time_mean), which
+    counts every request of the tier; the in-flight scrapes' gauge readings are kept beside it and
+    stand in only for an engine without those times: the gauge is read at an instant, and on a fast
+    engine with short requests it reads 0 at most scrapes while the tier runs. A server whose
+    /metrics cannot be read gives no figures and a message, never an error.
     """
 
     def __init__(self, source: VllmSource, interval_s: float = 1.0) -> None:
@@ -47,8 +51,12 @@ class MetricsProbe:
             if values:
                 self.running.append(sum(values))
 
-    async def run_until(self, done: asyncio.Event) -> None:
+    async def begin(self) -> None:
+        """The scrape the tier's increases start from: awaited before its first request is sent."""
         await self.scrape(in_flight=False)
+
+    async def run_until(self, done: asyncio.Event) -> None:
+        """The in-flight scrapes until `done`, then the closing one."""
         while not done.is_set():
             try:
                 await asyncio.wait_for(done.wait(), timeout=self.interval_s)
@@ -62,13 +70,22 @@ class MetricsProbe:
         total = tw.total if tw is not None else None
         acc = total.acceptance if total is not None else None
         per_step = total.per_decode_step() if total is not None else None
+        gauge_mean = float(np.mean(self.running)) if self.running else None
+        time_mean = total.running_time_mean if total is not None else None
+        running_mean, running_from = ((time_mean, "request_times") if time_mean is not None
+                                      else (gauge_mean, "gauge") if gauge_mean is not None else (None, None))
         return {
             "acceptance_length": acc.acceptance_length if acc else None,
             "acceptance_rate": acc.acceptance_rate if acc else None,
             "drafts": acc.drafts if acc else None,
             "k": tw.k if tw is not None else None,
-            "running_mean": float(np.mean(self.running)) if self.running else None,
+            "running_mean": running_mean,
+            "running_from": running_from,
+            "running_gauge_mean": gauge_mean,
             "server_generation_tokens_per_s": total.generation_tokens_per_s if total is not None else None,
+            # the same counter's increase over the tier: set against the tokens the requests received
+            "server_generation_tokens": (round(total.generation_tokens_per_s * total.seconds)
+                                         if total is not None and total.generation_tokens_per_s is not None else None),
             # the engine's own timing over the tier: its step period (inter-token latency), the
             # positions a step computed, and the share of the tier it spent stepping
             "step_period_s": total.itl_mean_s if total is not None else None,
