@@ -23,7 +23,8 @@ from specwatch.advice.step_samples import cpu_prior
 from specwatch.perf import HingeParameters, step_overhead_s
 from specwatch.readings.window import Window
 from specwatch.recording import RecordingHeader, RecordingWriter, read_recording, reader
-from specwatch.telemetry.snapshot import Snapshot, TargetSample
+from specwatch.telemetry.snapshot import (FROM_HOST, Snapshot, SourceStatus, TargetSample, inferred_device,
+                                          resolve_device)
 
 SERVER_INFO = Path(__file__).parent / "data" / "vllm-0.32-cpu-ngram-k4.server_info.json"
 
@@ -226,3 +227,81 @@ def test_a_window_the_engine_decoded_through_is_a_step_sample_whatever_the_runni
             assert tw.total.busy_share >= 0.95
             zero_running_samples += 1
     assert zero_running_samples >= 1
+
+
+NO_DRIVER = SourceStatus("nvml", "no_driver", "no NVIDIA driver (NVML library not found)")
+
+
+@pytest.mark.parametrize("url, sources, gpus, device", [
+    ("http://127.0.0.1:8000", (NO_DRIVER,), (), "cpu"),
+    ("http://localhost:8000", (NO_DRIVER, SourceStatus("dcgm http://localhost:9400/metrics", "absent")), (), "cpu"),
+    ("http://[::1]:8000", (NO_DRIVER,), (), "cpu"),
+    # a remote server's device is not known from here, whatever this machine has
+    ("http://10.0.0.7:8000", (NO_DRIVER,), (), None),
+    ("http://gpu-node:8000", (NO_DRIVER,), (), None),
+    # NVML not asked (--no-nvml), or a driver that answered: nothing is inferred
+    ("http://127.0.0.1:8000", (SourceStatus("nvml", "off"),), (), None),
+    ("http://127.0.0.1:8000", (SourceStatus("nvml", "ok", "1 GPU"),), (), None),
+    ("http://127.0.0.1:8000", (), (), None),
+    # a dcgm-exporter that answers reads GPUs somewhere: no inference
+    ("http://127.0.0.1:8000", (NO_DRIVER, SourceStatus("dcgm http://localhost:9400/metrics", "ok")), (), None),
+])
+def test_the_device_inferred_from_the_host(url, sources, gpus, device):
+    assert inferred_device(url, sources, gpus) == device
+    expected = ("cpu", FROM_HOST) if device else (None, None)
+    assert resolve_device(None, None, device) == expected
+    # the server's word and the operator's flag both win over the host
+    assert resolve_device("cuda", "gpu", device) == ("cuda", "server_info")
+    assert resolve_device(None, "gpu", device) == ("gpu", "flags")
+
+
+def test_a_loopback_server_on_a_host_without_a_driver_is_judged_as_the_cpu_it_runs_on():
+    """Issue 45: the CPU vLLM without dev mode or --device was judged as a GPU's optimistic end (ON,
+    2.9-3.5x, memory-bound). Served on loopback, with NVML saying there is no driver here, it is a
+    CPU engine: judged with the CPU's shape, and the reason says how that was known."""
+    truth = NODE.acceptance_length / (NODE.k + 1)
+
+    def judged(url: str, sources: tuple) -> object:
+        node = dataclasses.replace(NODE, url=url)
+        window, advisor = Window(30.0), Advisor(AdvisorConfig(method="ngram"))
+        verdict = None
+        for snap in generate(node, [4.0] * 90, seed=1):
+            window.add(snap)
+            verdict = advisor.update(window.target(url), snap.gpus, sources)
+        return verdict
+
+    here = judged("http://127.0.0.1:8000", (NO_DRIVER,))
+    assert here.speculation == "off" and "gpu_unidentified" not in here.flags, here.reasons
+    assert here.expected_speedup == pytest.approx(truth, rel=0.25), here.reasons
+    assert any(r.startswith("the engine runs on the CPU (it is on this machine, which has no NVIDIA driver)")
+               for r in here.reasons), here.reasons
+    # the same node remote: the device is not known, and the verdict says so rather than price a GPU
+    remote = judged("http://10.0.0.7:8000", (NO_DRIVER,))
+    assert "gpu_unidentified" in remote.flags and remote.confidence <= 0.5
+    assert any(r.startswith("the device is not known") and "--device cpu" in r for r in remote.reasons), remote.reasons
+
+
+def test_check_on_a_loopback_server_names_the_device_from_the_host(tmp_path):
+    """`check` against a loopback server with NVML's real no-driver path (this machine, CI's too):
+    `engine.device` is the CPU, from the host. Where this machine has a driver, NVML says so and
+    nothing is inferred."""
+    import contextlib
+    import io
+
+    from http_fixtures import metrics_and_version
+    from payloads import NGRAM_K4, read
+    from specwatch.cli import main
+
+    payload = read(NGRAM_K4).encode()
+    with LocalServer(metrics_and_version(lambda: payload)) as server:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                main(["check", "--url", server.url, "--window", "0.2", "--json", "--no-dcgm"])
+            except SystemExit:
+                pass
+    report = json.loads(out.getvalue())
+    nvml = next(s for s in report["sources"] if s["name"] == "nvml")
+    if nvml["state"] != "no_driver":
+        pytest.skip(f"this machine's NVML is {nvml['state']}, not the no-driver path")
+    assert report["engine"]["device"] == {"name": "cpu", "source": "host"}

@@ -24,6 +24,13 @@ def pair(label: str, value: str, label2: str, value2: str) -> Text:
     return line
 
 
+def running_words(f) -> str:
+    """The load the verdict is judged at: the window's time average ("2.6 avg") where it is
+    measured, which a gauge read at an instant ("0" between short requests) is not."""
+    value, source = f.judged_running()
+    return f"{value:.1f} avg" if source == "time_average" else num(f.running)
+
+
 def source_states(view: DashboardView) -> list[Text]:
     """One line per source: each target and each GPU source, with its state in words."""
     lines = []
@@ -90,7 +97,7 @@ class EnginePanel(Panel):
                          Text("rates need two readings a window apart", style="dim"))
         ratio = f"{f.prompt_to_output_ratio:.1f}:1" if f.prompt_to_output_ratio is not None else MISSING
         rows = [
-            pair("running", num(f.running), "waiting", num(f.waiting)),
+            pair("running", running_words(f), "waiting", num(f.waiting)),
             pair("KV cache", pct(f.kv_cache_usage), "prompt:out", ratio),
             pair("TTFT p50", seconds(f.ttft_p50_s), "p95", seconds(f.ttft_p95_s)),
             pair("TPOT", seconds(f.tpot_mean_s), "step", seconds(f.itl_mean_s)),

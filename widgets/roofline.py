@@ -152,7 +152,7 @@ class RooflinePanel(Panel):
         return (
             rounded(figures.computed_tokens_per_step_mean) if figures else None,
             rounded(figures.mfu_intensity) if figures else None,
-            rounded(figures.running) if figures else None,
+            rounded(figures.judged_running()[0]) if figures else None,
             window.speculation_configured if window else None,
             ridge_of(view),
             bound_words(bound, width),
@@ -193,9 +193,10 @@ class RooflinePanel(Panel):
             points.append((figures.mfu_intensity, "◆"))
             legend.append(f"  ◆ MFU {figures.mfu_intensity:.0f} FLOP/B")
         k = view.unconfigured_k
-        if k is not None and window is not None and not window.speculation_configured and figures is not None \
-                and finite(figures.running) and figures.running > 0:
-            verify = figures.running * (k + 1)
+        running = figures.judged_running()[0] if figures is not None else None
+        if k is not None and window is not None and not window.speculation_configured \
+                and finite(running) and running > 0:
+            verify = running * (k + 1)
             points.append((verify, "○"))
             legend.append(f"  ○ with k={k}: {verify:.0f}")
         legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")

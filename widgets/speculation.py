@@ -235,7 +235,7 @@ class SpeculationPanel(Panel):
             notes.append(f"{better} would give {speedup(verdict.best_k_speedup)}", style="bold")
         reconciled = verdict.details.get("sweep")
         if reconciled is None and view.sweep is not None and view.sweep.throughput_crossing is not None:
-            running = figures.running if figures else None
+            running = figures.judged_running()[0] if figures else None
             if notes.cell_len:
                 notes.append("  ")
             notes.append(f"{view.sweep.crossing_text()} running (now {num(running)})")
@@ -265,6 +265,6 @@ class SpeculationPanel(Panel):
             lines.append(g)
         lines.append(Text("typical: n-gram 1.3–1.6, EAGLE-3 2.5–3.5", style="dim"))
         if figures is not None:
-            lines.append(Text(f"at {num(figures.running)} running, {num(figures.computed_tokens_per_step_mean)} tokens per step",
+            lines.append(Text(f"at {num(figures.judged_running()[0])} running, {num(figures.computed_tokens_per_step_mean)} tokens per step",
                               style="dim"))
         return Group(*lines)

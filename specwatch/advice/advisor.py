@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, ModelSpec
 from specwatch.perf.models import weight_format
-from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, resolve_device
+from specwatch.telemetry.snapshot import (FROM_SERVER_INFO, GpuSample, SourceStatus, SpeculationConfig, inferred_device,
+                                          resolve_device)
 from specwatch.advice.drafter_pricing import DrafterPricing
 from specwatch.advice.gpu_identity import GpuIdentity
 from specwatch.advice.judging import (
@@ -218,23 +219,26 @@ class Advisor:
 
     # -- the decision -------------------------------------------------------------------------
 
-    def update(self, tw: TargetWindow | None, gpus: Sequence[GpuSample] = ()) -> Verdict:
-        """The verdict on this window, explained: its reasons, figures, bound and flags."""
-        verdict, _ = self._judge(tw, gpus, explained=True)
+    def update(self, tw: TargetWindow | None, gpus: Sequence[GpuSample] = (),
+               sources: Sequence[SourceStatus] = ()) -> Verdict:
+        """The verdict on this window, explained: its reasons, figures, bound and flags. `sources`: the
+        GPU sources' states in the same poll (a host without an NVIDIA driver tells a loopback
+        server's device)."""
+        verdict, _ = self._judge(tw, gpus, explained=True, sources=sources)
         return verdict
 
-    def assess(self, tw: TargetWindow | None,
-               gpus: Sequence[GpuSample] = ()) -> tuple[Verdict, Callable[[], Verdict] | None]:
+    def assess(self, tw: TargetWindow | None, gpus: Sequence[GpuSample] = (),
+               sources: Sequence[SourceStatus] = ()) -> tuple[Verdict, Callable[[], Verdict] | None]:
         """`update` without what only explains the verdict, for a reader of verdict changes alone (a
         headless timeline reads one evaluation in a hundred): the verdict's state, change and load
         are `update`'s, and `explain`, when not None, gives the verdict `update` would have given
         (its reasons, crossover, best k, bound, flags and confidence). The advisor's own state (the
         step-time samples and fit, the TTFT history, the hysteresis) moves exactly as in `update`.
         Call `explain` before the next evaluation: it reads the settings this one left."""
-        return self._judge(tw, gpus, explained=False)
+        return self._judge(tw, gpus, explained=False, sources=sources)
 
-    def _judge(self, tw: TargetWindow | None, gpus: Sequence[GpuSample],
-               explained: bool) -> tuple[Verdict, Callable[[], Verdict] | None]:
+    def _judge(self, tw: TargetWindow | None, gpus: Sequence[GpuSample], explained: bool,
+               sources: Sequence[SourceStatus] = ()) -> tuple[Verdict, Callable[[], Verdict] | None]:
         """What moves the advisor's state, in the order `update` has always moved it, then the
         explanation (`reasons.explain`), at once or when asked. Verdicts that end the judging early (no
         reading, no traffic, no drafts, no decision) are explained at once: they are cheap."""
@@ -261,8 +265,9 @@ class Advisor:
             return make_verdict(UNKNOWN, 0.0, time, [stalled], bound_estimate(None, gpus, None, None),
                                 ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
         gpu = identity.identify(gpus)
-        # an engine that says it runs on the CPU has a known shape, where no GPU is identified
-        device = resolve_device(target.device, self._config.device)
+        # an engine that says it runs on the CPU has a known shape, where no GPU is identified; so has
+        # a loopback server on a host with no NVIDIA driver, which no GPU's roofline may price
+        device = resolve_device(target.device, self._config.device, inferred_device(target.url, sources, gpus))
         cpu_engine = gpu is None and device[0] == "cpu"
         # vLLM's default budget where the hardware is known and neither the server nor the flag says it
         default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
@@ -290,7 +295,9 @@ class Advisor:
             return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, mig_unscaled, ttft_note,
                            budget_note=budget.note)
 
-        running = figures.running
+        # the window's time-averaged load where it is measured: the running gauge is read at an
+        # instant, and with short requests it reads 0 at most scrapes while work flows
+        running, _ = figures.judged_running()
         if target.unjudged is not None:
             # read, but not a target whose metrics can say whether speculation pays (Triton's backend,
             # a TensorRT-LLM without its counters, a Dynamo frontend, a prefill worker): no verdict on

@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
-from specwatch.telemetry.snapshot import FROM_SERVER_INFO, GpuSample, SpeculationConfig, TargetSample
+from specwatch.telemetry.snapshot import FROM_HOST, FROM_SERVER_INFO, GpuSample, SpeculationConfig, TargetSample
 from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
 from specwatch.advice.judging import (
     EASY_LENGTH, HARD_LENGTH, MAX_CONFIDENCE, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged,
@@ -219,7 +219,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     shape_assumed = False
     device, device_from = j.device
     if gpu is None and device == "cpu":
-        said = "its /server_info says so" if device_from == FROM_SERVER_INFO else "--device cpu"
+        said = {FROM_SERVER_INFO: "its /server_info says so",
+                FROM_HOST: "it is on this machine, which has no NVIDIA driver"}.get(device_from, "--device cpu")
         reasons.append(f"the engine runs on the CPU ({said}): beyond vLLM's fixed step cost, every "
                        "position a step verifies costs its compute, as no GPU's knee would hide it")
     elif gpu is None and j.mig_unscaled is None and s_now > 1.0 \
@@ -232,10 +233,11 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         if pessimistic < 1.0:
             shape_assumed = True
             flags.append("gpu_unidentified")
-            reasons.append(f"no GPU identified (no NVML driver, no dcgm-exporter, no --gpu): the speedup lies "
+            reasons.append(f"the device is not known (no GPU read here, no dcgm-exporter, no --gpu or --device): "
+                           f"the speedup lies "
                            f"between {pessimistic:.2f}× (every verified position costs a token's compute, as on "
-                           f"a CPU or past the knee) and {s_now:.2f}× (below a GPU's knee); give --gpu, or "
-                           f"traffic at several loads, to decide")
+                           f"a CPU or past the knee) and {s_now:.2f}× (below a GPU's knee); give --gpu (or "
+                           f"--device cpu for an engine on the CPU), or traffic at several loads, to decide")
     # speculation is on: switched off, each token takes the engine's speedup times as long
     slo = slo_goodput(settings, tw, tpot_ratio_if_toggled=s_engine, toggled_words="with speculation off")
     if slo is not None:

@@ -20,7 +20,6 @@ user-info and query string, and the bearer token is held only by the vLLM client
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import math
 import socket
 import threading
@@ -37,6 +36,7 @@ from specwatch.outputs import export_schema as schema
 from specwatch.outputs.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.monitor import Monitor, TargetState
+from specwatch.telemetry.urls import is_loopback
 from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 from specwatch.telemetry.urls import redact
 
@@ -66,15 +66,6 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not 0 <= port_number <= 65535:
         raise ListenError(f"--listen {value!r}: the port must be between 0 and 65535")
     return host, port_number
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere: treat it as remote
 
 
 def check_listen(value: str, allow_remote: bool) -> tuple[str, int]:

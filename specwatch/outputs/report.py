@@ -11,7 +11,7 @@ from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.token_budget import TokenBudget, resolve_token_budget
 from specwatch.perf import BoundEstimate
 from specwatch.telemetry.snapshot import (GpuSample, Snapshot, SourceStatus, SpeculationConfig, TargetSample,
-                                         resolve_device, resolve_speculation)
+                                         inferred_device, resolve_device, resolve_speculation)
 from specwatch.readings.window import TTFT, EngineFigures, TargetWindow, Window
 from specwatch.collectors.engines import LABELS as ENGINE_LABELS
 
@@ -37,6 +37,7 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
     latest_engines = tw.latest.engines if tw and tw.latest.ok else ()
     gauges_only = tw.lifetime if tw else None  # gauges are the same in both; lifetime exists sooner
     figures = total or gauges_only
+    judged = total.judged_running() if total else (None, None)
     block: dict[str, Any] = {
         "name": tw.latest.engine_name if tw else None,  # the serving engine: vllm, sglang
         "reachable": reachable,
@@ -45,6 +46,12 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
         "model": latest_engines[0].model_name if latest_engines else None,
         "running": figures.running if figures else None,
         "waiting": figures.waiting if figures else None,
+        # the window's time averages (Little's law on the engine's per-request times), and the load
+        # the verdict was judged at: the time average where it is measured, else the gauge
+        "running_time_mean": _r(total.running_time_mean, 3) if total else None,
+        "waiting_time_mean": _r(total.waiting_time_mean, 3) if total else None,
+        "judged_running": _r(judged[0], 3),
+        "judged_running_from": judged[1],
         "kv_cache_usage": _r(figures.kv_cache_usage) if figures else None,
         "ttft_p50_s": _r(total.ttft_p50_s) if total else None,
         "ttft_p95_s": _r(total.ttft_p95_s) if total else None,
@@ -69,6 +76,13 @@ def engine_block(tw: TargetWindow | None, reachable: bool, version: str | None) 
         ],
     }
     return block
+
+
+def _time_average_words(eng: dict[str, Any]) -> str:
+    """" (1.7 on the window's average, judged at that)" where the verdict's load is the time average."""
+    if eng.get("judged_running_from") != "time_average" or eng.get("judged_running") is None:
+        return ""
+    return f" ({eng['judged_running']:.1f} on the window's average, judged at that)"
 
 
 def _acceptance_block(figures: EngineFigures | None) -> dict[str, Any] | None:
@@ -159,8 +173,9 @@ def check_report(
                    "token_budget": (judged_budget or resolve_token_budget(target, token_budget)).to_dict(),
                    # what the engine runs on ("cpu" sets the step-time shape where no GPU is identified):
                    # {name, source}, name null where neither the server nor the operator said it
-                   "device": dict(zip(("name", "source"), resolve_device(target.device if target else None,
-                                                                           device))),
+                   "device": dict(zip(("name", "source"), resolve_device(
+                       target.device if target else None, device,
+                       inferred_device(url, latest.sources, latest.gpus) if latest else None))),
                    # the weights' format the advisor prices (a datasheet prior reads it where the model and
                    # the GPU are known): {format, source}, null without an advisor
                    "weights": dict(zip(("format", "source"), weights)) if weights else None},
@@ -252,8 +267,8 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(
             f"  {ENGINE_LABELS.get(eng.get('name'), 'vLLM')} {version}, {eng['engines']} engine(s), "
             f"model {eng['model'] or '?'}: "
-            f"running {_fmt(eng['running'], '.0f')}, waiting {_fmt(eng['waiting'], '.0f')}, "
-            f"KV {_fmt(eng['kv_cache_usage'], '.0%')}"
+            f"running {_fmt(eng['running'], '.0f')}{_time_average_words(eng)}, "
+            f"waiting {_fmt(eng['waiting'], '.0f')}, KV {_fmt(eng['kv_cache_usage'], '.0%')}"
         )
         lines.append(
             f"  output {_fmt(eng['generation_tokens_per_s'], '.1f')} tok/s, "

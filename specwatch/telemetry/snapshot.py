@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
+
+from specwatch.telemetry.urls import is_loopback, url_host
 
 SNAPSHOT_VERSION = 1
 
@@ -120,6 +122,9 @@ FROM_METRICS = "metrics"
 # The engine's own configuration, exported as an info metric (TensorRT-LLM's
 # trtllm_speculative_config_info): what the server runs, as much a fact as /server_info.
 FROM_CONFIG_METRIC = "config_metric"
+# What the engine runs on, read from the host rather than said: a loopback server on a machine with
+# no NVIDIA driver (inferred_device).
+FROM_HOST = "host"
 SPECULATION_SOURCES = (FROM_SERVER_INFO, FROM_FLAGS, FROM_METRICS, FROM_CONFIG_METRIC)
 SPECULATION_FIELDS = ("method", "k", "draft_model", "draft_params", "prompt_lookup_min", "prompt_lookup_max",
                       "token_tree")
@@ -398,12 +403,30 @@ def server_word_from_dict(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def resolve_device(observed: str | None, declared: str | None) -> tuple[str | None, str | None]:
+def resolve_device(observed: str | None, declared: str | None,
+                   inferred: str | None = None) -> tuple[str | None, str | None]:
     """What the engine runs on and where that came from: the server's own word (`observed`, from its
-    /server_info) wins over the operator's --device (`declared`), as in resolve_speculation."""
+    /server_info) wins over the operator's --device (`declared`), as in resolve_speculation, and both
+    over what the host says (`inferred`: `inferred_device`). (None, None) where nothing says it."""
     if observed is not None:
         return observed, FROM_SERVER_INFO
-    return declared, FROM_FLAGS if declared is not None else None
+    if declared is not None:
+        return declared, FROM_FLAGS
+    return (inferred, FROM_HOST) if inferred is not None else (None, None)
+
+
+def inferred_device(url: str, sources: Sequence[SourceStatus], gpus: Sequence[GpuSample]) -> str | None:
+    """"cpu" where the reading itself shows the engine has no NVIDIA GPU: the server is on this
+    machine (a loopback URL), and this machine has no NVIDIA driver (NVML says so) and no GPU read
+    from anywhere (no GPU sample, no dcgm-exporter answering). None otherwise: a remote server's
+    device is not known from here, whatever this machine has."""
+    host = url_host(url)
+    if host is None or not is_loopback(host) or gpus:
+        return None
+    states = {s.name.split(" ", 1)[0]: s.state for s in sources}
+    if states.get("nvml") != "no_driver" or any(s.name.startswith("dcgm") and s.state == "ok" for s in sources):
+        return None
+    return "cpu"
 
 
 def token_budget_from_dict(value: Any) -> int | None:

@@ -9,6 +9,7 @@ with the credentials redacted.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit, urlunsplit
 
@@ -104,3 +105,22 @@ def _fixed_scheme(raw: str) -> str | None:
     if _SCHEME_SLASHES.match(raw):
         return _SCHEME_SLASHES.sub(lambda m: m.group(1).lower() + "://", raw, count=1)
     return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine: localhost or a loopback address. Any other host name may
+    resolve anywhere, so it is taken as remote."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(url: str) -> str | None:
+    """The host of an http(s) URL, or None where it has none."""
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
