@@ -323,6 +323,16 @@ def test_every_specwatch_container_runs_the_agent() -> None:
             assert args[:1] == ["export"], where
 
 
+def test_no_specwatch_container_has_a_readiness_probe() -> None:
+    """A pod is Ready only when every container is: a readiness probe on the agent would let a hung
+    or throttled monitor take the vLLM pod out of its Service. Liveness restarts the agent alone."""
+    containers = _specwatch_containers()
+    assert containers
+    for where, container in containers:
+        assert "readinessProbe" not in container, where
+        assert container["livenessProbe"]["httpGet"]["path"] == "/metrics", where
+
+
 def test_the_kustomizations_set_the_image_to_the_package_version() -> None:
     from specwatch import __version__
 
