@@ -193,7 +193,7 @@ def test_with_no_gpu_identified_a_speedup_that_flips_with_the_hardware_claims_no
                          prompt_cached_fraction=0.95)
     verdict = run(node, [1.0] * 90)[-1][1]
     assert "gpu_unidentified" in verdict.flags and verdict.confidence <= 0.5
-    (words,) = [r for r in verdict.reasons if r.startswith("no GPU identified")]
+    (words,) = [r for r in verdict.reasons if r.startswith("the device is not known")]
     assert "between 0.45×" in words
     # told the GPU, the advisor reasons with its roofline again (and the flag is gone)
     told = run(node, [1.0] * 90, config=AdvisorConfig(method="ngram", gpu=lookup("H100")))[-1][1]
