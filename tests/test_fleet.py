@@ -18,6 +18,7 @@ Skipped, saying why, when the prometheus binary is missing; under CI=true that i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -326,10 +327,11 @@ async def test_fleet_view_lists_both_nodes_in_attention_order(fleet: dict[str, A
         table = app.query_one(DataTable)
         assert table.row_count == 3
         first = [str(c) for c in table.get_row_at(0)]
-        assert first[:4] == ["node-trouble", "127.0.0.1:8000", "OFF", "misaligned draft"]
+        # a call short of 80 % confidence carries it beside the word
+        assert first[:4] == ["node-trouble", "127.0.0.1:8000", _shown_word(trouble), "misaligned draft"]
         assert first[4] == "1.03" and first[6].startswith("8 / ")
         third = [str(c) for c in table.get_row_at(2)]
-        assert third[:3] == ["node-healthy", "127.0.0.1:8000", "ON"] and third[4] == "2.60"
+        assert third[:3] == ["node-healthy", "127.0.0.1:8000", _shown_word(healthy)] and third[4] == "2.60"
 
         # r refreshes (in a worker): the count goes up
         before = app.refreshes
@@ -571,3 +573,26 @@ def test_fleet_with_a_down_node_at_80_columns_snapshot(snap_compare, monkeypatch
     assert row.node == "gpu-node-7" and not row.reachable and app.rows[1].attention[0] == 9
     monkeypatch.undo()
     time.tzset()
+
+
+def _shown_word(row) -> str:
+    return row.verdict.upper() + (f" {row.confidence:.0%}" if row.confidence < 0.8 else "")
+
+
+def test_a_coin_flip_call_shows_its_confidence_and_why_at_80_columns() -> None:
+    """Issue 45: a confidence-0.5 verdict on a node whose GPU nobody identified read as a plain "ON".
+    It shows "ON 50%", and the attention column says the device is unknown; a confident call shows
+    the word alone."""
+    from specwatch.outputs.fleet import FleetRow, row_cells
+    from specwatch.outputs.fleet_columns import column_widths, fit_columns, shown_columns
+
+    flip = FleetRow(node="gpu-7", target="http://10.0.0.7:8000", verdict="on", confidence=0.5, configured=True,
+                    acceptance_length=2.4, break_even_length=2.1, running=4.0, crossover=40.0, bound="unknown",
+                    flags=("gpu_unidentified",), read_state="ok", exporter_up=True)
+    sure = dataclasses.replace(flip, node="gpu-8", confidence=0.93, flags=())
+    cells = [row_cells(r, now=0.0) for r in (flip, sure)]
+    assert [str(c[2]) for c in cells] == ["ON 50%", "ON"]
+    assert flip.attention[1] == "device unknown: give --gpu" and sure.attention[1] == ""
+    shown = shown_columns([flip, sure], cells)
+    kept, widths = fit_columns(shown, column_widths(shown, cells), 80)
+    assert {2, 3} <= set(kept) and widths[2] >= len("ON 50%") and widths[3] >= len("device unknown: give --gpu")

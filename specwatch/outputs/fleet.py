@@ -135,6 +135,9 @@ class FleetRow:
             return RANK_UNKNOWN, "cannot be judged here (see check)"
         if self.verdict == "unknown":
             return RANK_UNKNOWN, "no verdict yet"
+        if "gpu_unidentified" in self.flags:
+            # the call flips with hardware nobody identified: a coin flip, whatever it recommends
+            return RANK_WOULD_PAY, "device unknown: give --gpu"
         if self.change_recommended:
             return RANK_WOULD_PAY, "would pay: turn on"
         if self.verdict == "hold":
@@ -436,6 +439,8 @@ def _pct(value: float | None) -> str:
     return f"{value * 100:.0f}%" if _finite(value) else "—"
 
 
+# Below this confidence the table shows it beside the verdict ("ON 50%").
+CONFIDENT = 0.8
 VERDICT_STYLE = {"on": "bold green", "off": "bold red", "hold": "bold yellow", "unknown": "dim"}
 def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
     """The table's cells for one row, in COLUMNS order."""
@@ -449,8 +454,10 @@ def row_cells(row: FleetRow, now: float | None = None) -> tuple[Any, ...]:
         # health is never shown as a verdict: no "not configured", no "never" for what nobody can read
         return (row.node, short_target(row.target), Text("DOWN", style="bold red"),
                 Text(f"{words}, {last_good_words(row.last_good, now)}", style=style), "—", "—", "—", "—")
-    word = row.verdict.upper() + (" (not configured)" if row.configured is False else "")
     known = row.verdict in ("on", "off", "hold")
+    # a call short of CONFIDENT carries its confidence, so a coin flip does not read as a plain ON
+    doubt = f" {row.confidence:.0%}" if known and _finite(row.confidence) and row.confidence < CONFIDENT else ""
+    word = row.verdict.upper() + doubt + (" (not configured)" if row.configured is False else "")
     crossover = f"{row.crossover:.0f}" if _finite(row.crossover) else "never" if known else "—"
     running = f"{row.running:.0f}" if _finite(row.running) else "—"
     target = short_target(row.target) + (f" ({row.role})" if row.role else "")
