@@ -189,3 +189,19 @@ def test_parse_quantity():
     for bad in ("", "1.2.3", "5 parsecs", "nan", True):
         with pytest.raises(PredictInputError):
             parse_quantity(bad, "thing")
+
+
+def test_a_crossover_that_never_comes_names_the_kv_cap_not_the_search_limit():
+    """Issue 45: predict said "it keeps paying up to 1024 running sequences" (the crossover search's
+    end) where the KV memory holds a few dozen. At 8000 tokens of context an H100's 80 GB less
+    Llama-3.1-8B's 16 GB holds about 50 sequences at 128 KiB a token: the limit named is that."""
+    result = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="ngram", context=8000)
+    assert result["details"]["crossover_state"] == "pays_throughout"
+    (words,) = [r for r in result["verdict"]["reasons"] if r.startswith("it keeps paying up to")]
+    assert "1024" not in words and "the KV memory holds: more requests wait rather than run" in words
+    held = int(words.split("up to the ")[1].split()[0])
+    assert 30 < held < 70, words  # (80 − 16) GB × 0.9 / (8000 × 131072 B) ≈ 55
+    # a longer context holds fewer, and the words follow: 32000 tokens hold a quarter as many
+    longer = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="ngram", context=32000)
+    (words,) = [r for r in longer["verdict"]["reasons"] if r.startswith("it keeps paying up to")]
+    assert int(words.split("up to the ")[1].split()[0]) == pytest.approx(held / 4, abs=1)

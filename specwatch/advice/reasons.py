@@ -198,7 +198,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     elif crossover.state == "never_pays":
         reasons.append("it would not pay even with one request running")
     else:
-        reasons.append(f"it keeps paying up to {perf.MAX_BATCH:.0f} running")
+        reasons.append(perf.pays_throughout_words(decision))
     if decision.carried_by == "token budget" and sweep is None:
         reasons[-1] += perf.BUDGET_DECIDES_WORDS
     reasons.extend(decision.reasons)

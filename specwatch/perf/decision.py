@@ -45,6 +45,7 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 
 __all__ = [
+    "pays_throughout_words",
     "MAX_BATCH",
     "BAND",
     "PRIOR_LEVEL_ERROR",
@@ -746,3 +747,23 @@ def speedup_function(inputs: DecisionInputs):
         return model.speedup(float(batch), 0.0, int(k), float(length))
 
     return at
+
+
+def pays_throughout_words(decision: Decision, noun: str = "") -> str:
+    """Where a crossover that never comes was searched to, in words: the batch the KV memory holds
+    where that is below the search's end (past it, more requests wait rather than run, so no larger
+    batch is ever stepped), else the search's end."""
+    cap = decision.capacity
+    held = [c for c in (cap.plain, cap.speculative) if c is not None and math.isfinite(c)]
+    end = decision.crossover.max_batch if decision.crossover is not None else MAX_BATCH
+    if held and max(held) < end:
+        def count(value: float) -> str:  # a few sequences to one decimal, as predict shows a batch
+            return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+        plain, spec = cap.plain, cap.speculative
+        noun = f"running {noun}".strip()
+        limit = (f"the {count(max(held))} {noun} the KV memory holds"
+                 if plain is None or spec is None or count(plain) == count(spec) else
+                 f"the {count(plain)} {noun} the KV memory holds ({count(spec)} with speculation's slots)")
+        return f"it keeps paying up to {limit}: more requests wait rather than run"
+    return f"it keeps paying up to {end:.0f} {f'running {noun}'.strip()}"
