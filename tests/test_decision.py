@@ -321,9 +321,9 @@ def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
     evaluated: list[float] = []
     update = Advisor.update
 
-    def counting_update(self, window, gpus):
+    def counting_update(self, window, gpus, sources=()):
         evaluated.append(window.time)
-        return update(self, window, gpus)
+        return update(self, window, gpus, sources)
 
     monkeypatch.setattr(Advisor, "update", counting_update)
     node = SyntheticNode(step=HingeParameters(base_s=0.02, knee=134.0, slope_s_per_token=0.02 / 134,

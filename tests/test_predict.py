@@ -205,3 +205,19 @@ def test_a_crossover_that_never_comes_names_the_kv_cap_not_the_search_limit():
     longer = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="ngram", context=32000)
     (words,) = [r for r in longer["verdict"]["reasons"] if r.startswith("it keeps paying up to")]
     assert int(words.split("up to the ")[1].split()[0]) == pytest.approx(held / 4, abs=1)
+
+
+@pytest.mark.parametrize("method, k", [("ngram", 3), ("eagle3", 3), ("draft_model", 5)])
+def test_an_acceptance_length_of_1_cannot_pay_and_says_so_with_certainty(method, k):
+    """Issue 45: --acceptance-length 1 gave "off" at confidence 0.845. Nothing accepted, a speculative
+    step emits one token as a plain step does and never costs less: it cannot pay, whatever the
+    step-time error, and the confidence says certain."""
+    extra = {"draft_params": 1e9} if method == "draft_model" else {}
+    result = predict("H100", model="Llama-3.1-8B", batch=4, k=k, acceptance_length=1.0, method=method, **extra)
+    verdict = result["verdict"]
+    assert verdict["speculation"] == "off" and verdict["confidence"] == 1.0
+    assert verdict["expected_speedup"] <= 1.0
+    assert any("accepts no draft token" in r for r in verdict["reasons"])
+    if method == "ngram":  # a free drafter just above 1: the step-time error still counts
+        close = predict("H100", model="Llama-3.1-8B", batch=4, k=k, acceptance_length=1.05, method=method)
+        assert close["verdict"]["confidence"] < 1.0

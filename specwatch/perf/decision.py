@@ -647,6 +647,12 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             reasons.append(words)
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
+        if length <= 1.0:
+            # Nothing accepted: a speculative step emits what a plain one does and never costs less,
+            # so it cannot pay whatever the step costs: no error in the step time moves that.
+            state, confidence = "off", 1.0
+            reasons.append("an acceptance length of 1 accepts no draft token: a speculative step emits what a "
+                           "plain one does and costs at least as much, so speculation cannot pay")
         if expected < 1:
             carried = min(contributions, key=lambda name: contributions[name])
         else:
