@@ -335,3 +335,17 @@ def test_record_refuses_an_existing_file_naming_force_which_overwrites_it(tmp_pa
 
     assert len(read_recording(path).snapshots) >= 1  # overwritten with a valid recording
     assert [p.name for p in tmp_path.iterdir()] == ["r.swrec"]
+
+
+@pytest.mark.parametrize("command", [["check"], ["watch"], ["export"], ["fleet", "--url", "http://n:8000"],
+                                     ["replay", "x.swrec"]])
+def test_a_window_longer_than_an_hour_is_refused_with_why(command, capsys):
+    """Issue 45: --window 1e9 (31 years) was accepted. An hour is the longest span a verdict averages
+    over; the refusal says so."""
+    from specwatch.cli import build_parser
+
+    assert build_parser().parse_args([*command, "--window", "3600"]).window == 3600.0
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([*command, "--window", "1e9"])
+    assert exc.value.code != 0
+    assert "at most 3600 seconds (an hour)" in capsys.readouterr().err

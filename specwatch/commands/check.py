@@ -10,12 +10,12 @@ import json
 import math
 from typing import Any, Iterable
 
-from specwatch.commands.options import CommandError, ExitCode, add_source_arguments, live_session, positive_number
+from specwatch.commands.options import CommandError, ExitCode, add_source_arguments, live_session, window_seconds
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
-    p.add_argument("--window", type=positive_number, default=5.0, metavar="SECONDS",
+    p.add_argument("--window", type=window_seconds, default=5.0, metavar="SECONDS",
                    help="seconds between the two scrapes (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the specwatch.check/1 JSON object")
     p.add_argument("--sweep", metavar="FILE",

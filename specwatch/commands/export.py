@@ -17,6 +17,7 @@ from specwatch.commands.options import (
     live_session,
     print_error,
     positive_number,
+    window_seconds,
 )
 
 
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", metavar="NAME", help="the node label on every series (default: the hostname)")
     p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls of the live sources (default %(default)s)")
-    p.add_argument("--window", type=positive_number, default=30.0, metavar="SECONDS",
+    p.add_argument("--window", type=window_seconds, default=30.0, metavar="SECONDS",
                    help="the rate window the advisor judges over (default %(default)s)")
     feed = p.add_argument_group("feeding the agent from a recording (tests and demos)")
     feed.add_argument("--replay", metavar="FILE", help="play this recording, looped, instead of the live sources")

@@ -22,6 +22,7 @@ from specwatch.commands.options import (
     prometheus_url,
     positive_number,
     require_terminal,
+    window_seconds,
 )
 
 DEFAULT_PROMETHEUS = "http://localhost:9090"
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=positive_number, default=5.0, metavar="SECONDS",
                    help="per-query timeout; with --url, per node: all of its /metrics within it "
                         "(default %(default)s)")
-    p.add_argument("--window", type=positive_number, default=10.0, metavar="SECONDS",
+    p.add_argument("--window", type=window_seconds, default=10.0, metavar="SECONDS",
                    help="with --url, for bare servers (vLLM or SGLang): the rate window they are judged over; "
                         "with --json, the gap between its two readings (default %(default)s)")
     p.add_argument("--json", action="store_true",

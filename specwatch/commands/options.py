@@ -141,6 +141,21 @@ def positive_number(text: str) -> float:
     return value
 
 
+# The longest --window: the span a verdict averages over. An hour already mixes loads that changed;
+# longer only holds more readings in memory (a day at 1 Hz is 86 400 Snapshots) for a worse answer.
+MAX_WINDOW_S = 3600.0
+
+
+def window_seconds(text: str) -> float:
+    """An argparse type: a --window in seconds, > 0 and at most MAX_WINDOW_S."""
+    value = positive_number(text)
+    if value > MAX_WINDOW_S:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_WINDOW_S:.0f} seconds (an hour), got {text!r}: the window is the span a "
+            "verdict averages over, not how much of a recording is read")
+    return value
+
+
 def non_negative_number(text: str) -> float:
     """An argparse type: a finite number of at least 0 (a cost ratio, a margin)."""
     value = _finite_number(text)

@@ -24,6 +24,7 @@ from specwatch.commands.options import (
     positive_number,
     print_error,
     require_terminal,
+    window_seconds,
 )
 from specwatch.recording import FILE_SUFFIX
 
@@ -41,7 +42,7 @@ def _add_timeline_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--headless", action="store_true", help="print the verdict timeline instead of the TUI")
     p.add_argument("--json", action="store_true", help="with --headless: one JSON object per verdict change")
-    p.add_argument("--window", type=positive_number, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+    p.add_argument("--window", type=window_seconds, default=DEFAULT_WINDOW_S, metavar="SECONDS",
                    help="the rate window (default %(default)s)")
     p.add_argument("--evaluate-every", type=positive_number, default=DEFAULT_EVALUATE_EVERY_S, metavar="SECONDS",
                    help="seconds of data time between verdicts; keep the live run's value to reproduce "

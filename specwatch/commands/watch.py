@@ -13,6 +13,7 @@ from specwatch.commands.options import (
     live_session,
     positive_number,
     require_terminal,
+    window_seconds,
 )
 
 
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_source_arguments(p)
     p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls; + and - change it in the app (default %(default)s)")
-    p.add_argument("--window", type=positive_number, default=30.0, metavar="SECONDS",
+    p.add_argument("--window", type=window_seconds, default=30.0, metavar="SECONDS",
                    help="the sliding window rates and the verdict are computed over (default %(default)s)")
     p.add_argument("--history", type=positive_number, default=10.0, metavar="MINUTES",
                    help="how far back the trend charts reach (default %(default)s)")
