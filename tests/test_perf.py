@@ -187,6 +187,11 @@ def test_counter_signal_signatures():
     assert m.counter_signal(0.3, 0.8).state == "compute"
     assert m.counter_signal(0.75, 0.9).state == "balanced"
     assert m.counter_signal(0.1, 0.05).state == "memory"  # latency-bound: compute to spare
+    # issue 45: an idle GPU (no requests, DRAM and tensor at 0) is bound by nothing, not memory-bound
+    idle = m.counter_signal(0.0, 0.0)
+    assert idle.state == "unknown" and "idle" in idle.detail
+    assert m.combine_bound([idle]).state == "unknown"
+    assert m.counter_signal(0.03, 0.0).state == "memory"  # one sequence decoding streams the weights
     assert m.counter_signal(None, 0.5).state == "unknown"
     assert m.counter_signal(1.5, 0.5).state == "unknown"  # percentages not divided by 100
 

@@ -82,6 +82,11 @@ def intensity_signal(delta_flops: float | None, delta_bytes: float | None, ridge
     return BoundSignal(name, state, intensity, f"intensity {intensity:.0f} FLOP/B vs ridge {ridge:.0f}")
 
 
+# DRAM and tensor activity both below this: an idle GPU (a decode step reads every weight, so any
+# work shows far above it).
+IDLE_ACTIVITY = 0.02
+
+
 def counter_signal(dram_bw_fraction: float | None, tensor_fraction: float | None) -> BoundSignal:
     """(b) The DRAM-bandwidth vs tensor-activity signature (GPM / DCGM), both fractions 0..1.
 
@@ -99,6 +104,10 @@ def counter_signal(dram_bw_fraction: float | None, tensor_fraction: float | None
     tensor = float(tensor_fraction)
     value = tensor / dram if dram > 0 else (math.inf if tensor > 0 else 0.0)
     words = f"DRAM {dram_bw_fraction:.2f} ({dram:.2f} of practical peak), tensor {tensor:.2f}"
+    if dram_bw_fraction < IDLE_ACTIVITY and tensor < IDLE_ACTIVITY:
+        # Decoding streams the weights from DRAM every step, so even one running sequence reads far
+        # above this: nothing runs, and an idle GPU is bound by nothing.
+        return BoundSignal(name, "unknown", None, f"{words}: the GPU is idle, no bound to read")
     if tensor >= TENSOR_HIGH and dram >= DRAM_HIGH:
         state, why = "balanced", "both busy: near the ridge"
     elif tensor >= TENSOR_HIGH:
