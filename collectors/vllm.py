@@ -65,6 +65,22 @@ class TokenError(ValueError):
     """The token source named by the user could not be read."""
 
 
+def not_an_engine_words(text: str, url: str) -> str | None:
+    """What a /metrics without an engine's families is, where it is something specwatch knows: a
+    specwatch agent (its specwatch_* series) or a Prometheus server (its own prometheus_* series),
+    each pointed at the command that reads it. None for anything else."""
+    def has(prefix: str) -> bool:
+        return text.startswith(prefix) or f"\n{prefix}" in text or f"# TYPE {prefix}" in text
+
+    if has("specwatch_"):
+        return (f"{url} serves a specwatch agent's metrics (`specwatch export`), not a serving engine's: "
+                f"read agents with `specwatch fleet --url {url}`, and check the engine the agent reads")
+    if has("prometheus_"):
+        return (f"{url} is a Prometheus server's own /metrics, not a serving engine's: read the agents it "
+                f"scrapes with `specwatch fleet --prometheus {url}`")
+    return None
+
+
 def read_token(env_name: str | None = None, file: str | os.PathLike[str] | None = None) -> str | None:
     """A bearer token from a file (first line) or an environment variable; the file wins."""
     if file is not None:
@@ -349,6 +365,7 @@ async def _scrape_target(
     if missing:
         return TargetSample(
             target.url, "families_missing",
+            not_an_engine_words(text, target.url) or
             f"vLLM at {target.url}: /metrics lacks {', '.join(missing)} (is this a vLLM server?)",
             version=target.info.version, payload_bytes=len(body),
         )

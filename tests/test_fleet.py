@@ -596,3 +596,20 @@ def test_a_coin_flip_call_shows_its_confidence_and_why_at_80_columns() -> None:
     shown = shown_columns([flip, sure], cells)
     kept, widths = fit_columns(shown, column_widths(shown, cells), 80)
     assert {2, 3} <= set(kept) and widths[2] >= len("ON 50%") and widths[3] >= len("device unknown: give --gpu")
+
+
+def test_check_pointed_at_an_agent_or_at_prometheus_says_what_it_is_and_what_reads_it(fleet: dict[str, Any]) -> None:
+    """Issue 45: `check` on a specwatch agent or on Prometheus said "is this a vLLM server?". Both are
+    known: each is named, with the `fleet` command that reads it (the real agents and the real
+    Prometheus of this module)."""
+    from http_fixtures import check_json
+
+    agent_url = next(iter(fleet["agents"].values())).url
+    prometheus_url = fleet["prometheus"].url
+    status, report = check_json("--url", agent_url)
+    assert report["state"] == "families_missing" and status != 0
+    assert "specwatch agent's metrics" in report["message"] and f"specwatch fleet --url {agent_url}" in report["message"]
+    status, report = check_json("--url", prometheus_url)
+    assert report["state"] == "families_missing"
+    assert "Prometheus server's own /metrics" in report["message"]
+    assert f"specwatch fleet --prometheus {prometheus_url}" in report["message"]
