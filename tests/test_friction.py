@@ -349,3 +349,32 @@ def test_a_window_longer_than_an_hour_is_refused_with_why(command, capsys):
         build_parser().parse_args([*command, "--window", "1e9"])
     assert exc.value.code != 0
     assert "at most 3600 seconds (an hour)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url, words", [
+    ("htp://node:8000", "did you mean 'http://node:8000'?"),
+    ("htps://node:8000", "did you mean 'https://node:8000'?"),
+    ("hhtp://ops:pw@node:8000", "did you mean 'http://***@node:8000'?"),  # credentials stay hidden
+    ("http://my host:8000", "has a space in its host name 'my host'"),
+    ("http://a$b:8000", "has '$' in its host name"),
+])
+def test_a_url_no_resolver_could_take_is_a_usage_error_with_the_fix(url, words):
+    """Issue 45: a space in the host went on to fail as a DNS error at every poll, and `htp://` got no
+    "did you mean". Both are refused up front, saying what is wrong."""
+    from specwatch.cli import main
+    from specwatch.commands.options import ExitCode
+    from specwatch.telemetry.urls import split_url
+
+    with pytest.raises(ValueError) as exc:
+        split_url(url)
+    assert words in str(exc.value) and "pw" not in str(exc.value)
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--url", url, "--no-nvml", "--no-dcgm"])
+    assert exited.value.code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("url", ["http://nöde:8000", "http://node_1:8000", "http://[::1]:8000", "node-7.example:8000"])
+def test_hosts_a_resolver_takes_are_still_taken(url):
+    from specwatch.telemetry.urls import split_url
+
+    assert split_url(url)[0].startswith(("http://", "https://"))

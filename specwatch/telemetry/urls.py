@@ -9,6 +9,7 @@ with the credentials redacted.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from urllib.parse import urlsplit, urlunsplit
@@ -60,6 +61,12 @@ def _redact_word(match: re.Match[str]) -> str:
     return word[:start] + "***" + word[at:]
 
 
+# What a host may hold besides letters and digits (an internationalised name's too, which the
+# client encodes): a DNS name's hyphens and dots (underscores, which resolvers take in practice), an
+# IPv6 address's colons and a zone's %.
+_HOST_PUNCTUATION = frozenset("._:%-")
+
+
 def split_url(text: str, what: str = "URL") -> tuple[str, str, str]:
     """An operator's URL → (base URL, /metrics URL, the same base with its credentials redacted).
     The first two keep the credentials (they are what is requested); the third is what is shown.
@@ -74,10 +81,21 @@ def split_url(text: str, what: str = "URL") -> tuple[str, str, str]:
     if "://" not in raw:
         raw = "http://" + raw
     parts = urlsplit(raw)
-    if parts.scheme.lower() not in ("http", "https"):
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        close = difflib.get_close_matches(scheme, ("http", "https"), n=1, cutoff=0.6)
+        if close:  # htp://, htps://, hhtp://: a typo, not another protocol
+            fixed = close[0] + raw[len(parts.scheme):]
+            raise ValueError(f"{what} {shown!r} is not an http(s) URL: did you mean {redact(fixed)!r}?")
         raise ValueError(f"{what} {shown!r} is not an http(s) URL")
     if not parts.hostname:
         raise ValueError(f"{what} {shown!r} has no host name")
+    bad = "".join(c for c in parts.hostname.strip("[]") if not (c.isalnum() or c in _HOST_PUNCTUATION))
+    if bad:
+        # no resolver would take it: say so now rather than as a DNS failure on every poll
+        what_bad = "a space" if bad.isspace() else f"{bad[0]!r}"
+        raise ValueError(f"{what} {shown!r} has {what_bad} in its host name {parts.hostname!r}, "
+                         "which no host name can hold")
     try:
         port = parts.port
     except ValueError:
