@@ -114,7 +114,8 @@ async def test_a_bare_server_says_no_verdict_yet_from_the_first_refresh_and_not_
             await until(pilot, lambda: app.refreshes >= 2, "the second refresh")
             await pilot.pause()
             second = table_rows(app)
-            assert second[speculating.url[7:]][1] in ("ON", "OFF", "HOLD")
+            # the word, and its confidence where short of 80 % (issue 45: "ON 50%", not a plain ON)
+            assert second[speculating.url[7:]][1].split()[0] in ("ON", "OFF", "HOLD")
             assert "not configured" not in " ".join(second[speculating.url[7:]])
             await pilot.press("q")
 

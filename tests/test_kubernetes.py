@@ -16,6 +16,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -256,9 +257,15 @@ def test_sidecar_arguments_parse_as_the_export_command() -> None:
 
     _, container = _sidecar()
     assert container["command"] == ["specwatch", "export"]
-    args = build_parser().parse_args([*container["command"][1:], *container["args"]])
+    # the kubelet expands $(VAR) from the container's environment (the downward API) before the agent
+    # starts: the agent parses what it is given then
+    env = {"HOST_IP": "10.0.3.7", "POD_NAME": "vllm-0", "POD_NAMESPACE": "serving"}
+    assert {e["name"] for e in container["env"]} >= set(env)
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+    args = build_parser().parse_args([*container["command"][1:], *expanded])
     assert args.urls == ["http://localhost:8000"] and args.no_nvml and args.allow_remote
-    assert args.listen == "0.0.0.0:9464" and args.dcgm == "http://$(HOST_IP):9400/metrics"
+    assert args.listen == "0.0.0.0:9464" and args.dcgm == "http://10.0.3.7:9400/metrics"
+    assert "$(HOST_IP)" in " ".join(container["args"])  # as the manifest writes it
 
 
 # ---- the vLLM production-stack chart, through the Helm post-renderer ------------------------------

@@ -242,3 +242,42 @@ async def test_the_command_palette_offers_the_jumps(step_recording):
         command.callback()
         first = app.verdict_index.marks[0]
         await until(pilot, lambda: app.latest.time == first.time, "the jump from the palette")
+
+
+async def test_seeking_and_jumping_leave_the_log_with_the_recordings_changes_only(step_recording):
+    """Issue 45: pause, → → ← . . n N on a recording, and the Verdict changes panel and the Events tab
+    listed changes the recording never made (ON → UNKNOWN "one reading so far" after each seek back,
+    the Monitor's window restarted), out of order and twice. The log holds the recording's changes up
+    to the reading shown, newest first, each once, whatever the seeking."""
+    from specwatch.advice.monitor import is_verdict_change
+
+    def logged(app) -> list[tuple[float, str | None, str]]:
+        return [(e.time, e.previous, e.verdict.speculation) for e in app.view_state.events if is_verdict_change(e)]
+
+    def recorded_until(app, index) -> list[tuple[float, str | None, str]]:
+        return sorted(((c.time, c.previous, c.verdict.speculation) for c in index.changes()
+                       if c.time <= app.latest.time), reverse=True)
+
+    app = SpecwatchApp(ReplaySource(step_recording, speed=1.0), new_monitor())
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: app.latest is not None, "the first reading")
+        await pilot.press("space")
+        await until(pilot, lambda: app.verdict_index is not None, "the index")
+        index = app.verdict_index
+        first = index.marks[0]
+        await pilot.press("n")  # to the first change, then about in every way the keys allow
+        await until(pilot, lambda: app.latest.time == first.time, "the first change")
+        for key in ("right", "right", "left", "full_stop", "full_stop", "n", "n", "N", "left", "right", "N", "left", "left"):
+            before = app.latest.time
+            await pilot.press(key)
+            await until(pilot, lambda: not app.controller.in_flight
+                        and (app.latest.time != before or key in "nN" or app.latest.time == START), f"{key} taken")
+            await pilot.pause(0.05)
+            shown = logged(app)
+            assert shown == recorded_until(app, index), (key, app.latest.time - START, shown)
+            assert len(shown) == len(set(shown))
+        # played on to the end, the log is the whole recording's
+        await pilot.press("space")
+        app.source.speed = 100.0
+        await until(pilot, lambda: app.ended, "the end")
+        assert logged(app) == recorded_until(app, index) and len(logged(app)) == len(index.changes()) >= 3

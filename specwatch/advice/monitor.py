@@ -63,6 +63,13 @@ class VerdictChange:
         }
 
 
+def is_verdict_change(event: object) -> bool:
+    """Whether `event` is a change of a shown verdict's word: not a target's first verdict, nor a
+    change of its reachability alone (the Monitor reports both as VerdictChanges too)."""
+    return (isinstance(event, VerdictChange) and event.previous is not None
+            and event.previous != event.verdict.speculation)
+
+
 class Monitor:
     def __init__(
         self,

@@ -504,7 +504,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         else:
             why = (f" (KV reads at {context_per_sequence:.0f} tokens of context keep the step memory-bound)"
                    if context_per_sequence > 0 else "")
-            reasons.append(perf.pays_throughout_words(decision, "sequences") + why)
+            reasons.append(perf.pays_throughout_words(decision.capacity, crossover.max_batch, "sequences") + why)
         if decision.carried_by == "token budget":
             reasons[-1] += perf.BUDGET_DECIDES_WORDS
         choice = decision.best_k

@@ -198,7 +198,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
     elif crossover.state == "never_pays":
         reasons.append("it would not pay even with one request running")
     else:
-        reasons.append(perf.pays_throughout_words(decision))
+        reasons.append(perf.pays_throughout_words(decision.capacity, crossover.max_batch))
     if decision.carried_by == "token budget" and sweep is None:
         reasons[-1] += perf.BUDGET_DECIDES_WORDS
     reasons.extend(decision.reasons)

@@ -245,6 +245,8 @@ class ReplayController(PollLoop):
 
     def index_built(self, index: VerdictIndex) -> None:
         self.verdict_index, self.verdict_index_done = index, 1.0
+        # the log shows the recording's changes from now on, whatever the seeking
+        self.app.view_state.use_recorded_changes(index.changes())
         log.info("%d verdict changes indexed in %.1f s", index.count(), index.build_s)
 
     def index_failed(self, error: str) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from specwatch.advice.monitor import Monitor, VerdictChange
+from specwatch.advice.monitor import Monitor, VerdictChange, is_verdict_change
 from specwatch.recording import RecordingError, RecordingIndex, index_recording, open_snapshots
 from specwatch.readings.window import Window
 
@@ -99,6 +99,10 @@ class VerdictIndex:
     def count(self, url: str | None = None) -> int:
         return len(self._of(url))
 
+    def changes(self) -> list[VerdictChange]:
+        """Every change of a shown verdict in the recording, as the straight replay made it."""
+        return [c for m in self.marks for c in m.checkpoint.changes if c.url == m.url and is_verdict_change(c)]
+
 
 def monitor_template(monitor: Monitor) -> Monitor:
     """A copy of the Monitor before it has read anything, to build the index with (take it before
@@ -114,10 +118,6 @@ def _checkpoint(monitor: Monitor, changes: list[VerdictChange]) -> _Checkpoint:
     finally:
         monitor.window = window
     return _Checkpoint(kept, kept_changes, window.snapshots[0].time, len(window))
-
-
-def _is_change(change: VerdictChange) -> bool:
-    return change.previous is not None and change.previous != change.verdict.speculation
 
 
 def build_verdict_index(
@@ -143,7 +143,7 @@ def build_verdict_index(
     for snapshot in snapshots:
         readings += 1
         changes = monitor.ingest(snapshot)
-        shown = [c for c in changes if _is_change(c)]
+        shown = [c for c in changes if is_verdict_change(c)]
         if shown:
             point = _checkpoint(monitor, changes)
             marks.extend(VerdictMark(c.time, c.url, c.previous or "", c.verdict.speculation, point) for c in shown)

@@ -10,12 +10,13 @@ the Verdict, and the advisor's assumed knee and unconfigured k come in the Dashb
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from specwatch import perf
 from specwatch.advice.advisor import GENERIC_KNEE_TOKENS, UNCONFIGURED_K
-from specwatch.advice.monitor import Monitor, TargetState, VerdictChange
+from specwatch.advice.monitor import Monitor, TargetState, VerdictChange, is_verdict_change
 from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 from specwatch.widgets.format import clock
 from specwatch.widgets.view import (
@@ -43,6 +44,11 @@ class ViewState:
         self.target_index = 0
         self.engine: str | None = None
         self.events: deque[VerdictChange | TargetEvent] = deque(maxlen=MAX_EVENTS)
+        # a replay's verdict changes as its recording holds them (use_recorded_changes), their times,
+        # and how many of them the log holds
+        self._recorded: tuple[VerdictChange, ...] | None = None
+        self._recorded_times: list[float] = []
+        self._recorded_shown = 0
         self._started_at: dict[str, float] = {}  # url → the server's process start time, as last read
         self._histories: dict[str, History] = {}
         self._last_good: dict[str, float] = {}  # url → data time of its last successful reading
@@ -61,6 +67,9 @@ class ViewState:
 
     def take(self, snapshot: Snapshot, states: dict[str, TargetState]) -> None:
         """A reading has been ingested: it, and the Monitor's states after it."""
+        self._drop_after(snapshot.time)  # a replay that went back: the log is a timeline up to here
+        if self._recorded is not None:
+            self._show_recorded(snapshot.time)
         self.latest = snapshot
         self.states = states
         urls = tuple(t.url for t in snapshot.targets)
@@ -91,8 +100,54 @@ class ViewState:
         self.dirty = True
 
     def add_change(self, change: VerdictChange) -> None:
+        """A verdict change the Monitor made. The log is a timeline up to the reading shown: a change
+        dated before what it holds is a replay that went back (a seek re-reads the readings before
+        its position), so what the log holds after it is dropped, to be logged again as the replay
+        passes it; the same change twice is logged once. Once the recording's own changes are known
+        (`use_recorded_changes`), its verdict changes come from them alone."""
+        if self._recorded is not None and is_verdict_change(change):
+            return
+        self._drop_after(change.time)
+        if any(isinstance(e, VerdictChange) and e.time == change.time and e.url == change.url
+               and e.previous == change.previous and e.verdict.speculation == change.verdict.speculation
+               for e in self.events):
+            return
         self.events.appendleft(change)
         self.dirty = True
+
+    def use_recorded_changes(self, changes: Sequence[VerdictChange]) -> None:
+        """A replay's verdict changes as its recording holds them (the verdict index: one pass of the
+        same Monitor through the file): from now on the log shows those up to the reading shown,
+        whatever the seeking. A Monitor whose window a seek restarted makes changes a straight
+        replay never made (ON → UNKNOWN "one reading so far", and back): none of them is logged."""
+        self._recorded = tuple(sorted(changes, key=lambda c: c.time))
+        self._recorded_times = [c.time for c in self._recorded]
+        self.events = deque((e for e in self.events if not is_verdict_change(e)), maxlen=MAX_EVENTS)
+        self._recorded_shown = 0
+        if self.latest is not None:
+            self._show_recorded(self.latest.time)
+        self.dirty = True
+
+    def _show_recorded(self, time: float) -> None:
+        """The recorded verdict changes up to data time `time` in the log, in time order with the rest."""
+        assert self._recorded is not None
+        shown = bisect.bisect_right(self._recorded_times, time)
+        if shown == self._recorded_shown:
+            return
+        kept = [e for e in self.events if not is_verdict_change(e)]
+        merged = sorted([*kept, *self._recorded[:shown]], key=lambda e: e.time, reverse=True)
+        self.events = deque(merged, maxlen=MAX_EVENTS)
+        self._recorded_shown = shown
+        self.dirty = True
+
+    def _drop_after(self, time: float) -> None:
+        """Forget what the log holds after data time `time` (newest first: only a replay that went back
+        has any)."""
+        if self.events and self.events[0].time > time:
+            self.events = deque((e for e in self.events if e.time <= time), maxlen=MAX_EVENTS)
+            if self._recorded is not None:
+                self._recorded_shown = sum(1 for e in self.events if is_verdict_change(e))
+            self.dirty = True
 
     # -- what the operator selects -------------------------------------------------------------
 

@@ -9,6 +9,7 @@ One module per part, in reading order (DESIGN §3, reference/model.md §1–5):
 - `speedup`: S(b), the crossover concurrency and the best k′ at a load;
 - `schedule`: the k by batch size that vLLM takes;
 - `costs`: the terms of a speculative step beyond the GEMM roofline (draft, attention, KV, prefill);
+- `confidence`: the level error of ln S and the chance the direction is right;
 - `decision`: the one decision every command takes (speedup, break-even, crossover, confidence).
 
 Named `perf` because "model" already means the served LLM.
@@ -23,4 +24,5 @@ from specwatch.perf.steptime import *  # noqa: F401,F403
 from specwatch.perf.speedup import *  # noqa: F401,F403
 from specwatch.perf.schedule import *  # noqa: F401,F403
 from specwatch.perf.costs import *  # noqa: F401,F403
+from specwatch.perf.confidence import *  # noqa: F401,F403
 from specwatch.perf.decision import *  # noqa: F401,F403

@@ -33,6 +33,7 @@ from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTi
 
 
 __all__ = [
+    "pays_throughout_words",
     "VERIFY_ATTENTION_PER_POSITION",
     "BATCH_EXPANSION_ATTENTION_PER_POSITION",
     "VERIFIERS",
@@ -308,3 +309,21 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
                   f"speculative engine's completions need, so first tokens wait and requests complete "
                   f"{throughput:.2f}× as fast")
     return throughput, held_back, words
+
+
+def pays_throughout_words(cap: Capacity, searched_to: float, noun: str = "") -> str:
+    """Where a crossover that never comes was searched to (`searched_to` running), in words: the
+    batch the KV memory holds (`cap`) where that is below the search's end (past it, more requests
+    wait rather than run, so no larger batch is ever stepped), else the search's end."""
+    noun = f"running {noun}".strip()
+    held = [c for c in (cap.plain, cap.speculative) if c is not None and math.isfinite(c)]
+    if held and max(held) < searched_to:
+        def count(value: float) -> str:  # a few sequences to one decimal, as predict shows a batch
+            return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+        plain, spec = cap.plain, cap.speculative
+        limit = (f"the {count(max(held))} {noun} the KV memory holds"
+                 if plain is None or spec is None or count(plain) == count(spec) else
+                 f"the {count(plain)} {noun} the KV memory holds ({count(spec)} with speculation's slots)")
+        return f"it keeps paying up to {limit}: more requests wait rather than run"
+    return f"it keeps paying up to {searched_to:.0f} {noun}"

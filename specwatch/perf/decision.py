@@ -41,23 +41,19 @@ from specwatch.perf.costs import (
     VERIFY_ATTENTION_PER_POSITION,
 )
 from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
+from specwatch.perf.confidence import NOTHING_ACCEPTED_WORDS, direction_confidence, level_error
 from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 
 __all__ = [
-    "pays_throughout_words",
     "MAX_BATCH",
     "BAND",
-    "PRIOR_LEVEL_ERROR",
-    "FIT_ERROR_FLOOR",
     "DecisionInputs",
     "Decision",
     "decide",
     "decide_many",
     "figures_priced_everywhere",
     "speedup_function",
-    "direction_confidence",
-    "level_error",
 ]
 
 
@@ -66,11 +62,6 @@ __all__ = [
 MAX_BATCH = 1024.0
 # S within 1 ± BAND is a wash: "hold", keep whatever is configured.
 BAND = 0.05
-# The datasheet prior's level error: the root-mean-square of ln(predicted / published) over the
-# scored (non-calibration) rows of benchmarks/published.md (0.212 there). A prior-only answer carries it.
-PRIOR_LEVEL_ERROR = 0.21
-# A fitted step time is never trusted beyond this relative error, however tight its residuals.
-FIT_ERROR_FLOOR = 0.05
 # What an approximate GPU (no datasheet) or an unidentified one adds to the level error.
 APPROXIMATE_GPU_ERROR = 0.2
 UNKNOWN_GPU_ERROR = 0.3
@@ -555,27 +546,6 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float,
                                   excess_at_one=at_one)
 
 
-def level_error(step_model: StepTimeModel, tokens_per_step: Sequence[float], extra: float = 0.0) -> float:
-    """σ of ln S: the prior's measured level error, or the fit's where its data cover the token
-    counts S compares (plain and speculative), blended by the fit's confidence at the less covered
-    of them (it halves per doubling outside the data); `extra` adds in quadrature."""
-    if isinstance(step_model, StepTimeFit) and step_model.n_samples > 0:
-        trust = min(1.0, max(0.0, min(step_model.confidence(n) for n in tokens_per_step)))
-        fitted = max(FIT_ERROR_FLOOR, step_model.relative_rmse or 0.0)
-        base = trust * fitted + (1.0 - trust) * PRIOR_LEVEL_ERROR
-    else:
-        base = PRIOR_LEVEL_ERROR
-    return math.sqrt(base * base + extra * extra)
-
-
-def direction_confidence(expected: float, sigma: float) -> float:
-    """P(the true speedup lies on the same side of 1 as `expected`) when ln S is off by N(0, σ²)."""
-    if not (expected > 0 and math.isfinite(expected)) or sigma <= 0:
-        return 0.0
-    z = abs(math.log(expected)) / sigma
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
-
 def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
     """The decision for one configuration at one load (see the module docstring).
 
@@ -647,12 +617,9 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             reasons.append(words)
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
-        if length <= 1.0:
-            # Nothing accepted: a speculative step emits what a plain one does and never costs less,
-            # so it cannot pay whatever the step costs: no error in the step time moves that.
+        if length <= 1.0:  # nothing accepted: no error in the step time moves the answer
             state, confidence = "off", 1.0
-            reasons.append("an acceptance length of 1 accepts no draft token: a speculative step emits what a "
-                           "plain one does and costs at least as much, so speculation cannot pay")
+            reasons.append(NOTHING_ACCEPTED_WORDS)
         if expected < 1:
             carried = min(contributions, key=lambda name: contributions[name])
         else:
@@ -754,22 +721,3 @@ def speedup_function(inputs: DecisionInputs):
 
     return at
 
-
-def pays_throughout_words(decision: Decision, noun: str = "") -> str:
-    """Where a crossover that never comes was searched to, in words: the batch the KV memory holds
-    where that is below the search's end (past it, more requests wait rather than run, so no larger
-    batch is ever stepped), else the search's end."""
-    cap = decision.capacity
-    held = [c for c in (cap.plain, cap.speculative) if c is not None and math.isfinite(c)]
-    end = decision.crossover.max_batch if decision.crossover is not None else MAX_BATCH
-    if held and max(held) < end:
-        def count(value: float) -> str:  # a few sequences to one decimal, as predict shows a batch
-            return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
-
-        plain, spec = cap.plain, cap.speculative
-        noun = f"running {noun}".strip()
-        limit = (f"the {count(max(held))} {noun} the KV memory holds"
-                 if plain is None or spec is None or count(plain) == count(spec) else
-                 f"the {count(plain)} {noun} the KV memory holds ({count(spec)} with speculation's slots)")
-        return f"it keeps paying up to {limit}: more requests wait rather than run"
-    return f"it keeps paying up to {end:.0f} {f'running {noun}'.strip()}"
