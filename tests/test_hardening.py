@@ -315,6 +315,11 @@ RECORDINGS_EXPECTED = {
     "same_points_nowhere.swrec": (None, "damaged Snapshot"),
     "snapshot_wrong_types.swrec": (None, "damaged Snapshot"),
     "trailing_garbage.swrec": (None, "unreadable data"),
+    # issue 45: cut before the header's end, or a gzip stub, said it "replayed everything written"
+    "gzip_stub.swrec": ("cut off before its header ended, so nothing in it can be replayed", None),
+    "cut_in_header.swrec": ("cut off before its header ended, so nothing in it can be replayed", None),
+    # a header and no reading: read, with the warning; `replay` fails on it (below)
+    "header_then_cut.swrec": (None, "ends without its closing marker"),
 }
 
 
@@ -332,6 +337,18 @@ def test_every_bad_recording_is_an_error_or_a_warning(name):
     else:
         rec = read_recording(path)
         assert any(warning in w for w in rec.warnings), rec.warnings
+
+
+def test_a_recording_with_nothing_to_replay_fails_replay_and_says_why():
+    """Issue 45: a recording cut inside its header, or after its header and before any reading,
+    exited 0 ("holds no Snapshots"; "replayed everything written"). Nothing replayed is a failure."""
+    for name, words in (("header_then_cut.swrec", "holds its header and no Snapshots: nothing to replay"),
+                        ("cut_in_header.swrec", "cut off before its header ended"),
+                        ("gzip_stub.swrec", "(2 bytes;")):
+        r = cli("replay", "--headless", str(CORPUS / "recordings" / name))
+        no_traceback(r)
+        assert r.returncode == 3, (name, r.stderr)
+        assert words in r.stderr and "replayed everything written" not in r.stderr, (name, r.stderr)
 
 
 @pytest.mark.parametrize("args", [

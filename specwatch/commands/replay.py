@@ -148,10 +148,13 @@ def _print_timeline(path: Path | str, snapshots: Iterable[Snapshot], monitor: Mo
             raise
         raise CommandError(f"cannot read {path}: {exc.strerror or exc}", ExitCode.UNREADABLE) from None
     out.flush()
+    if count == 0 and monitor.latest is None:
+        # a header and nothing after it: the recorder stopped (or the copy was cut) before its first
+        # reading. Nothing was replayed, which a script must not read as success.
+        raise CommandError(f"{path} holds its header and no Snapshots: nothing to replay (the recording was "
+                           "cut off, or its recorder stopped, before the first reading)", ExitCode.UNREADABLE)
     for w in warnings:
         print_error(command, f"warning: {w}")
-    if count == 0 and monitor.latest is None:
-        print_error(command, f"{path} holds no Snapshots")
 
 
 # ==================================================================================================

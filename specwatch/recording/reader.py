@@ -559,7 +559,10 @@ def open_snapshots(path: str | os.PathLike[str], warnings: list[str] | None = No
         first = None
     if first is None:
         if warnings:
-            raise RecordingError(f"{p} is not a readable recording: {warnings[-1]}")
+            # the damage that ended the reading, without what it says of the replay (there is none)
+            cause = warnings[-1].split(": replayed", 1)[0].removeprefix(f"{p} ")
+            raise RecordingError(f"{p} was cut off before its header ended, so nothing in it can be replayed "
+                                 f"({p.stat().st_size} bytes; it {cause})")
         raise RecordingError(f"{p} is not a specwatch recording, or was cut off before its header ended")
     raw = _parse_header(p, first[1])
     version = raw.get("format_version")
