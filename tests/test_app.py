@@ -1344,3 +1344,24 @@ def test_freezing_moves_the_objects_alive_into_the_permanent_generation():
         assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()  # the other tests' apps must stay collectable
+
+
+async def test_the_header_names_a_target_never_read_the_server_not_vllm():
+    """Issue 45: a target never read showed "vLLM --" in the header, an engine nobody had seen. It is
+    "server" until something of it is read; then the engine by its name."""
+    from specwatch.telemetry.snapshot import TargetSample
+
+    url = "http://10.0.0.9:8000"
+    refused = Snapshot(time=1.0, targets=(TargetSample(url, "connection_refused", "nothing is listening"),))
+    app = make_app(ScriptedSource([refused]))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await until(pilot, lambda: app.latest is not None, "the reading")
+        await pilot.pause()
+        header = text_of(app.query_one(HeaderBar))
+        assert "server --" in header and "vLLM" not in header, header
+    read = snapshots(LOW[:2])
+    app = make_app(ScriptedSource(read))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await until(pilot, lambda: app.latest is not None, "the reading")
+        await pilot.pause()
+        assert "vLLM" in text_of(app.query_one(HeaderBar))

@@ -613,3 +613,29 @@ def test_check_pointed_at_an_agent_or_at_prometheus_says_what_it_is_and_what_rea
     assert report["state"] == "families_missing"
     assert "Prometheus server's own /metrics" in report["message"]
     assert f"specwatch fleet --prometheus {prometheus_url}" in report["message"]
+
+
+def test_fleet_json_says_an_agent_prometheus_cannot_scrape_was_not_read(fleet: dict[str, Any]) -> None:
+    """Issue 45: `fleet --json` said read_state "ok" for an agent Prometheus could not scrape; nobody
+    read its targets. And --help named one token default for two modes."""
+    import contextlib
+    import io
+
+    from specwatch.cli import build_parser, main
+    from specwatch.commands.fleet import fleet_document
+
+    fetch, ready = _rows_ready(fleet["prometheus"].url)
+    reading = wait_for(fetch, ready, "both nodes' verdicts in Prometheus", 120.0)
+    rows = {row["node"]: row for row in fleet_document(reading, fleet["prometheus"].url)["rows"]}
+    dead = rows[fleet["dead"]]
+    assert dead["exporter_up"] is False and dead["down"] and dead["read_state"] == "agent_not_scraped"
+    assert all(r["read_state"] == "ok" for node, r in rows.items() if node != fleet["dead"] and r["exporter_up"]
+               and r["attention"] != "unreachable")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["fleet", "--help"])
+    assert "SPECWATCH_PROMETHEUS_TOKEN for Prometheus, SPECWATCH_TOKEN for the nodes with --url" in \
+        " ".join(out.getvalue().split())
+    from specwatch.collectors.vllm import DEFAULT_TOKEN_ENV
+    assert DEFAULT_TOKEN_ENV == "SPECWATCH_TOKEN"  # the help names it without importing the collector
+    assert build_parser().parse_args(["fleet", "--url", "n:1"]).default_token_env == "SPECWATCH_PROMETHEUS_TOKEN"

@@ -77,7 +77,10 @@ def header_text(view: DashboardView, width: int, now: float | None = None,
         down = short_host(view.others_down[0]) if len(view.others_down) == 1 else f"{len(view.others_down)} others"
         text.append(f"  ✖ {down} DOWN (t)", style="bold reverse red")
     target = view.target
-    text.append(f"  {engine_label(target.engine_name if target is not None else None)} ", style="dim")
+    # the engine by its name once anything of it was read (an answer, its engine, its version); a
+    # target never read is "server", not a vLLM nobody has seen
+    known = target is not None and (target.ok or target.engine is not None or target.version is not None)
+    text.append(f"  {engine_label(target.engine_name) if known else 'server'} ", style="dim")
     text.append(target.version if target is not None and target.version else MISSING)
     if target is not None and (target.deployment is not None or target.role is not None):
         # a deployment's member: which deployment, and its part in it (frontend, prefill, decode)

@@ -54,7 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help=f"print one reading of the fleet as a {FLEET_SCHEMA} JSON object instead of the table, "
                         "and exit with the most urgent row's status (as check's)")
-    add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus, or the nodes with --url")
+    add_connection_arguments(p, "SPECWATCH_PROMETHEUS_TOKEN", "Prometheus, or the nodes with --url",
+                             # collectors.vllm.DEFAULT_TOKEN_ENV, named here without importing the collector
+                             default_words="SPECWATCH_PROMETHEUS_TOKEN for Prometheus, SPECWATCH_TOKEN "
+                                           "for the nodes with --url")
     judged = p.add_argument_group("judging bare servers (vLLM or SGLang) given with --url")
     add_advisor_arguments(judged)
     judged.add_argument("--draft-model", help="the draft model, when the servers do not expose it")
@@ -151,6 +154,9 @@ def fleet_document(reading: Any, source: str, direct: bool = False) -> dict[str,
         fields.pop("selector")
         if direct:
             fields["exporter_up"] = None
+        elif not row.exporter_up:
+            # Prometheus could not scrape the node's agent: nobody read its targets, which is not "ok"
+            fields["read_state"] = "agent_not_scraped"
         fields["down"] = not row.exporter_up or not row.reachable
         fields["attention"] = row.attention[1]
         rows.append(fields)

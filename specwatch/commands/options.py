@@ -225,15 +225,16 @@ def weight_format_name(text: str) -> str:
 # ==================================================================================================
 
 
-def add_connection_arguments(p: Any, token_env: str, what: str = "") -> None:
+def add_connection_arguments(p: Any, token_env: str, what: str = "", default_words: str | None = None) -> None:
     """--token-env/--token-file and --ca-file/--insecure: a token never comes from argv, and TLS is
-    verified unless turned off explicitly. `p` is a parser or an argument group."""
+    verified unless turned off explicitly. `p` is a parser or an argument group. `default_words`: the
+    default variable in the help's words, where it depends on the mode (fleet's two)."""
     to = f" for {what}" if what else ""
     # no default on the flag itself: a variable the operator named and did not set is an error,
     # while the default one unset just means no token
     p.set_defaults(default_token_env=token_env)
     p.add_argument("--token-env", metavar="NAME",
-                   help=f"environment variable holding a bearer token{to} (default {token_env})")
+                   help=f"environment variable holding a bearer token{to} (default {default_words or token_env})")
     p.add_argument("--token-file", metavar="PATH", help=f"file whose first line is a bearer token{to}")
     p.add_argument("--ca-file", metavar="PATH", help=f"CA bundle for HTTPS{' ' + what if what else ' targets'}")
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
