@@ -221,3 +221,19 @@ def test_an_acceptance_length_of_1_cannot_pay_and_says_so_with_certainty(method,
     if method == "ngram":  # a free drafter just above 1: the step-time error still counts
         close = predict("H100", model="Llama-3.1-8B", batch=4, k=k, acceptance_length=1.05, method=method)
         assert close["verdict"]["confidence"] < 1.0
+
+
+def test_a_tensor_parallel_degree_that_cannot_split_the_heads_is_refused():
+    """Issue 45: `predict --tp 3` on a model of 32 query heads and 8 KV heads was priced; vLLM refuses
+    to start with it. The degrees that split the heads (KV heads evenly, or replicated) are named."""
+    status, _, err = _run(["--gpu", "H100", "--model", "Llama-3.1-8B", "--tp", "3", "--k", "3",
+                           "--acceptance-length", "2", "--batch", "4"])
+    assert status == 64
+    assert "--tp 3 cannot split Llama-3.1-8B's 32 attention heads and 8 KV heads" in err
+    assert "use --tp 1, 2, 4, 8, 16, 32" in err
+    with pytest.raises(PredictInputError):
+        predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.0, tp=6)
+    # 64 query heads, 8 KV heads: 16 ranks hold each KV head twice, as vLLM does
+    assert predict("H100", model="Llama-3.1-70B", batch=4, k=3, acceptance_length=2.0, tp=16)["verdict"]
+    # a model known only by its size has no heads to split
+    assert predict("H100", params=8e9, batch=4, k=3, acceptance_length=2.0, tp=3)["verdict"]

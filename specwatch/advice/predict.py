@@ -181,6 +181,7 @@ def predict(
     waiting_count = 0.0 if waiting is None else _non_negative(waiting, "waiting")
     draft_k = _positive_int(k, "k")
     tp_degree = _positive_int(tp, "tp")
+    _check_tp_splits_heads(target.spec, tp_degree)
     dtype_name, dtype_from = weight_format(target.spec, dtype)
     try:
         dtype_name = perf.weight_format_key(dtype if dtype is not None else dtype_name)
@@ -310,6 +311,26 @@ def _weights_said(result: dict[str, Any], target: Target, dtype_from: str) -> No
         result["verdict"]["reasons"].append(f"weights priced in {dtype}, {target.name}'s format as released (its "
                                             "config.json's quantization_config, or the nearest format priced) or as "
                                             "its name says (-FP8, -AWQ, ...); --dtype prices another")
+
+
+def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
+    """vLLM splits the attention heads across tensor-parallel ranks: the query heads evenly, the KV
+    heads evenly or each replicated on tp / kv_heads ranks. A degree that does neither is one vLLM
+    refuses to start with; PredictInputError names the degrees that work."""
+    if spec is None or tp_degree == 1:
+        return
+    heads = spec.attention_heads
+    kv = spec.kv_heads if spec.kv_latent_dim is None else None  # an MLA latent is not split by head
+
+    def splits(t: int) -> bool:
+        return heads % t == 0 and (kv is None or kv % t == 0 or t % kv == 0)
+
+    if splits(tp_degree):
+        return
+    works = ", ".join(str(t) for t in TP_CHOICES if splits(t))
+    of_kv = f" and {kv} KV heads" if kv is not None else ""
+    raise PredictInputError(f"--tp {tp_degree} cannot split {spec.name}'s {heads} attention heads{of_kv} across its "
+                            f"ranks, and vLLM will not start with it: use --tp {works}")
 
 
 def _count(value: float) -> str:
