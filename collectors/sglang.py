@@ -61,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.collectors.engines import SGLANG, AdapterState, MetricsReading, claims
 from specwatch.telemetry.snapshot import FROM_SERVER_INFO, EngineSample, Histogram, SpeculationConfig, TargetSample
+from specwatch.telemetry.urls import beside
 from specwatch.readings.window import (
     ACCEPTED,
     DRAFT_TOKENS,
@@ -333,7 +334,8 @@ async def probe_sglang_info(client: Any, target: Any) -> None:
     try:
         async with asyncio.timeout(deadline_s(client)):
             for path in INFO_PATHS:
-                r = await get_bounded(client, (target.request_base or target.url) + path, DEFAULT_MAX_BYTES)
+                r = await get_bounded(client, beside(target.request_base or target.url, path, target.metrics_url),
+                                      DEFAULT_MAX_BYTES)
                 if r.status_code != 200:
                     continue
                 body = r.json()

@@ -49,6 +49,7 @@ from typing import Any
 from specwatch.collectors.engines import TRTLLM, MetricsReading, claims
 from specwatch.collectors.families import Series, read_series
 from specwatch.readings.health import DECODE, E2E, INFERENCE, PREFILL, QUEUE
+from specwatch.telemetry.urls import beside
 from specwatch.telemetry.snapshot import (FROM_CONFIG_METRIC, TARGET_OK, EngineSample, Histogram, SpeculationConfig,
                                          TargetSample, resolve_speculation)
 from specwatch.readings.window import (
@@ -321,7 +322,8 @@ async def probe_version(client: Any, target: Any) -> None:
     info.probed = True
     try:
         async with asyncio.timeout(deadline_s(client)):
-            r = await get_bounded(client, (target.request_base or target.url) + "/version", DEFAULT_MAX_BYTES)
+            r = await get_bounded(client, beside(target.request_base or target.url, "/version", target.metrics_url),
+                                  DEFAULT_MAX_BYTES)
         if r.status_code == 200:
             body = r.json()
             version = body.get("version") if isinstance(body, dict) else None

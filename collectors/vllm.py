@@ -46,7 +46,7 @@ from specwatch.collectors.engines import (
     dynamo_worker,
 )
 from specwatch.telemetry.exposition import ExpositionError, parse_payload
-from specwatch.telemetry.urls import redact, split_url
+from specwatch.telemetry.urls import beside, redact, split_url
 from specwatch.telemetry.snapshot import (
     FROM_METRICS,
     FROM_SERVER_INFO,
@@ -418,7 +418,7 @@ async def probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> No
 async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> None:
     target.info.probed = True
     try:
-        r = await client.get((target.request_base or target.url) + "/version")
+        r = await client.get(beside(target.request_base or target.url, "/version", target.metrics_url))
         if r.status_code == 200:
             version = r.json().get("version")
             target.info.version = str(version) if version is not None else None
@@ -429,8 +429,8 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
     target.info.device = target.info.weights = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
-        r = await _get_bounded(client, (target.request_base or target.url) + "/server_info?config_format=json",
-                               DEFAULT_MAX_BYTES)
+        r = await _get_bounded(client, beside(target.request_base or target.url, "/server_info?config_format=json",
+                                              target.metrics_url), DEFAULT_MAX_BYTES)
         if r.status_code == 200:  # 404 without dev mode: the flags and the metrics are all there is
             info = r.json()
             target.info.speculative_config = _speculative_config_from_server_info(info)

@@ -379,3 +379,22 @@ def test_hosts_a_resolver_takes_are_still_taken(url):
     from specwatch.telemetry.urls import split_url
 
     assert split_url(url)[0].startswith(("http://", "https://"))
+
+
+def test_a_query_on_the_url_reaches_every_endpoint_read_not_metrics_alone():
+    """Issue 45: `--url http://host:8000?token=T` (a proxy that wants its token on each request) sent
+    the query to /metrics only; /version and /server_info went without it, and were refused."""
+    from http_fixtures import LocalServer, check_json, metrics_and_version
+    from payloads import NGRAM_K4, read
+
+    payload = read(NGRAM_K4).encode()
+    with LocalServer(metrics_and_version(lambda: payload)) as server:
+        check_json("--url", server.url + "/?token=T0K")
+        paths = [path for path, _ in server.requests]
+    assert any(p.startswith("/metrics?token=T0K") for p in paths), paths
+    assert "/version?token=T0K" in paths, paths
+    assert "/server_info?config_format=json&token=T0K" in paths, paths
+    # without a query, the endpoints are as before
+    with LocalServer(metrics_and_version(lambda: payload)) as server:
+        check_json("--url", server.url)
+        assert {"/version", "/server_info?config_format=json"} <= {p for p, _ in server.requests}

@@ -142,3 +142,13 @@ def url_host(url: str) -> str | None:
         return urlsplit(url).hostname
     except ValueError:
         return None
+
+
+def beside(base: str, path: str, metrics_url: str) -> str:
+    """The URL of another of a server's endpoints (`path`, which may carry a query of its own) under
+    `base`, with the query the operator gave on the /metrics URL: a `?token=` that a proxy wants
+    on every request reaches /version and /server_info too, not /metrics alone."""
+    given = urlsplit(metrics_url).query
+    if not given:
+        return base + path
+    return base + path + ("&" if "?" in path else "?") + given
