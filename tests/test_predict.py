@@ -237,3 +237,19 @@ def test_a_tensor_parallel_degree_that_cannot_split_the_heads_is_refused():
     assert predict("H100", model="Llama-3.1-70B", batch=4, k=3, acceptance_length=2.0, tp=16)["verdict"]
     # a model known only by its size has no heads to split
     assert predict("H100", params=8e9, batch=4, k=3, acceptance_length=2.0, tp=3)["verdict"]
+
+
+def test_predict_json_says_what_its_alike_figures_are_and_the_ln_terms_add_up():
+    """Issue 45: two different knee_tokens, and ln_* terms and a confidence with no word on them. The
+    document carries notes; the note on the ln terms holds: they add up to ln S."""
+    import math
+
+    status, out, _ = _run(H100_70B_NGRAM + ["--acceptance-length", "2.4", "--batch", "32", "--context", "1500",
+                                            "--json"])
+    details = json.loads(out)["details"]
+    notes = details["notes"]
+    assert {"knee_tokens", "step_time_model.knee_tokens", "decision.terms.ln_*", "decision.confidence"} <= set(notes)
+    assert details["step_time_model"]["knee_tokens"] > details["knee_tokens"]  # the hinge's corner lies past it
+    terms = details["decision"]["terms"]
+    assert sum(v for k, v in terms.items() if k.startswith("ln_")) == pytest.approx(
+        math.log(details["decision"]["expected_speedup"]), abs=1e-9)

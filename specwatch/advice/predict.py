@@ -313,6 +313,22 @@ def _weights_said(result: dict[str, Any], target: Target, dtype_from: str) -> No
                                             "its name says (-FP8, -AWQ, ...); --dtype prices another")
 
 
+# What the figures of predict --json that read alike are, said in the document itself.
+JSON_NOTES = {
+    "knee_tokens": "tokens per step where the GEMMs' math time equals the time to read the weights "
+                   "(the roofline's knee): below it a step is memory-bound and verifying more positions "
+                   "costs little",
+    "step_time_model.knee_tokens": "the hinge's corner, where its steep slope begins: past knee_tokens, "
+                                   "because a small share of the GEMMs' math (per_token_s) is never hidden "
+                                   "under the weight reads and the hinge keeps that share on its flat side",
+    "decision.terms.ln_*": "each term's share of ln(expected speedup): ln_acceptance the gain of the "
+                           "acceptance length, the others what each cost takes off (they add up to ln S)",
+    "decision.confidence": "the chance that the true speedup lies on the side of 1 the verdict says, "
+                           "with ln S off by a normal error of sigma decision.level_error (the prior's "
+                           "error against published data, or the live fit's)",
+}
+
+
 def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
     """vLLM splits the attention heads across tensor-parallel ranks: the query heads evenly, the KV
     heads evenly or each replicated on tp / kv_heads ranks. A degree that does neither is one vLLM
@@ -493,6 +509,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         "step_time_model": prior.hinge().to_dict(),
         "decision": decision.to_dict(),
         "carried_by": decision.carried_by,
+        "notes": JSON_NOTES,
     }
     if length is None:
         reasons.insert(0, f"no acceptance given: an acceptance length above {_fmt(be)} would pay at {running} "
