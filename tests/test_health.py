@@ -38,6 +38,16 @@ def test_latency_table_from_the_capture(capture_increases):
     assert rows["queue"].p90_s == pytest.approx(10 * queue_mean)
     assert rows["queue"].p99_s == pytest.approx(100 * queue_mean)
     assert rows["queue"].mean_s == pytest.approx(0.0007334120006703415 / 20)
+    # issue 45: held to the bound, those figures are the most the quantiles can be, and say so; the
+    # e2e figures are interpolated estimates and carry no mark
+    assert dict(rows["queue"].bounds) == {"p50_s": "at_most", "p90_s": "at_most", "p99_s": "at_most"}
+    assert rows["queue"].to_dict()["bounds"] == {"p50_s": "at_most", "p90_s": "at_most", "p99_s": "at_most"}
+    assert rows["e2e"].bounds == () and "bounds" not in rows["e2e"].to_dict()
+    from specwatch.widgets.health import latency_lines
+    shown = "\n".join(line.plain for line in latency_lines({"latency": {r.name: r.to_dict() for r in rows.values()}}))
+    queue_line = next(line for line in shown.splitlines() if line.strip().startswith("queue"))
+    assert queue_line.count("≤") == 3 and "≤ at most" in shown
+    assert "≤" not in next(line for line in shown.splitlines() if line.strip().startswith("e2e"))
     assert rows["decode"].mean_s == pytest.approx(5.5017083540001295 / 20)
     assert rows["prefill"].mean_s == pytest.approx(1.4540504859993462 / 20)
 

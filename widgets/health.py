@@ -33,9 +33,16 @@ def latency_lines(block: dict) -> list[Text]:
         row = rows.get(name)
         if row is None:
             continue
-        lines.append(_line(f"  {name}", ("".join(f"{seconds(row[k]):>9}" for k in ("p50_s", "p90_s", "p99_s", "mean_s")),
-                                          "bold")))
+        bounds = row.get("bounds") or {}
+        lines.append(_line(f"  {name}", ("".join(f"{_BOUND_MARK.get(bounds.get(k), '') + seconds(row[k]):>9}"
+                                                 for k in ("p50_s", "p90_s", "p99_s", "mean_s")), "bold")))
+    if any(row.get("bounds") for row in rows.values()):
+        lines.append(Text("≤ at most (held to what the mean allows)  ≥ at least (past the last bucket)", style="dim"))
     return lines
+
+
+# A quantile whose figure is a bound (readings.health.LatencyRow.bounds), marked before it.
+_BOUND_MARK = {"at_most": "≤", "at_least": "≥"}
 
 
 def shape_line(block: dict) -> Text:

@@ -30,6 +30,9 @@ __all__ = [
     "ACCEPTANCE_RATE_V0",
     "PROMPT_TOKENS",
     "PROMPT_TOKENS_CACHED",
+    "AT_MOST",
+    "AT_LEAST",
+    "histogram_quantile_bound",
     "INFERENCE",
     "QUEUE",
     "GENERATION_TOKENS",
@@ -152,23 +155,36 @@ def histogram_increase(prev: Histogram, cur: Histogram, restarted: bool = False)
     return Histogram(tuple(buckets), *_delta_totals(prev, cur))
 
 
+# How a quantile's figure stands to the quantile (histogram_quantile_bound): the figure is the most
+# it can be (held to the Markov bound), or the least (it lies past the last finite bucket bound).
+AT_MOST, AT_LEAST = "at_most", "at_least"
+
+
 def histogram_quantile(q: float, h: Histogram | None) -> float | None:
     """The q-quantile of a (delta) histogram, as PromQL's histogram_quantile() computes it, held to
     what the histogram's sum and count say (markov_bound): linear interpolation inside a wide bucket
     can put a quantile far above every observation (all in le="0.3" with a mean of 0.04 ms reads as a
     p50 of 150 ms), and a figure no set of observations with that mean can have is not shown."""
+    return histogram_quantile_bound(q, h)[0]
+
+
+def histogram_quantile_bound(q: float, h: Histogram | None) -> tuple[float | None, str | None]:
+    """`histogram_quantile`, and whether its figure is a bound rather than an estimate: AT_MOST where
+    the Markov bound held it (every observation in a wide first bucket, say), AT_LEAST where the
+    quantile lies in the +Inf bucket (the last finite bound is reported), None otherwise."""
     if h is None or not h.buckets or h.count <= 0:
-        return None
+        return None, None
     total = h.buckets[-1][1]
     if total <= 0:
-        return None
+        return None, None
     rank = q * total
     prev_le, prev_count = 0.0, 0.0
+    mark = None
     for le, count in h.buckets:
         if count >= rank:
             if math.isinf(le):
                 # the quantile is past the last finite bound: report that bound, as Prometheus does
-                value = prev_le
+                value, mark = prev_le, AT_LEAST
             elif count == prev_count:
                 value = le
             else:
@@ -176,9 +192,9 @@ def histogram_quantile(q: float, h: Histogram | None) -> float | None:
             break
         prev_le, prev_count = le, count
     else:
-        value = prev_le
+        value, mark = prev_le, AT_LEAST
     bound = markov_bound(q, h)
-    return value if bound is None or value <= bound else bound
+    return (value, mark) if bound is None or value <= bound else (bound, AT_MOST)
 
 
 def markov_bound(q: float, h: Histogram | None) -> float | None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from specwatch.readings.figures import (
-    GENERATION_TOKENS, INFERENCE, PREEMPTIONS, QUEUE, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile, step_tokens,
+    GENERATION_TOKENS, INFERENCE, PREEMPTIONS, QUEUE, REQUEST_SUCCESS, TTFT, Increases, histogram_quantile,
+    histogram_quantile_bound, step_tokens,
 )
 from specwatch.telemetry.snapshot import Histogram
 
@@ -68,10 +69,15 @@ class LatencyRow:
     p50_s: float | None
     p90_s: float | None
     p99_s: float | None
+    # the quantiles whose figure is a bound, not an estimate ("p50_s" → AT_MOST or AT_LEAST)
+    bounds: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
-        return {"count": self.count, "mean_s": self.mean_s, "p50_s": self.p50_s, "p90_s": self.p90_s,
-                "p99_s": self.p99_s}
+        d = {"count": self.count, "mean_s": self.mean_s, "p50_s": self.p50_s, "p90_s": self.p90_s,
+             "p99_s": self.p99_s}
+        if self.bounds:
+            d["bounds"] = dict(self.bounds)
+        return d
 
 
 def latency_table(inc: Increases) -> tuple[LatencyRow, ...]:
@@ -81,8 +87,9 @@ def latency_table(inc: Increases) -> tuple[LatencyRow, ...]:
         h = inc.histogram(*families)
         if h is None or h.count <= 0:
             continue
-        p50, p90, p99 = (histogram_quantile(q, h) for q in QUANTILES)
-        rows.append(LatencyRow(name, h.count, h.sum / h.count, p50, p90, p99))
+        (p50, m50), (p90, m90), (p99, m99) = (histogram_quantile_bound(q, h) for q in QUANTILES)
+        bounds = tuple((key, mark) for key, mark in (("p50_s", m50), ("p90_s", m90), ("p99_s", m99)) if mark)
+        rows.append(LatencyRow(name, h.count, h.sum / h.count, p50, p90, p99, bounds))
     return tuple(rows)
 
 
