@@ -253,3 +253,20 @@ def test_predict_json_says_what_its_alike_figures_are_and_the_ln_terms_add_up():
     terms = details["decision"]["terms"]
     assert sum(v for k, v in terms.items() if k.startswith("ln_")) == pytest.approx(
         math.log(details["decision"]["expected_speedup"]), abs=1e-9)
+
+
+def test_counts_below_ten_keep_their_decimal_and_a_cap_that_rounds_to_the_batch_shows_it():
+    """Issue 45: "about 0 prompt tokens" (0.3 of a token per step) and "56 of the 56" (55.95 held of 56
+    asked for). A count below ten keeps one decimal; a cap that rounds to the batch keeps its own."""
+    from specwatch import perf
+
+    assert perf.count_words(0.3) == "0.3" and perf.count_words(4.0) == "4" and perf.count_words(55.95) == "56"
+    low, *_ = perf.prefill_shared(0.3, 1.0, 1.0, 2.0, 0.01, 0.012, 0.3, 0.8, None)
+    words = perf.prefill_shared(0.3, 1.0, 1.0, 2.0, 0.01, 0.012, 0.3, 0.8, None)[2]
+    assert "about 0.3 prompt tokens and a speculative one 0.8" in words and low > 0
+    from specwatch.advice.predict import _answered_batch
+
+    class _Held:  # the decision's batches: 55.95 held where 56 were asked for
+        terms = {"batch_plain": 55.95, "batch_speculative": 55.95}
+
+    assert _answered_batch(_Held(), 56.0, None)["why"] == "KV memory holds 55.9 of the 56 asked for"

@@ -349,9 +349,7 @@ def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
                             f"ranks, and vLLM will not start with it: use --tp {works}")
 
 
-def _count(value: float) -> str:
-    """A batch as people read it: whole numbers whole, a fraction of a few sequences to one decimal."""
-    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+_count = perf.count_words
 
 
 def _answered_batch(decision: perf.Decision, batch_size: float, cap: int | None) -> dict[str, Any]:
@@ -361,7 +359,9 @@ def _answered_batch(decision: perf.Decision, batch_size: float, cap: int | None)
     capped = plain < batch_size * (1 - 1e-9) or spec < batch_size * (1 - 1e-9)
     why = None
     if plain < batch_size * (1 - 1e-9):
-        why = f"KV memory holds {_count(plain)} of the {batch_size:g} asked for"
+        # 55.95 of 56 is not "56 of the 56": a cap that rounds to the batch asked for shows its decimal
+        held = _count(plain) if _count(plain) != f"{batch_size:g}" else f"{math.floor(plain * 10) / 10:.1f}"
+        why = f"KV memory holds {held} of the {batch_size:g} asked for"
     elif capped and cap is not None and spec >= cap * (1 - 1e-9):
         why = f"--max-running holds speculation to {_count(spec)} of the {batch_size:g} asked for"
     elif capped:

@@ -33,6 +33,7 @@ from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTi
 
 
 __all__ = [
+    "count_words",
     "pays_throughout_words",
     "VERIFY_ATTENTION_PER_POSITION",
     "BATCH_EXPANSION_ATTENTION_PER_POSITION",
@@ -302,13 +303,19 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
     throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m)
     wanted = m * b_spec * emitted
     words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
-             f"about {plain_chunk:.0f} prompt tokens and a speculative one {spec_chunk:.0f}")
+             f"about {count_words(plain_chunk)} prompt tokens and a speculative one {count_words(spec_chunk)}")
     held_back = spec_chunk < wanted * 0.995
     if held_back:
         words += (f"; the step's token budget ({budget}) leaves the prefill {spec_chunk / wanted:.0%} of what the "
                   f"speculative engine's completions need, so first tokens wait and requests complete "
                   f"{throughput:.2f}× as fast")
     return throughput, held_back, words
+
+
+def count_words(value: float) -> str:
+    """A count of sequences or tokens as people read it: whole numbers whole, a fraction below ten to
+    one decimal (a batch of 1.3, a chunk of 0.4 prompt tokens, not "about 0")."""
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
 
 
 def pays_throughout_words(cap: Capacity, searched_to: float, noun: str = "") -> str:
@@ -318,12 +325,9 @@ def pays_throughout_words(cap: Capacity, searched_to: float, noun: str = "") -> 
     noun = f"running {noun}".strip()
     held = [c for c in (cap.plain, cap.speculative) if c is not None and math.isfinite(c)]
     if held and max(held) < searched_to:
-        def count(value: float) -> str:  # a few sequences to one decimal, as predict shows a batch
-            return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
-
         plain, spec = cap.plain, cap.speculative
-        limit = (f"the {count(max(held))} {noun} the KV memory holds"
-                 if plain is None or spec is None or count(plain) == count(spec) else
-                 f"the {count(plain)} {noun} the KV memory holds ({count(spec)} with speculation's slots)")
+        limit = (f"the {count_words(max(held))} {noun} the KV memory holds"
+                 if plain is None or spec is None or count_words(plain) == count_words(spec) else
+                 f"the {count_words(plain)} {noun} the KV memory holds ({count_words(spec)} with speculation's slots)")
         return f"it keeps paying up to {limit}: more requests wait rather than run"
     return f"it keeps paying up to {searched_to:.0f} {noun}"
