@@ -110,3 +110,26 @@ def test_the_completion_command_keeps_the_cli_import_light():
              "print(sorted(m for m in ('shtab', 'textual') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+
+def test_bash_offers_the_gpus_models_scenarios_and_formats_specwatch_knows(scripts):
+    """Issue 45: completion offered no values for --gpu, --model or demo --scenario, though specwatch
+    knows each list. Offered from the same lists the flags are checked against."""
+    from specwatch.commands.replay import list_scenarios
+    from specwatch.perf.hardware import lookup
+    from specwatch.perf.models import lookup_model
+
+    script = scripts["bash"]
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    gpus = _bash_complete(script, ["specwatch", "check", "--gpu", "H1"])
+    assert {"H100", "H100-SXM", "H100-PCIE", "H100-NVL"} <= set(gpus) and all(g.startswith("H1") for g in gpus)
+    assert all(lookup(g) is not None for g in _bash_complete(script, ["specwatch", "predict", "--gpu", ""]))
+    models = _bash_complete(script, ["specwatch", "predict", "--model", "Llama-3.1-"])
+    assert models == ["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B"]
+    assert all(lookup_model(m) is not None for m in _bash_complete(script, ["specwatch", "watch", "--model", ""]))
+    scenarios = _bash_complete(script, ["specwatch", "demo", "--scenario", ""])
+    assert scenarios == [s.name for s in list_scenarios()] and "dynamo-h100-70b-disagg" in scenarios
+    assert "fp8" in _bash_complete(script, ["specwatch", "predict", "--dtype", "f"])
+    # a flag with choices of its own keeps them
+    assert "auto" in _bash_complete(script, ["specwatch", "check", "--engine", ""])

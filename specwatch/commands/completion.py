@@ -13,6 +13,7 @@ directory (by their metavar: FILE, PATH, DIR) complete paths.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 
 from specwatch.commands.options import CommandError, ExitCode
@@ -44,9 +45,13 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
         import shtab
     except ImportError as exc:  # a dependency of the package: missing only in a broken install
         raise CommandError(f"shell completion needs shtab ({exc}); pip install shtab", ExitCode.UNREADABLE) from exc
+    values = known_values()
     for action in _actions(parser):
         metavars = action.metavar if isinstance(action.metavar, tuple) else (action.metavar,)
-        if any(m in DIRECTORY_METAVARS for m in metavars):
+        known = next((values[o] for o in action.option_strings if o in values), None)
+        if known is not None and action.choices is None:
+            action.complete = _value_completion(known)  # type: ignore[attr-defined]
+        elif any(m in DIRECTORY_METAVARS for m in metavars):
             action.complete = shtab.DIRECTORY  # type: ignore[attr-defined]
         elif any(m in FILE_METAVARS for m in metavars):
             action.complete = shtab.FILE  # type: ignore[attr-defined]
@@ -63,3 +68,36 @@ def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
             for sub in dict.fromkeys(action.choices.values()):
                 found.extend(_actions(sub))
     return found
+
+
+def known_values() -> dict[str, list[str]]:
+    """The values a flag takes that specwatch knows, by flag: the GPUs and models it has datasheets
+    for, the demo's scenarios, the weight formats. The flags accept more (an NVML name, a model's
+    own spelling): these are what completion offers."""
+    from specwatch.commands.replay import list_scenarios
+    from specwatch.perf.hardware import known_gpu_names, lookup
+    from specwatch.perf.models import known_model_names
+    from specwatch.perf.steptime import WEIGHT_FORMATS
+
+    gpus = known_gpu_names()
+    # the short forms the flag takes too (H100 is the SXM part, A100 the 80 GB SXM one)
+    short = [name.split("-")[0] for name in gpus if lookup(name.split("-")[0]) is not None]
+    return {
+        "--gpu": sorted(set(gpus) | set(short)),
+        "--model": known_model_names(),
+        "--scenario": [s.name for s in list_scenarios()],
+        "--dtype": sorted(WEIGHT_FORMATS),
+    }
+
+
+def _value_completion(values: list[str]) -> dict[str, object]:
+    """shtab's `.complete` for a fixed list of words, in each shell's own form (bash through a
+    function in the script's preamble, zsh an _arguments list, fish a word list)."""
+    words = " ".join(values)
+    function = "_specwatch_values_" + hashlib.sha256(words.encode()).hexdigest()[:8]
+    return {
+        "bash": function,
+        "zsh": f"({words})",
+        "fish": words,
+        "preamble": {"bash": f'{function}() {{\n  compgen -W "{words}" -- "$1"\n}}\n'},
+    }
