@@ -1365,3 +1365,20 @@ async def test_the_header_names_a_target_never_read_the_server_not_vllm():
         await until(pilot, lambda: app.latest is not None, "the reading")
         await pilot.pause()
         assert "vLLM" in text_of(app.query_one(HeaderBar))
+
+
+async def test_the_overview_roofline_at_160_columns_cuts_no_footer_line():
+    """Issue 45: at 160×45 the overview's roofline (50 columns wide) cut its legend and its bound line
+    ("ridge 153 FLOP/byte, A100 8…"). A line that does not fit goes on two, and the picture gives up
+    the rows."""
+    from specwatch.widgets.roofline import RooflinePanel
+
+    app = make_app(ScriptedSource(snapshots(LOW[:40])), history_minutes=1.0)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await until(pilot, lambda: app.ended, "the source ended")
+        await pilot.pause(0.2)
+        panel = next(w for w in app.query(RooflinePanel) if app.is_shown(w) and w.id == "ov-roofline")
+        text = text_of(panel)
+        assert "…" not in text, text
+        assert "ridge 153 FLOP/byte, A100 80GB SXM" in text and "memory-bound" in text
+        assert "tokens/step: memory" in text

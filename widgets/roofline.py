@@ -199,18 +199,29 @@ class RooflinePanel(Panel):
             verify = running * (k + 1)
             points.append((verify, "○"))
             legend.append(f"  ○ with k={k}: {verify:.0f}")
-        legend.append(f"   ┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}", style="dim")
+        ridge_words = f"┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}"
+        # Where a line does not fit (the overview's roofline at 160 columns is 50 wide) it goes on
+        # two rather than being cut: the picture gives up a row for each.
+        if legend.cell_len + 3 + len(ridge_words) <= width:
+            legend.append("   " + ridge_words, style="dim")
+            legend_lines = [legend]
+        else:
+            legend_lines = [legend, Text(ridge_words, style="dim", no_wrap=True, overflow="ellipsis")]
         bound = view.state.verdict.bound if view.state is not None else None
-        verdict_line = Text(no_wrap=True, overflow="ellipsis")
         words = bound_words(bound, width)
         head, _, tail = words.partition(" · ")
+        verdict_line = Text(no_wrap=True, overflow="ellipsis")
         verdict_line.append(head, style="bold")
-        if tail:
+        if tail and len(words) <= width:
             verdict_line.append(" · " + tail, style="dim")
+            verdict_lines = [verdict_line]
+        else:
+            verdict_lines = [verdict_line] + ([Text(tail, style="dim", no_wrap=True, overflow="ellipsis")]
+                                              if tail else [])
         # with the room (the Roofline tab), each signal's own numbers on a line of its own
         details = [Text(f"  {detail}", style="dim", no_wrap=True, overflow="ellipsis")
                    for detail in signal_details(bound)] if height >= DETAILS_FROM_HEIGHT else []
-        text_rows = 2 + len(details)
+        text_rows = len(legend_lines) + len(verdict_lines) + len(details)
         picture_rows = max(3, height - text_rows - 1)
         rows = roofline_rows(ridge, points, width, picture_rows)
-        return Group(*rows, legend, verdict_line, *details)
+        return Group(*rows, *legend_lines, *verdict_lines, *details)
