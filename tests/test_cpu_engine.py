@@ -288,12 +288,11 @@ def test_check_on_a_loopback_server_names_the_device_from_the_host(tmp_path):
     import contextlib
     import io
 
-    from http_fixtures import metrics_and_version
-    from payloads import NGRAM_K4, read
     from specwatch.cli import main
 
-    payload = read(NGRAM_K4).encode()
-    with LocalServer(metrics_and_version(lambda: payload)) as server:
+    from test_fleet_direct import AdvancingVllm
+
+    with AdvancingVllm() as server:  # the real capture's counters, advanced a window at each read
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             try:
@@ -305,3 +304,9 @@ def test_check_on_a_loopback_server_names_the_device_from_the_host(tmp_path):
     if nvml["state"] != "no_driver":
         pytest.skip(f"this machine's NVML is {nvml['state']}, not the no-driver path")
     assert report["engine"]["device"] == {"name": "cpu", "source": "host"}
+    # and the verdict was judged with it, not only reported (check's own advisor is handed the poll's
+    # sources, as the Monitor's are): the CPU's shape, never the unknown shape's range
+    verdict = report["verdict"]
+    assert "gpu_unidentified" not in verdict["flags"]
+    assert any(r.startswith("the engine runs on the CPU (it is on this machine, which has no NVIDIA driver)")
+               for r in verdict["reasons"]), verdict["reasons"]

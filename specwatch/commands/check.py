@@ -110,7 +110,7 @@ async def _check(session: Any, args: argparse.Namespace, sweep: Any = None) -> l
         # the method and draft come from the samples (/server_info, else the flags), as in every front end
         advisor = Advisor(session.monitor.advisor_config)
         advisor.sweep = sweep
-        verdict = advisor.update(window.target(url), window.latest.gpus)
+        verdict = advisor.update(window.target(url), window.latest.gpus, window.latest.sources)
         config = session.monitor.advisor_config
         report = check_report(window, url, verdict.to_dict(), verdict.bound, advisor.speculation,
                               slo=(config.slo_ttft_s, config.slo_tpot_s), token_budget=config.token_budget,
