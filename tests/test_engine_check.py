@@ -85,10 +85,16 @@ def test_check_ngram_k4_matches_raw_counters_and_the_verdict_follows(ngram_serve
     window = report["speculation"]["window"]
     verdict = report["verdict"]
     assert window["drafts"] > 0
-    # n-gram lookup costs no model forward: break-even is 1 + k·0 = 1 at this low load (a CPU node,
-    # so the knee is the assumed one and says so)
+    # The server is on loopback and this machine has no NVIDIA driver: the engine is judged as the
+    # CPU it runs on (issue 45; before, as a GPU below its knee, where n-gram's break-even is
+    # 1 + k·0 = 1). n-gram lookup costs no model forward, but on a CPU a verify step of k+1 = 5
+    # positions costs more than a plain step: the break-even is that ratio, above 1 and, with vLLM's
+    # fixed step cost in every step, below 5.
+    assert report["engine"]["device"] == {"name": "cpu", "source": "host"}
+    assert any(r.startswith("the engine runs on the CPU (it is on this machine, which has no NVIDIA driver)")
+               for r in verdict["reasons"]), verdict["reasons"]
     assert verdict["acceptance_length"] == pytest.approx(window["acceptance_length"], abs=1e-4)
-    assert verdict["break_even_length"] == pytest.approx(1.0, abs=0.02)
+    assert 1.05 < verdict["break_even_length"] < 5.0, verdict["break_even_length"]
     assert any(r.startswith(f"acceptance length {window['acceptance_length']:.2f} is") for r in verdict["reasons"])
     speedup = verdict["expected_speedup"]
     expected_state = "on" if speedup >= 1.05 else "off" if speedup <= 0.95 else "hold"
