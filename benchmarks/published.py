@@ -300,7 +300,7 @@ def _summary(outcomes: list[Outcome]) -> list[str]:
         f"- Gain and wash rows: {len(gains)}; direction right on {sum(o.direction_right for o in gains)}; "
         f"within ±{WITHIN:.0%} on {sum(o.within for o in gains)}.",
         f"- Level error (RMS of ln(predicted/published) over scored rows): {level_error(outcomes):.3f}; "
-        f"`specwatch.perf.decision.PRIOR_LEVEL_ERROR` = {perf.PRIOR_LEVEL_ERROR}.",
+        f"`specwatch.perf.confidence.PRIOR_LEVEL_ERROR` = {perf.PRIOR_LEVEL_ERROR}.",
     ]
     errors = [abs(math.log(o.ratio)) for o in scored]
     confidences = [o.confidence for o in scored]
