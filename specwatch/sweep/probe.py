@@ -10,6 +10,7 @@ import numpy as np
 
 from specwatch.collectors.vllm import VllmSource
 from specwatch.telemetry.snapshot import Snapshot
+from specwatch.readings.figures import GENERATION_TOKENS
 from specwatch.readings.window import RUNNING, Window
 
 __all__ = [
@@ -84,8 +85,8 @@ class MetricsProbe:
             "running_gauge_mean": gauge_mean,
             "server_generation_tokens_per_s": total.generation_tokens_per_s if total is not None else None,
             # the same counter's increase over the tier: set against the tokens the requests received
-            "server_generation_tokens": (round(total.generation_tokens_per_s * total.seconds)
-                                         if total is not None and total.generation_tokens_per_s is not None else None),
+            "server_generation_tokens": (tw.increases.counter(GENERATION_TOKENS)
+                                         if tw is not None and tw.increases is not None else None),
             # the engine's own timing over the tier: its step period (inter-token latency), the
             # positions a step computed, and the share of the tier it spent stepping
             "step_period_s": total.itl_mean_s if total is not None else None,
