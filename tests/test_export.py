@@ -40,7 +40,7 @@ from specwatch.telemetry.snapshot import GpuSample, Snapshot, SourceStatus
 DATA = Path(__file__).parent / "data"
 VLLM_PAYLOAD = (DATA / "vllm-0.32-cpu-ngram-k4.metrics.txt").read_bytes()
 
-SERVING = re.compile(r"serving (http://\S+)/metrics")
+SERVING = re.compile(r"serving (https?://\S+)/metrics")
 
 
 class ExportProcess:

@@ -125,7 +125,9 @@ def _free_port() -> int:
 class PrometheusServer:
     """A real Prometheus on loopback with a temporary config and data directory."""
 
-    def __init__(self, binary: str, directory: Path, targets: list[str]) -> None:
+    def __init__(self, binary: str, directory: Path, targets: list[str], job_settings: str = "") -> None:
+        """`job_settings`: more YAML lines for the specwatch job (scheme, tls_config, basic_auth), each
+        indented by four spaces."""
         self.directory = directory
         rules = directory / "specwatch-alerts-short.yml"
         rules.write_text(re.sub(r"for: \d+[smh]", f"for: {SHORT_FOR}", ALERTS.read_text()))
@@ -138,6 +140,7 @@ class PrometheusServer:
             f"rule_files:\n  - {rules}\n"
             "scrape_configs:\n"
             "  - job_name: specwatch\n"
+            f"{job_settings}"
             "    static_configs:\n"
             f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-remote", action="store_true",
                    help="allow --listen on a non-loopback address: the metrics then reach the network "
                         "(firewall the port to your Prometheus)")
+    p.add_argument("--web-config-file", "--web.config.file", dest="web_config_file", metavar="FILE",
+                   help="TLS and basic auth for /metrics, in the web configuration format of Prometheus's "
+                        "exporter-toolkit (what node_exporter takes): tls_server_config, basic_auth_users "
+                        "(bcrypt hashes), http_server_config.headers. Re-read when it changes and on SIGHUP; "
+                        "with TLS configured, plain HTTP is refused. /healthz stays open (no data) for "
+                        "liveness probes")
     p.add_argument("--node", metavar="NAME", help="the node label on every series (default: the hostname)")
     p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls of the live sources (default %(default)s)")
@@ -58,15 +65,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         session = live_session(args, interval_s=args.interval, window_s=args.window)
         source, monitor, mode, interval = session.source, session.monitor, "live", args.interval
+    gate = _web_gate(args.web_config_file)
     agent = ExportAgent(source, monitor, node_name(args.node), mode, freeze_heap=True)
     try:
-        server, _thread = serve(build_registry(agent), host, port)
+        server, _thread = serve(build_registry(agent), host, port, gate=gate, alive=agent.alive)
     except OSError as exc:
         raise CommandError(f"cannot listen on {args.listen}: {exc.strerror or exc}", ExitCode.UNREADABLE) from None
     bound_host, bound_port = server.server_address[:2]
     shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-    print_error("export", f"serving http://{shown}:{bound_port}/metrics for node {agent.frame.node} "
-                          f"({source.describe()})")
+    scheme = "https" if gate.tls else "http"
+    lock = gate.describe()
+    print_error("export", f"serving {scheme}://{shown}:{bound_port}/metrics for node {agent.frame.node} "
+                          f"({source.describe()}){lock}")
+    if gate.path is not None and hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda *_: gate.request_reload())
     try:
         interrupted = asyncio.run(_run_agent(agent, interval))
     except KeyboardInterrupt:
@@ -75,6 +87,18 @@ def run(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
     return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
+
+
+def _web_gate(path: str | None) -> Any:
+    """The web configuration in force (specwatch.outputs.agent_http.WebGate); a file that cannot be
+    used stops the agent before it listens, with the reason (never a secret)."""
+    from specwatch.outputs.agent_http import WebGate
+    from specwatch.outputs.web_config import WebConfigError
+
+    try:
+        return WebGate(path)
+    except WebConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:

@@ -41,6 +41,9 @@ from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 from specwatch.telemetry.urls import redact
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
+# /healthz says 503 after this long without a finished poll: a poll is a few reads each bounded by
+# its timeout (5 s by default), so minutes without one is a wedged loop, not a slow engine
+STUCK_AFTER_S = 300.0
 
 
 class ListenError(ValueError):
@@ -330,10 +333,19 @@ class ExportAgent:
         self.freeze_heap = freeze_heap
         self._frame = ExportFrame(node=node, mode=mode)
         self.polls = 0
+        # /healthz: the monotonic time the poll loop last made progress (started, or finished a poll)
+        self._progress_at = time.monotonic()
+        self.stuck_after_s = STUCK_AFTER_S
 
     @property
     def frame(self) -> ExportFrame:
         return self._frame
+
+    def alive(self) -> bool:
+        """False once the poll loop has made no progress for stuck_after_s: every read is bounded by
+        the sources' timeouts, so a loop silent that long is wedged, and a liveness probe should
+        restart it."""
+        return time.monotonic() - self._progress_at < self.stuck_after_s
 
     def ingest(self, snapshot: Snapshot, poll_seconds: float | None = None) -> ExportFrame:
         self.monitor.ingest(snapshot)
@@ -369,11 +381,14 @@ class ExportAgent:
                             last_success=last_success, speculation=speculation, health=health, slo=slo)
         self._frame = frame  # one assignment: the scrape thread sees the old frame or the new one
         self.polls += 1
+        self._progress_at = time.monotonic()
         return frame
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
         """Poll until `stop` is set or the source ends. The next poll is armed only once this one
         has completed, `interval_s` after it started (at once if it took longer)."""
+        self._progress_at = time.monotonic()
+        self.stuck_after_s = max(STUCK_AFTER_S, 10 * interval_s)
         while not stop.is_set():
             started = time.monotonic()
             read = asyncio.ensure_future(self.source.read())
@@ -415,13 +430,16 @@ def build_registry(agent: ExportAgent, process_metrics: bool = True) -> Collecto
     return registry
 
 
-def serve(registry: CollectorRegistry, host: str, port: int) -> tuple[Any, threading.Thread]:
-    """Start prometheus_client's HTTP server in a daemon thread; returns (server, thread).
+def serve(registry: CollectorRegistry, host: str, port: int, gate: Any = None,
+          alive: Callable[[], bool] = lambda: True) -> tuple[Any, threading.Thread]:
+    """Start the agent's HTTP server (specwatch.outputs.agent_http) in a daemon thread; returns
+    (server, thread). `gate` is a WebGate holding the web configuration (TLS, basic auth), None for
+    plain HTTP.
 
     Raises OSError when the address cannot be bound (in use, not local)."""
-    from prometheus_client import start_http_server
+    from specwatch.outputs.agent_http import start_agent_server
 
-    return start_http_server(port, addr=host, registry=registry)
+    return start_agent_server(registry, host, port, gate=gate, alive=alive)
 
 
 def known_configuration(state: Any) -> bool | None:
