@@ -353,3 +353,177 @@ def test_the_systemd_unit_runs_the_agent() -> None:
     unit = (REPO / "deploy" / "systemd" / "specwatch-export.service").read_text()
     [exec_start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
     assert exec_start.split("=", 1)[1].split()[:2] == ["/usr/local/bin/specwatch", "export"]
+
+
+# ---- the locked overlay: TLS, client certificates and basic auth (deploy/kubernetes/locked) ---------
+
+LOCKED = KUBE / "locked"
+SCRAPE_PASSWORD = "a-scrape-password"
+
+
+def _locked_material(directory: Path) -> Path:
+    """The overlay copied with the files its Secrets are built from, as deploy/README.md says to make them."""
+    import bcrypt
+
+    from tls_fixtures import make_pki
+
+    overlay = directory / "locked"
+    shutil.copytree(LOCKED, overlay)
+    pki = make_pki(directory / "pki")
+    web = (overlay / "web.yml.example").read_text().replace(
+        "REPLACE-WITH-THE-BCRYPT-HASH-OF-THE-PASSWORD", bcrypt.hashpw(SCRAPE_PASSWORD.encode(), bcrypt.gensalt(4)).decode())
+    (overlay / "web.yml").write_text(web)
+    for name, source in (("tls.crt", pki.server_cert), ("tls.key", pki.server_key), ("client-ca.crt", pki.ca),
+                         ("scrape-ca.crt", pki.ca), ("scrape-client.crt", pki.client_cert),
+                         ("scrape-client.key", pki.client_key)):
+        shutil.copy(source, overlay / name)
+    (overlay / "username").write_text("prometheus")
+    (overlay / "password").write_text(SCRAPE_PASSWORD)
+    return overlay
+
+
+def _render_locked(overlay: Path) -> list[dict[str, Any]]:
+    """What `kubectl kustomize` renders from the overlay, rendered here by the same rules (the base's
+    objects, the overlay's resources, the secretGenerator without hash suffixes, the JSON 6902 patches
+    on their targets), so the result is checked where no kubectl is installed."""
+    import base64
+
+    import jsonpatch
+
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["resources"][0] == ".."
+    objects = copy.deepcopy(_manifests())
+    for name in kustomization["resources"][1:]:
+        objects.extend(d for d in yaml.safe_load_all((overlay / name).read_text()) if d)
+    assert kustomization["generatorOptions"] == {"disableNameSuffixHash": True}
+    for generator in kustomization["secretGenerator"]:
+        data = {}
+        for entry in generator["files"]:
+            key, _, source = entry.partition("=")
+            data[key] = base64.b64encode((overlay / (source or key)).read_bytes()).decode()
+        objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                        "metadata": {"name": generator["name"]}, "data": data})
+    for patch in kustomization["patches"]:
+        target = patch["target"]
+        [obj] = [o for o in objects if o["kind"] == target["kind"] and o["metadata"]["name"] == target["name"]]
+        operations = yaml.safe_load((overlay / patch["path"]).read_text())
+        objects[objects.index(obj)] = jsonpatch.apply_patch(obj, operations)  # raises if a `test` op fails
+    return objects
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    overlay = _locked_material(tmp_path_factory.mktemp("locked"))
+    return overlay, _render_locked(overlay)
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    [found] = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def test_the_locked_overlay_renders_objects_that_validate(locked) -> None:
+    _, objects = locked
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    assert ("NetworkPolicy", "specwatch-agent") in kinds
+    assert ("Secret", "specwatch-web") in kinds and ("Secret", "specwatch-scrape") in kinds
+    for obj in objects:
+        _validate(obj)
+    # the material never reaches the repository
+    ignored = (LOCKED / ".gitignore").read_text().split()
+    for name in ("web.yml", "*.crt", "*.key", "username", "password"):
+        assert name in ignored
+
+
+def test_the_locked_sidecar_reads_the_mounted_web_config_as_the_agent_would(locked, tmp_path: Path) -> None:
+    import base64
+
+    from specwatch.cli import build_parser
+    from specwatch.outputs.web_config import load_web_config
+
+    _, objects = locked
+    pod = _one(objects, "Deployment")["spec"]["template"]
+    [container] = [c for c in pod["spec"]["containers"] if c["name"] == "specwatch"]
+    [flag] = [a for a in container["args"] if a.startswith("--web-config-file=")]
+    path = Path(flag.split("=", 1)[1])
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "specwatch-web"]
+    assert path.parent == Path(mount["mountPath"]) and mount["readOnly"] is True
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "specwatch-web"]
+    secret = _one(objects, "Secret", volume["secret"]["secretName"])
+    # the Secret mounted as the kubelet mounts it: one file per key, under the mount path
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    for key, value in secret["data"].items():
+        (mounted / key).write_bytes(base64.b64decode(value))
+    config = load_web_config(mounted / path.name)
+    assert config.tls is not None and config.client_auth_type == "RequireAndVerifyClientCert"
+    assert list(config.users) == ["prometheus"]
+    args = build_parser().parse_args(["export", *[a for a in container["args"] if "$(" not in a]])
+    assert args.web_config_file == str(path)
+    # the probe goes where no password is needed, over the TLS the port now speaks
+    probe = container["livenessProbe"]["httpGet"]
+    assert (probe["path"], probe["scheme"], probe["port"]) == ("/healthz", "HTTPS", "specwatch")
+
+
+def test_the_locked_podmonitor_presents_what_the_agent_asks_for(locked) -> None:
+    _, objects = locked
+    [endpoint] = _one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    scrape = _one(objects, "Secret", "specwatch-scrape")["data"]
+    tls = endpoint["tlsConfig"]
+    for ref in (tls["ca"]["secret"], tls["cert"]["secret"], tls["keySecret"], endpoint["basicAuth"]["username"],
+                endpoint["basicAuth"]["password"]):
+        assert ref["name"] == "specwatch-scrape" and ref["key"] in scrape
+
+
+def test_the_network_policy_lets_only_prometheus_reach_the_agent_and_leaves_vllm_open(locked) -> None:
+    _, objects = locked
+    policy = _one(objects, "NetworkPolicy")
+    pod = _one(objects, "Deployment")["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    rules = policy["spec"]["ingress"]
+    agent_rules = [r for r in rules if any(p["port"] == "specwatch" for p in r.get("ports", []))]
+    [agent_rule] = agent_rules
+    [peer] = agent_rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    # a selected pod is denied what no rule allows: vLLM's port keeps a rule with no `from`
+    names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    assert [r for r in rules if "from" not in r] == [{"ports": [{"port": "http"}]}] and "http" in names
+
+
+def test_the_overlay_patch_refuses_a_pod_whose_second_container_is_not_the_agent(locked) -> None:
+    import jsonpatch
+
+    overlay, _ = locked
+    deployment = copy.deepcopy(_by_kind("Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"].reverse()
+    operations = yaml.safe_load((overlay / "sidecar-patch.yaml").read_text())
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(deployment, operations)
+
+
+def test_kustomize_renders_the_locked_overlay(locked) -> None:
+    import base64
+
+    overlay, objects = locked
+    # the copy sits beside no base: point `..` back at the repository's
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    kustomization["resources"][0] = os.path.relpath(KUBE, overlay)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    result = subprocess.run([_kubectl(), "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in rendered) == \
+        sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    # and the same patched parts: the checks above hold for what kubectl applies
+    def parts(objs: list[dict[str, Any]]) -> dict[str, Any]:
+        pod = _one(objs, "Deployment")["spec"]["template"]["spec"]
+        [agent] = [c for c in pod["containers"] if c["name"] == "specwatch"]
+        return {"args": agent["args"], "mounts": agent["volumeMounts"], "probe": agent["livenessProbe"],
+                "volumes": pod["volumes"], "endpoint": _one(objs, "PodMonitor")["spec"]["podMetricsEndpoints"],
+                # kustomize wraps its base64 at 76 columns: compared decoded
+                "secrets": {n: {k: base64.b64decode(v) for k, v in _one(objs, "Secret", n)["data"].items()}
+                            for n in ("specwatch-web", "specwatch-scrape")},
+                "policy": _one(objs, "NetworkPolicy")["spec"]}
+
+    assert parts(rendered) == parts(objects)
