@@ -69,7 +69,8 @@ class ExportProcess:
         return int(self.url.rsplit(":", 1)[1])
 
     def metrics_text(self) -> str:
-        return httpx.get(self.url + "/metrics", timeout=10.0, trust_env=False).text
+        # generous: beside a CPU vLLM on two cores the agent can wait seconds for a core
+        return httpx.get(self.url + "/metrics", timeout=30.0, trust_env=False).text
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
