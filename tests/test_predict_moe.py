@@ -85,8 +85,9 @@ def test_flags_override_the_table_routing():
     top2 = predict(model="DeepSeek-V3", experts=256, experts_per_token=2, **DEEPSEEK)
     assert top2["inputs"]["experts_per_token"] == 2
     # fewer experts per token touch fewer experts: verification's extra reads grow relatively more
-    assert "1 − (1 − k/E)^N) of the E = 256 experts per layer (k = 2 per token" in " ".join(
+    assert "1 − (1 − t/E)^N) of the E = 256 experts per layer (t = 2 routed experts per token" in " ".join(
         top2["verdict"]["reasons"])
+    assert "(k = " not in " ".join(top2["verdict"]["reasons"])  # k is the draft's tokens, never the routing's
     # a dense table model becomes MoE with its active params and the routing
     moe = predict(model="Llama-3.1-70B", active_params="20B", experts=8, experts_per_token=2, **DEEPSEEK)
     assert moe["inputs"]["experts"] == 8 and any("MoE" in reason for reason in moe["verdict"]["reasons"])

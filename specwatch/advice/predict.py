@@ -448,8 +448,9 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
     notes = []
     if target.moe:
         experts, top_k = target.experts, target.experts_per_token
-        words = (f"MoE: a step of N tokens reads E·(1 − (1 − k/E)^N) of the E = {experts} experts per layer "
-                 f"(k = {top_k} per token, uniform routing)")
+        # t, not k: k is the draft's speculative tokens everywhere else in the output
+        words = (f"MoE: a step of N tokens reads E·(1 − (1 − t/E)^N) of the E = {experts} experts per layer "
+                 f"(t = {top_k} routed experts per token, uniform routing)")
         if plain_tokens is not None and verify_tokens is not None:
             touched = [1.0 - (1.0 - top_k / experts) ** max(n, 1.0) for n in (plain_tokens, verify_tokens)]
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
