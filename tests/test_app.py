@@ -1382,3 +1382,25 @@ async def test_the_overview_roofline_at_160_columns_cuts_no_footer_line():
         assert "…" not in text, text
         assert "ridge 153 FLOP/byte, A100 80GB SXM" in text and "memory-bound" in text
         assert "tokens/step: memory" in text
+
+
+@pytest.mark.parametrize("flags, origin", [((), "method from recording"), (("--method", "ngram"), "method from --method")])
+async def test_a_replay_says_the_method_came_from_the_recording_unless_a_flag_gave_it(monkeypatch, flags, origin):
+    """The demo's panel said "method from --method" for the recording's own setting (issue 45, 27)."""
+    import specwatch.commands.replay as replay_command
+    import specwatch.dashboard.app as app_module
+    from specwatch.cli import main
+
+    built = {}
+    monkeypatch.setattr(app_module, "run_app", lambda source, monitor, **kw: built.update(source=source, monitor=monitor) or 0)
+    monkeypatch.setattr(replay_command, "require_terminal", lambda *_: None)
+    from pathlib import Path
+
+    recording = Path(app_module.__file__).parent.parent / "data" / "h100-70b-ngram.swrec"
+    assert main(["replay", *flags, "--speed", "100", str(recording)]) == 0
+    app = data_clocked(SpecwatchApp(built["source"], built["monitor"]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.latest is not None and app.view().speculation is not None, "a judged reading")
+        await pilot.pause()
+        speculation = flat(text_of(app.query_one("#ov-speculation", SpeculationPanel)))
+    assert origin in speculation, speculation

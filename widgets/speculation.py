@@ -97,18 +97,22 @@ def unknown_fix_line(engine: str | None, k_known: bool, width: int | None = None
 
 
 def provenance_line(config: SpeculationConfig | None, width: int | None = None,
-                    engine: str | None = None, k_known: bool | None = None) -> Text:
+                    engine: str | None = None, k_known: bool | None = None,
+                    from_recording: frozenset[str] = frozenset()) -> Text:
     """Where the method, k and draft model came from, or how to make them known. Where the whole
     line does not fit `width` (the overview at 80 columns), a method and k of one origin are said
     once, and an n-gram's "draft none" (it has no draft model) gives way, rather than cutting the
     line. `engine` names the fix for an unknown method; `k_known` whether k is known elsewhere (the
-    counters; None: only the config's k counts)."""
+    counters; None: only the config's k counts). `from_recording`: the settings a replay took from
+    its recording rather than from a flag given now: those say "recording", not "--method"."""
     line = Text(no_wrap=True, overflow="ellipsis")
     if config is None or config.method is None:
         return unknown_fix_line(engine, bool(k_known) or (config is not None and config.k is not None), width)
 
     def origin(name: str) -> str:
         source = config.source_of(name)
+        if source == FROM_FLAGS and name in from_recording:
+            return "recording"
         return _FLAG_OF.get(name, "flags") if source == FROM_FLAGS else _FROM_WORDS.get(source or "", "?")
 
     def draft(into: Text) -> None:
@@ -204,7 +208,8 @@ class SpeculationPanel(Panel):
         lines.append(head)
         engine = view.target.engine_name if view.target is not None else None
         lines.append(provenance_line(config if config is not None and config.method else
-                                     SpeculationConfig.from_flags(view.method), width, engine, bool(k)))
+                                     SpeculationConfig.from_flags(view.method), width, engine, bool(k),
+                                     view.from_recording))
 
         length = acc.acceptance_length if acc else None
         if length is None and lifetime is not None:

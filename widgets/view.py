@@ -169,6 +169,8 @@ class DashboardView:
     events: tuple[VerdictChange | TargetEvent, ...] = ()  # newest first
     method: str | None = None  # what the operator told the advisor (--method)
     method_words: str | None = None  # that method as the reasons name it ("n-gram lookup", ...)
+    # the advisor settings a replay took from its recording's header, not from a flag given now
+    from_recording: frozenset[str] = frozenset()
     # the speculation config the verdict was judged with (the server's /server_info, else the flags)
     speculation: SpeculationConfig | None = None
     sweep: SweepMarker | None = None

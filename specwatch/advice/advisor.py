@@ -82,6 +82,9 @@ class AdvisorConfig:
     device: str | None = None
     # the weights' format (--dtype): None prices the model's as released (perf.models.weight_format)
     dtype: str | None = None
+    # the settings above that came from a recording's header rather than a flag given now (a replay
+    # that was not told otherwise): the panels say "from the recording", not "from --method"
+    from_recording: frozenset[str] = frozenset()
     hysteresis: float = 0.05  # δ: S must leave 1 ± δ
     sample_interval_s: float = 5.0  # data time between step-time samples
     refit_interval_s: float = 60.0  # data time between refits of the hinge

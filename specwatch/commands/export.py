@@ -121,7 +121,7 @@ def _replay_feed(args: argparse.Namespace) -> tuple[Any, Any, str, float]:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
     if not recording.snapshots:
         raise CommandError(f"{path} holds no Snapshots", ExitCode.UNREADABLE)
-    config = advisor_config(args, recording.header.advisor)
+    config = advisor_config(args, recording.header.advisor, recorded=True)
     source = ReplaySource(recording, speed=args.speed, loop=True)
     # the replay paces itself (recorded gaps ÷ speed): the agent polls it back to back
     return source, Monitor(window_s=args.window, advisor_config=config), "replay", 0.0

@@ -421,19 +421,24 @@ def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if v is not None and not (k == "tp" and v == 1)}
 
 
-def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | None = None) -> AdvisorConfig:
+def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | None = None,
+                   recorded: bool = False) -> AdvisorConfig:
     """The advisor's configuration: `stored` (a recording header's advisor settings, or what the
-    server says about itself) under the flags, which win. An unknown GPU or model, or a draft size
-    that is not a quantity, is a UsageError."""
+    server says about itself) under the flags, which win. `recorded`: `stored` is a recording's
+    header, whose settings the config then names as such (AdvisorConfig.from_recording). An unknown
+    GPU or model, or a draft size that is not a quantity, is a UsageError."""
     from specwatch.advice.advisor import AdvisorConfig
     from specwatch.perf.hardware import lookup, lookup_model
     from specwatch.advice.predict import parse_quantity
 
     settings = {k: v for k, v in (stored or {}).items() if v is not None}
+    from_recording = frozenset(settings) if recorded else frozenset()
     if args is not None:
         # every flag given wins, an explicit --tp 1 included
-        given = {key: getattr(args, attr, None) for attr, key in _ADVISOR_FLAGS}
-        settings.update({k: v for k, v in given.items() if v is not None})
+        given = {key: v for key, v in ((key, getattr(args, attr, None)) for attr, key in _ADVISOR_FLAGS)
+                 if v is not None}
+        settings.update(given)
+        from_recording -= given.keys()
     gpu = model = None
     if settings.get("gpu"):
         gpu = lookup(settings["gpu"])
@@ -465,7 +470,8 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, dtype=dtype, **slo)
+                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, dtype=dtype,
+                         from_recording=from_recording, **slo)
 
 
 # ==================================================================================================

@@ -90,8 +90,8 @@ def replay_monitor(header: RecordingHeader, args: argparse.Namespace | None = No
     every = getattr(args, "evaluate_every", None) or DEFAULT_EVALUATE_EVERY_S
     if not (0 < window < math.inf and 0 < every < math.inf):  # flags parse as such; this is for callers
         raise UsageError("--window and --evaluate-every must be greater than 0")
-    return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor), evaluate_every_s=every,
-                   changes_only=changes_only)
+    return Monitor(window_s=window, advisor_config=advisor_config(args, header.advisor, recorded=True),
+                   evaluate_every_s=every, changes_only=changes_only)
 
 
 def verdict_timeline(snapshots: Iterable[Snapshot], monitor: Monitor) -> Iterable[VerdictChange]:
@@ -311,7 +311,7 @@ def build_demo(scenarios: Sequence[Any], args: argparse.Namespace) -> tuple[Any,
         return sources[0], monitor
     names = [s.name for s in scenarios]
     monitor.target_configs = {
-        PlaylistSource.target_url(url, name): advisor_config(args, src.header.advisor)
+        PlaylistSource.target_url(url, name): advisor_config(args, src.header.advisor, recorded=True)
         for src, name in zip(sources, names)
         for snap in [src.first_snapshot()] if snap is not None for url in {t.url for t in snap.targets}
     }

@@ -121,7 +121,7 @@ def _feed_recording(args: argparse.Namespace) -> tuple[Any, str]:
         recording = read_recording(path)
     except (OSError, RecordingError) as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
-    config = dataclasses.replace(advisor_config(args, recording.header.advisor), **_EVERY_SCRAPE)
+    config = dataclasses.replace(advisor_config(args, recording.header.advisor, recorded=True), **_EVERY_SCRAPE)
     monitor = Monitor(window_s=_monitor_window(args), advisor_config=config, evaluate_every_s=0.0)
     url = ""
     for snapshot in recording.snapshots:

@@ -237,6 +237,8 @@ class ViewState:
             events=tuple(self.events),
             method=method,
             method_words=perf.method_words(method),
+            from_recording=getattr(getattr(monitor, "target_configs", {}).get(url) or monitor.advisor_config,
+                                   "from_recording", frozenset()),
             speculation=speculation,
             sweep=self.sweep,
             assumed_knee_tokens=GENERIC_KNEE_TOKENS,
