@@ -45,7 +45,7 @@ REASON = "reason"
 # Flags exported as 0/1 even when clear, so alert rules and dashboards always find the series.
 KNOWN_FLAGS = ("misaligned_draft", "prefill_tax", "ttft_rising", "extrapolated", "stale_acceptance",
                "method_assumed", "engine_stalled", "gpu_unidentified", "mig_shape_assumed", "sweep_mismatch",
-               "sweep_stale", "sweep_unverified", "sweep_disagrees", "not_judged")
+               "sweep_stale", "sweep_unverified", "sweep_disagrees", "not_judged", "reading_failed")
 # Source states that mean "not configured here" rather than "failing": a dcgm-exporter probed
 # quietly and not found, NVML turned off by a flag, no NVIDIA driver on the node. They are exported with up=1 so that a node
 # without dcgm-exporter does not page anyone; the state label still says what happened.
@@ -86,8 +86,10 @@ VERDICT = MetricName("specwatch_verdict", "The speculation verdict: 1 for the cu
 TARGET_UP = MetricName(
     "specwatch_target_up",
     "1 if the agent's last reading of this target succeeded, 0 if the target cannot be read; state says how "
-    "(ok, connection_refused, timeout, http_401, ...). While it is 0 the target's verdict is unknown and "
-    "specwatch_speculation_configured is absent: nothing is known about a server that does not answer.",
+    "(ok, connection_refused, timeout, http_401, ...). The verdict holds its last judged state through one "
+    "failed evaluation (flag reading_failed: one missed reading does not flip a fleet's verdicts), then "
+    "says unknown, and specwatch_speculation_configured goes absent: nothing is known about a server that "
+    "stays silent.",
     _TARGET + (STATE,))
 CONFIGURED = MetricName("specwatch_speculation_configured",
                         "1 if the server runs speculative decoding (absent while the target cannot be read).",
