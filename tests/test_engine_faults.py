@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,39 @@ def test_kill_and_restart_under_record_and_export(ngram_server, tmp_path):
     timeline = replayed_timeline(path, closed=True)
     # judged again once the server was back (idle stretches at the end may say unknown again)
     assert _judged_after_the_crash(timeline), timeline
+
+
+def test_the_agent_through_network_faults_in_front_of_the_real_vllm(ngram_server, tmp_path):
+    """benchmarks/soak.py with the real CPU vLLM behind the fault proxy instead of the moving capture:
+    the faults the proxy makes of a real server's answers (its own headers, bodies, /version and
+    /server_info), the agent's state right in and out of each, no descriptor left behind. A few
+    minutes and a few kinds: the three-minute soak of every kind runs on the capture (tests/test_soak.py).
+    The timeout is generous: a CPU vLLM on two cores can be slow to answer with no fault at all."""
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    if str(benchmarks) not in sys.path:
+        sys.path.insert(0, str(benchmarks))
+    import soak
+    from faultproxy import DOWN_KINDS
+
+    if soak.prometheus_binary() is None:
+        pytest.fail("prometheus is not installed (Debian: apt-get install -y prometheus)")
+    timing = {"warmup_s": 25.0, "tail_s": 20.0, "down_s": (16.0, 16.0), "up_s": (10.0, 10.0), "gap_s": (18.0, 18.0),
+              "gap_after_up_s": (6.0, 6.0)}
+    config = soak.SoakConfig(total_s=200.0, seed=3, kinds=("latency", "stall", "reset", "truncated", "port_dead"),
+                             upstream=ngram_server.url, interval_s=1.0, timeout_s=5.0, slack_s=5.0,
+                             sample_every_s=2.0, gpu_fault=False, fault_timing=timing)
+    # light traffic, so that there are drafts to judge and the recording replays to verdicts
+    with Traffic(ngram_server, concurrency=1):
+        result = soak.run_soak(config, tmp_path)
+    report = {k: v for k, v in result.items() if not k.startswith("_")}
+    agent, recorder, outside = result["agent"], result["recorder"], result["outside"]
+    assert agent["tracebacks"] == 0 and recorder["tracebacks"] == 0, report
+    assert agent["exit_code"] == 0 and recorder["exit_code"] == 0, report
+    assert agent["fd_check"]["leak"] is False, agent["fd_check"]
+    assert {w["kind"] for w in result["windows"]} == {"latency", "stall", "reset", "truncated", "port_dead"}, report
+    for w in result["windows"]:
+        if w["kind"] in DOWN_KINDS:
+            assert w["right"], w
+        assert w["verdict_present_share"] == 1.0, w
+    assert outside["up_share"] >= 0.9 and outside["scrape_success_share"] >= 0.9, outside
+    assert result["recording"]["replays_to_verdicts"], result["recording"]
