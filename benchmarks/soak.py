@@ -83,6 +83,9 @@ SERVING = re.compile(r"serving (https?://\S+)/metrics")
 # descriptors the agent may hold once the faults settled beyond the warm-up's most (a connection
 # being replaced, Prometheus' scrape connection mid-accept); one per fault is a leak
 FD_ALLOWANCE = 3
+# the replayed verdicts must be the agent's at this share of its samples outside the faults: two processes
+# evaluating on their own 5 s clocks differ only for an evaluation or two around each change
+VERDICT_AGREEMENT = 0.9
 EVALUATE_EVERY_S = 5.0  # the Monitor's default cadence: a failed reading is held through one evaluation
 JOB = "specwatch-soak"
 
@@ -435,9 +438,12 @@ def judge_outside(tl: Timeline, spans: list[tuple[float, float]], begin: float, 
 
 
 def judge_recording(path: Path, spans: list[tuple[float, float]], begin: float, end: float, interval_s: float,
-                    python: str, cwd: Path) -> dict[str, Any]:
+                    python: str, cwd: Path, agent_verdicts: dict[float, str] | None = None) -> dict[str, Any]:
     """The recording over [begin, end): Snapshots lost outside the faults, targets not read there,
-    and whether `specwatch replay --headless --json` replays the whole file to verdicts."""
+    whether `specwatch replay --headless --json` replays the whole file to verdicts, and whether
+    those are the agent's: at each of the agent's verdict samples outside the faults (Prometheus'
+    specwatch_verdict), the replayed verdict then. The recorder and the agent judge the same readings
+    on their own 5 s evaluation clocks, so around a change they may differ for an evaluation or two."""
     from specwatch.recording import RecordingError, read_recording
 
     try:
@@ -466,7 +472,35 @@ def judge_recording(path: Path, spans: list[tuple[float, float]], begin: float, 
         "replay_traceback": TRACEBACK in r.stderr,
         "replays_to_verdicts": r.returncode == 0 and any(c.get("speculation") not in (None, "unknown")
                                                          for c in changes),
+        **verdict_agreement(changes, agent_verdicts or {}, spans),
     }
+
+
+def verdict_agreement(changes: list[dict], agent_verdicts: dict[float, str],
+                      spans: list[tuple[float, float]]) -> dict[str, Any]:
+    """The share of the agent's verdict samples outside `spans` that the replay's timeline (its
+    verdict changes, by data time: the recorder's wall clock) agrees with."""
+    import bisect
+
+    timeline = sorted((float(c["time"]), c.get("speculation")) for c in changes if "time" in c)
+    times = [t for t, _ in timeline]
+    compared = agreed = 0
+    differing: Counter = Counter()
+    for t, state in sorted(agent_verdicts.items()):
+        if not state or not _outside(t, spans):
+            continue
+        i = bisect.bisect_right(times, t) - 1
+        if i < 0:
+            continue  # before the recording's first verdict
+        compared += 1
+        replayed = timeline[i][1]
+        if replayed == state:
+            agreed += 1
+        else:
+            differing[f"agent {state}, replay {replayed}"] += 1
+    return {"verdict_samples_compared": compared,
+            "verdicts_agree_share": round(agreed / compared, 4) if compared else None,
+            "verdicts_differing": dict(differing.most_common(5))}
 
 
 # ---- the run -------------------------------------------------------------------------------------------
@@ -637,6 +671,7 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
                    "gpus": "tests/nvml_double.py, 2 x H100" if config.gpu_fault else "--no-nvml"},
         "notes": notes,
         "schedule": schedule.to_dict(),
+        "t0_wall": t0_wall,  # the schedule's 0 on the wall clock (Prometheus' and the recording's time)
     }
     for name in ("agent", "recorder", "prometheus"):
         result[name] = process_summary(sampler.samples[name], warm, elapsed) if sampler else {}
@@ -656,7 +691,7 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
     result["windows"] = windows
     result["by_kind"] = by_kind(windows)
     result["recording"] = judge_recording(recording, spans, t0_wall, t0_wall + elapsed, config.interval_s,
-                                          config.python, workdir)
+                                          config.python, workdir, tl.verdict)
     result["proxy"] = {"requests": proxy.requests, "errors": proxy.errors[:10],
                        "untouched_windows": [i for i in range(len(schedule.faults)) if not proxy.faulted.get(i)]}
     problems = []
@@ -677,6 +712,9 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
     rec = result["recording"]
     if not rec.get("replays_to_verdicts") or rec.get("lost_outside_faults"):
         problems.append("the recording lost Snapshots outside the faults or does not replay to verdicts")
+    if rec.get("verdicts_agree_share") is not None and rec["verdicts_agree_share"] < VERDICT_AGREEMENT:
+        problems.append(f"the replayed verdicts agree with the agent's in {rec['verdicts_agree_share']:.1%} "
+                        "of its samples outside the faults")
     if result["proxy"]["errors"] or result["proxy"]["untouched_windows"]:
         problems.append("the proxy failed, or a window touched no request")
     result["problems"] = problems
@@ -712,6 +750,8 @@ def write_table(result: dict[str, Any], path: Path) -> None:
         f"| tracebacks (agent, recorder) | {a['tracebacks']}, {result['recorder']['tracebacks']} |",
         f"| recording: Snapshots, lost outside faults, replays to verdicts | {rec.get('snapshots')}, "
         f"{rec.get('lost_outside_faults')}, {rec.get('replays_to_verdicts')} |",
+        f"| replayed verdicts = the agent's, outside faults | {rec.get('verdicts_agree_share')} of "
+        f"{rec.get('verdict_samples_compared')} samples |",
         f"| all right | {result['ok']} |",
         "",
         "| fault | windows | right | down after (max s) | up again after (max s) | verdict unknown after (max s) | states |",

@@ -96,6 +96,19 @@ def test_three_minutes_of_faults_under_export_and_record(tmp_path: Path) -> None
     assert outside["verdict_present_share"] >= 0.95, outside
     assert outside["scrape_success_share"] >= 0.9, outside
     assert result["recording"]["replays_to_verdicts"], result["recording"]
+    # the recording replays to the agent's own verdicts (issue 44: "replays to the same verdicts")
+    assert result["recording"]["verdicts_agree_share"] >= soak.VERDICT_AGREEMENT, result["recording"]
+
+
+def test_the_verdict_agreement_compares_outside_the_faults_only() -> None:
+    changes = [{"time": 0.0, "speculation": "unknown"}, {"time": 10.0, "speculation": "on"},
+               {"time": 50.0, "speculation": "off"}]
+    agent = {5.0: "unknown", 12.0: "on", 20.0: "off", 30.0: "on", 52.0: "off", 60.0: "", -1.0: "on"}
+    got = soak.verdict_agreement(changes, agent, spans=[(18.0, 25.0)])
+    # 20.0 is inside the fault, 60.0 has no state at 1, -1.0 is before the recording's first verdict
+    assert got["verdict_samples_compared"] == 4 and got["verdicts_agree_share"] == 1.0
+    got = soak.verdict_agreement(changes, agent, spans=[])
+    assert got["verdicts_agree_share"] == 0.8 and got["verdicts_differing"] == {"agent off, replay on": 1}
 
 
 LEAKING_READER = r"""
