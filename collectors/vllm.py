@@ -177,12 +177,28 @@ def tls_verify(verify: bool | str | ssl.SSLContext) -> bool | ssl.SSLContext:
         raise ValueError(f"cannot use the CA file {verify}: {why}") from None
 
 
-def verify_from_flags(insecure: bool, ca_file: str | None) -> bool | ssl.SSLContext:
-    """--insecure / --ca-file as httpx's `verify`: verification is on unless explicitly turned off.
-    A bad CA file raises ValueError with a clear message (see tls_verify)."""
+def verify_from_flags(insecure: bool, ca_file: str | None, client_cert: str | None = None,
+                      client_key: str | None = None) -> bool | ssl.SSLContext:
+    """--insecure / --ca-file / --client-cert as httpx's `verify`: verification is on unless explicitly
+    turned off. A client certificate (what a locked specwatch agent or an mTLS proxy asks for) rides in
+    the same context. A bad CA file or certificate raises ValueError with a clear message."""
+    if client_cert is None:
+        if client_key is not None:
+            raise ValueError("--client-key needs --client-cert")
+        if insecure:
+            return False
+        return tls_verify(ca_file) if ca_file else True
+    context = tls_verify(ca_file) if ca_file and not insecure else ssl.create_default_context()
     if insecure:
-        return False
-    return tls_verify(ca_file) if ca_file else True
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        context.load_cert_chain(client_cert, client_key)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ValueError(f"cannot use the client certificate {client_cert}"
+                         f"{' and key ' + client_key if client_key else ''}: {why}") from None
+    return context
 
 
 def make_client(

@@ -344,3 +344,46 @@ def test_healthz_says_503_once_the_poll_loop_is_stuck(tmp_path: Path) -> None:
     agent.stuck_after_s = 0.05
     time.sleep(0.1)
     assert status() == "503 Service Unavailable"
+
+
+def test_fleet_reads_a_locked_agent_with_its_client_certificate_and_the_password_in_the_url(
+        tmp_path: Path, pki: Pki, capsys) -> None:
+    """What `specwatch fleet --url` needs to read agents behind their web config: the CA, a client
+    certificate (--client-cert/--client-key) and the basic-auth pair in the URL, from a --url-file."""
+    import json
+
+    from specwatch import cli
+
+    config = _write(tmp_path / "web.yml", _tls_section(pki, "RequireAndVerifyClientCert")
+                    + f"basic_auth_users:\n  prometheus: {HASH}\n")
+    agent = _agent(tmp_path, config)
+    urls = _write(tmp_path / "urls", agent.url.replace("https://", f"https://prometheus:{PASSWORD}@") + "\n")
+    urls.chmod(0o600)
+    try:
+        def read(*flags: str) -> dict:
+            code = cli.main(["fleet", "--url-file", str(urls), "--ca-file", str(pki.ca), "--json", *flags])
+            out, err = capsys.readouterr()
+            assert PASSWORD not in out + err
+            return {"code": code, "row": json.loads(out)["rows"][0]}
+
+        locked_out = read()  # no client certificate: the handshake is refused
+        assert locked_out["row"]["read_state"] not in ("ok", "connection_refused") and locked_out["code"] == 3, \
+            locked_out
+        let_in = read("--client-cert", str(pki.client_cert), "--client-key", str(pki.client_key))
+        assert let_in["row"]["read_state"] == "ok" and let_in["row"]["verdict"] in ("on", "off", "hold", "unknown")
+        stranger = read("--client-cert", str(pki.rogue_cert), "--client-key", str(pki.rogue_key))
+        assert stranger["row"]["read_state"] != "ok"
+    finally:
+        assert agent.stop() == 0
+    _log_is_clean(agent, pki)
+
+
+def test_a_client_certificate_that_does_not_load_is_a_clear_error(tmp_path: Path, pki: Pki, capsys) -> None:
+    from specwatch import cli
+
+    code = cli.main(["check", "--url", "https://127.0.0.1:9", "--client-cert", str(pki.ca), "--no-nvml", "--no-dcgm"])
+    err = capsys.readouterr().err
+    assert code == 3 and f"cannot use the client certificate {pki.ca}" in err, err
+    code = cli.main(["check", "--url", "https://127.0.0.1:9", "--client-key", str(pki.client_key), "--no-nvml",
+                     "--no-dcgm"])
+    assert code == 3 and "--client-key needs --client-cert" in capsys.readouterr().err

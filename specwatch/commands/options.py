@@ -238,6 +238,11 @@ def add_connection_arguments(p: Any, token_env: str, what: str = "", default_wor
     p.add_argument("--token-file", metavar="PATH", help=f"file whose first line is a bearer token{to}")
     p.add_argument("--ca-file", metavar="PATH", help=f"CA bundle for HTTPS{' ' + what if what else ' targets'}")
     p.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (not recommended)")
+    p.add_argument("--client-cert", metavar="PATH",
+                   help="client certificate (PEM) to present over HTTPS, for servers that ask for one: a "
+                        "specwatch agent behind a web config's client_ca_file, an mTLS proxy. Basic auth goes "
+                        "in the URL (https://user:password@host, best from --url-file)")
+    p.add_argument("--client-key", metavar="PATH", help="the client certificate's key, where --client-cert holds none")
 
 
 def add_url_file_argument(p: Any, what: str) -> None:
@@ -395,7 +400,8 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
                            "(export it, or use --token-file PATH)", ExitCode.UNREADABLE)
     try:
         token = read_token(named or getattr(args, "default_token_env", None), args.token_file)
-        verify = verify_from_flags(args.insecure, args.ca_file)
+        verify = verify_from_flags(args.insecure, args.ca_file, getattr(args, "client_cert", None),
+                                   getattr(args, "client_key", None))
     except (TokenError, ValueError) as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
     if args.token_file is not None:
