@@ -387,3 +387,19 @@ def test_a_client_certificate_that_does_not_load_is_a_clear_error(tmp_path: Path
     code = cli.main(["check", "--url", "https://127.0.0.1:9", "--client-key", str(pki.client_key), "--no-nvml",
                      "--no-dcgm"])
     assert code == 3 and "--client-key needs --client-cert" in capsys.readouterr().err
+
+
+def test_hash_password_prints_a_hash_the_web_config_takes_and_never_the_password(tmp_path: Path) -> None:
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "specwatch", "export", "--hash-password"], input=PASSWORD + "\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    hashed = done.stdout.strip()
+    assert PASSWORD not in done.stdout + done.stderr
+    assert bcrypt.checkpw(PASSWORD.encode(), hashed.encode())
+    config = load_web_config(_write(tmp_path / "web.yml", f"basic_auth_users:\n  prometheus: {hashed}\n"))
+    assert BasicAuth().check(config.users, _basic("prometheus", PASSWORD)) == "prometheus"
+    empty = subprocess.run([sys.executable, "-m", "specwatch", "export", "--hash-password"], input="",
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 64 and "empty password" in empty.stderr

@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(bcrypt hashes), http_server_config.headers. Re-read when it changes and on SIGHUP; "
                         "with TLS configured, plain HTTP is refused. /healthz stays open (no data) for "
                         "liveness probes")
+    p.add_argument("--hash-password", action="store_true",
+                   help="read a password (from the terminal without echo, or one line of stdin), print its "
+                        "bcrypt hash for the web config's basic_auth_users, and exit")
     p.add_argument("--node", metavar="NAME", help="the node label on every series (default: the hostname)")
     p.add_argument("--interval", type=positive_number, default=1.0, metavar="SECONDS",
                    help="seconds between polls of the live sources (default %(default)s)")
@@ -54,6 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from specwatch.outputs.export import ExportAgent, ListenError, build_registry, check_listen, node_name, serve
 
+    if args.hash_password:
+        return _hash_password()
     try:
         host, port = check_listen(args.listen, args.allow_remote)
     except ListenError as exc:
@@ -87,6 +92,29 @@ def run(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
     return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
+
+
+def _hash_password() -> int:
+    """The bcrypt hash of a password, for basic_auth_users: no htpasswd needed on the node. The password
+    comes from the terminal without echo, or as one line of stdin (a pipe, a file); it is never an
+    argument, which the process list would show."""
+    import getpass
+    import sys
+
+    import bcrypt
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UsageError("the two passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise UsageError("an empty password: give one on stdin or at the prompt")
+    if len(password.encode()) > 72:
+        raise UsageError("bcrypt reads at most 72 bytes of a password: give a shorter one")
+    print(bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)).decode())
+    return ExitCode.OK
 
 
 def _web_gate(path: str | None) -> Any:

@@ -13,7 +13,7 @@ The format node_exporter, dcgm-exporter and the other exporters operators alread
     http_server_config:
       headers: {Strict-Transport-Security: max-age=31536000}
     basic_auth_users:
-      prometheus: $2y$10$...          # a bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
+      prometheus: $2y$10$...          # a bcrypt hash: `specwatch export --hash-password`
 
 What specwatch refuses rather than half-does (each with a message naming the key):
 - `RequestClientCert` and `RequireAnyClientCert` ask for a client certificate without verifying it;
@@ -231,7 +231,7 @@ def _users(section: Any, where: str) -> dict[str, bytes]:
         if not isinstance(hashed, str) or not hashed.startswith(BCRYPT_PREFIXES) or len(hashed) != 60:
             # the value is a secret's hash: named by its user, never shown
             raise WebConfigError(f"{where}: basic_auth_users.{user}: not a bcrypt hash "
-                                 "(make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)")
+                                 "(make one with `specwatch export --hash-password`)")
         users[user] = hashed.encode()
     return users
 
