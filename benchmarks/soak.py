@@ -344,9 +344,14 @@ def _first(points: Iterable[tuple], lo: float, hi: float, test: Any) -> float | 
     return None
 
 
-def judge_windows(schedule: Schedule, t0_wall: float, tl: Timeline, margin_s: float) -> list[dict[str, Any]]:
+def judge_windows(schedule: Schedule, t0_wall: float, tl: Timeline, margin_s: float,
+                  lag_s: float = 0.0) -> list[dict[str, Any]]:
     """Each window against what the agent said. `margin_s`: how long the agent may take to say a
-    change (its timeout + interval + a scrape interval + slack)."""
+    change (its timeout + interval + a scrape interval + slack). `lag_s`: how much later than its
+    time stamp a sample's page may have been drawn. Prometheus stamps a sample with the scrape's
+    start, and an agent starved for a core (a CPU vLLM beside it) may draw the page up to the scrape
+    timeout later, after the fault began or ended. So the windows' edges move by it where a late
+    page could make the agent look wrong."""
     out = []
     for i, f in enumerate(schedule.faults):
         s, e = t0_wall + f.start_s, t0_wall + f.end_s
@@ -356,9 +361,9 @@ def judge_windows(schedule: Schedule, t0_wall: float, tl: Timeline, margin_s: fl
         verdicts = [tl.verdict.get(p[0]) for p in inside]
         row["verdict_present_share"] = round(sum(1 for v in verdicts if v) / len(verdicts), 3) if verdicts else None
         if f.kind in DOWN_KINDS:
-            down_at = _first(tl.target_up, s, e + margin_s, lambda p: p[1] == 0.0)
-            held = [p[1] for p in tl.target_up if s + margin_s <= p[0] < e]
-            up_at = _first(tl.target_up, e, math.inf, lambda p: p[1] == 1.0)
+            down_at = _first(tl.target_up, s - lag_s, e + margin_s, lambda p: p[1] == 0.0)
+            held = [p[1] for p in tl.target_up if s + margin_s <= p[0] < e - lag_s]
+            up_at = _first(tl.target_up, e - lag_s, math.inf, lambda p: p[1] == 1.0)
             unknown_at = _first(sorted(tl.verdict.items()), s, e + margin_s, lambda p: p[1] == "unknown")
             states = Counter(p[2] for p in tl.target_up if s <= p[0] < e + margin_s and p[1] == 0.0)
             row.update(
@@ -372,7 +377,7 @@ def judge_windows(schedule: Schedule, t0_wall: float, tl: Timeline, margin_s: fl
                             and up_at is not None and up_at - e <= margin_s)
         else:
             following = [t0_wall + g.start_s for g in schedule.faults[i + 1:i + 2]]
-            during = [p for p in tl.target_up if s <= p[0] < min([e + margin_s] + following)]
+            during = [p for p in tl.target_up if s <= p[0] < min([e + margin_s] + [t - lag_s for t in following])]
             row["up_share"] = round(sum(1 for p in during if p[1] == 1.0) / len(during), 3) if during else None
             row["right"] = bool(during) and row["up_share"] == 1.0
             if f.kind == "gpu_lost":
@@ -403,8 +408,10 @@ def by_kind(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return kinds
 
 
-def fault_spans(schedule: Schedule, t0_wall: float, margin_s: float) -> list[tuple[float, float]]:
-    return [(t0_wall + f.start_s, t0_wall + f.end_s + margin_s) for f in schedule.faults]
+def fault_spans(schedule: Schedule, t0_wall: float, margin_s: float, lag_s: float = 0.0) -> list[tuple[float, float]]:
+    """The windows and their recovery margins, from `lag_s` before each (a sample stamped just before a
+    fault may show it: judge_windows)."""
+    return [(t0_wall + f.start_s - lag_s, t0_wall + f.end_s + margin_s) for f in schedule.faults]
 
 
 def _outside(t: float, spans: list[tuple[float, float]]) -> bool:
@@ -658,8 +665,10 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
         if prom is not None:
             prom.stop()
     margin = config.margin_s
-    spans = fault_spans(schedule, t0_wall, margin)
-    windows = judge_windows(schedule, t0_wall, tl, margin)
+    # Prometheus gives up on a scrape after scrape_timeout (= its interval here): the most a page lags its stamp
+    lag = config.scrape_interval_s
+    spans = fault_spans(schedule, t0_wall, margin, lag)
+    windows = judge_windows(schedule, t0_wall, tl, margin, lag)
     warm = config.warmup_s if config.warmup_s is not None else (600.0 if elapsed >= 1800 else elapsed / 3)
     first_fault = schedule.faults[0].start_s if schedule.faults else elapsed / 3
     settled = max((f.end_s for f in schedule.faults), default=elapsed / 3) + margin

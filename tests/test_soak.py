@@ -111,6 +111,31 @@ def test_the_verdict_agreement_compares_outside_the_faults_only() -> None:
     assert got["verdicts_agree_share"] == 0.8 and got["verdicts_differing"] == {"agent off, replay on": 1}
 
 
+
+def test_a_page_drawn_after_its_stamp_is_judged_within_the_scrape_timeout() -> None:
+    """Prometheus stamps a sample with the scrape's start; an agent starved for a core draws the page
+    up to the scrape timeout later. A reset window 100-116 s whose last sample, stamped 0.4 s before
+    its end, already shows the agent up again (its poll at 116.2 s was drawn at 116.5 s), and whose
+    first down sample is stamped 0.3 s before the window (the page drawn after the first reset): right
+    within a one-second lag, wrong without one. A sample up 2 s before the end is wrong either way."""
+    schedule = Schedule(seed=None, total_s=200.0, faults=(Fault(100.0, 16.0, "reset"),))
+    t0 = 1_000.0
+
+    def timeline(up_before_end_s: float) -> soak.Timeline:
+        points = [(t0 + t, 1.0, "ok") for t in (97.7, 98.7)]
+        points += [(t0 + t, 0.0, "network_error") for t in range(100, 116) if t < 116 - up_before_end_s - 0.5]
+        points.insert(2, (t0 + 99.7, 0.0, "network_error"))
+        points += [(t0 + 116 - up_before_end_s, 1.0, "ok"), (t0 + 117.0, 1.0, "ok"), (t0 + 118.0, 1.0, "ok")]
+        return soak.Timeline(target_up=sorted(points))
+
+    late = timeline(0.4)
+    assert soak.judge_windows(schedule, t0, late, margin_s=8.0, lag_s=1.0)[0]["right"]
+    assert not soak.judge_windows(schedule, t0, late, margin_s=8.0, lag_s=0.0)[0]["right"]
+    spans = soak.fault_spans(schedule, t0, 8.0, 1.0)
+    assert soak.judge_outside(late, spans, t0, t0 + 200.0, 1.0)["up_share"] == 1.0
+    assert soak.judge_outside(late, soak.fault_spans(schedule, t0, 8.0), t0, t0 + 200.0, 1.0)["up_share"] < 1.0
+    assert not soak.judge_windows(schedule, t0, timeline(2.0), margin_s=8.0, lag_s=1.0)[0]["right"]
+
 LEAKING_READER = r"""
 import os, sys, time, urllib.request
 url, leak, stop = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
