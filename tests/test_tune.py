@@ -1,6 +1,9 @@
 """`specwatch tune` on scripted telemetry with known per-position acceptance and a known knee."""
 
 import dataclasses
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +89,37 @@ def test_poor_acceptance_everywhere_turns_it_off():
 def test_validator_absent_is_said_plainly():
     result = validate_with_vllm([[1, 8, 2]], 2, 8, python="/nonexistent/python")
     assert result["ok"] is None and "could not run" in result["message"]
+
+
+RECORDINGS = sorted((Path(__file__).resolve().parent.parent / "specwatch" / "data").glob("*.swrec"))
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_tune_from_a_recording_judges_as_replay_does(path, capsys):
+    """tune --from and replay of the same file: one fit, one answer. tune once sampled and refitted the
+    step time at every Snapshot, replay at its own cadence: two fits of the same data, and tune said
+    off from 3 running where replay said ON paying up to 129. Here the knee tune prints is the one the
+    banner's reasons quote, its expected speedup at the running batch is the last evaluation's, and
+    where the schedule at that batch points the other way from the banner, it says so."""
+    from specwatch.cli import main
+    from specwatch.commands.replay import replay_monitor
+    from specwatch.recording import read_recording
+
+    recording = read_recording(path)
+    monitor = replay_monitor(recording.header)
+    for snapshot in recording.snapshots:
+        monitor.ingest(snapshot)
+    url = recording.snapshots[-1].targets[0].url
+    shown = monitor.states[url].verdict
+    assert main(["tune", "--from", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    quoted = [float(m.group(1)) for r in shown.reasons for m in [re.search(r"knee of about (\d+)", r)] if m]
+    assert quoted and round(report["inputs"]["knee_tokens"]) == quoted[0], (report["inputs"], shown.reasons)
+    assert report["expected_speedup"] == pytest.approx(shown.details["engine_speedup"], rel=1e-9)
+    banner = report["banner"]
+    assert banner["speculation"] == shown.speculation
+    k_here = banner["k_scheduled_here"]
+    disagree = shown.speculation in ("on", "off") and (k_here > 0) != (shown.speculation == "on")
+    assert (banner["note"] is not None) == disagree, banner
+    if disagree:
+        assert banner["note"] in report["notes"] and shown.speculation.upper() in banner["note"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from specwatch import perf
 from specwatch.advice.advisor import AdvisorInputs
+from specwatch.advice.verdict import OFF, ON, Verdict
 
 TUNE_SCHEMA = "specwatch.tune/1"
 
@@ -106,9 +107,13 @@ def tune_report(
     margin: float = perf.SCHEDULE_MARGIN,
     source: str = "",
     engine: str | None = None,
+    shown: Verdict | None = None,
 ) -> dict[str, Any]:
     """The schedule and its evidence, as the specwatch.tune/1 object (pure). Every speedup in it is
-    the shared decision's (`specwatch.perf.decide`), the one check and watch show."""
+    the shared decision's (`specwatch.perf.decide`), the one check and watch show. `shown`: the
+    verdict watch's or replay's banner shows for the same data (its figures steadied over the last
+    minute), which the report quotes and, where the schedule at the running batch points the other
+    way, says why."""
     decision_inputs = inputs.decision_inputs(length=perf.length_at_k(inputs.per_position, inputs.k).length
                                              if inputs.per_position else None)
     schedule = perf.speculation_schedule(
@@ -142,6 +147,9 @@ def tune_report(
                      "confirm them with `specwatch sweep` before relying on them")
     notes.append("keep the rest of your --speculative-config (draft model, prompt_lookup_*) as it is; "
                  "vLLM caps each k at num_speculative_tokens")
+    banner = _banner(shown, schedule.entries, inputs.running, now.expected_speedup if now else None)
+    if banner is not None and banner.get("note"):
+        notes.append(banner["note"])
     trtllm = trtllm_knobs(schedule.entries, inputs.method, max_batch) if engine == "trtllm" else None
     return {
         "schema": TUNE_SCHEMA,
@@ -166,9 +174,32 @@ def tune_report(
         },
         "never_pays": schedule.never_pays,
         "expected_speedup": now.expected_speedup if now else None,  # at the running batch, as check says
+        "banner": banner,  # what watch and replay show for the same data
         "notes": notes,
         "validation": None,
     }
+
+
+def _banner(shown: Verdict | None, entries: list[list[int]], running: float,
+            last_speedup: float | None) -> dict[str, Any] | None:
+    """The banner's verdict beside the schedule: its state and figure, and a note where the schedule
+    at the running batch says the opposite (the schedule follows the last evaluation, the banner
+    changes only once the minute's evidence confirms it)."""
+    if shown is None:
+        return None
+    batch = max(1, round(running))
+    k_here = next((k for start, end, k in entries if start <= batch <= end), None)
+    out: dict[str, Any] = {"speculation": shown.speculation, "expected_speedup": shown.expected_speedup,
+                           "running": running, "k_scheduled_here": k_here, "note": None}
+    schedule_on = None if k_here is None else k_here > 0
+    banner_on = {ON: True, OFF: False}.get(shown.speculation)
+    if schedule_on is not None and banner_on is not None and schedule_on != banner_on:
+        last = f" ({last_speedup:.2f}×)" if last_speedup is not None else ""
+        out["note"] = (f"watch and replay show {shown.speculation.upper()} for the same data: the schedule follows "
+                       f"the last evaluation{last}, the banner the last minute's evidence, and it has not yet "
+                       f"confirmed a change; the schedule {'drafts' if schedule_on else 'turns speculation off'} "
+                       f"at {batch} running")
+    return out
 
 
 def validate_with_vllm(schedule: list[list[int]], k: int, max_batch: int,

@@ -20,11 +20,14 @@ from specwatch.commands.options import (
     whole_number,
     positive_number,
     print_error,
+    window_seconds,
 )
+from specwatch.commands.replay import DEFAULT_WINDOW_S
 
-# tune wants as many measured points as it can get: the step time is sampled and refitted at every
-# scrape, and the verdict evaluated at every Snapshot
-_EVERY_SCRAPE = {"sample_interval_s": 0.0, "refit_interval_s": 0.0}
+# tune judges as watch does (live) and as replay does (--from): the same window, the same step-time
+# samples and refits, the same evaluations, so that its expected speedup, knee and the k it schedules
+# at the running batch are the verdict's. It once sampled and refitted at every scrape, which gave
+# another fit of the same data: tune said off from 3 running where replay of the same file said ON.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a recording, instead of a live server (the advisor flags override its header's)")
     p.add_argument("--duration", type=positive_number, default=30.0, metavar="SECONDS",
                    help="how long to watch a live server before answering (default %(default)s)")
+    p.add_argument("--window", type=window_seconds, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+                   help="the sliding window rates and the verdict are computed over, as watch's and replay's "
+                        "(default %(default)s)")
     p.add_argument("--interval", type=positive_number, default=2.0, metavar="SECONDS",
                    help="seconds between scrapes of a live server (default %(default)s)")
     p.add_argument("--k-max", type=whole_number(1), metavar="K", help="largest k to consider (default: the k in use; "
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     latest = monitor.latest.target(url) if monitor.latest is not None else None
     engine = latest.engine_name if latest is not None else None
     report = tune_report(inputs, observed_batch=advisor.observed_batch, k_max=args.k_max,
-                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url, engine=engine)
+                         max_batch=args.max_batch, margin=args.margin, source=args.from_file or url, engine=engine,
+                         shown=state.verdict)
     if engine in (None, "vllm"):  # vLLM's own validator checks vLLM's schedule, not another engine's knobs
         report["validation"] = validate_with_vllm(report["schedule"], report["speculative_config"]
                                                   ["num_speculative_tokens"], args.max_batch, args.vllm_python)
@@ -81,14 +88,11 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _monitor_window(args: argparse.Namespace) -> float:
-    return max(10.0, args.interval * 3)
-
-
 async def _feed_live(args: argparse.Namespace) -> tuple[Any, str]:
-    session = live_session(args, interval_s=args.interval, window_s=_monitor_window(args),
-                           one_target="tune reads one target", evaluate_every_s=0.0,
-                           advisor_overrides=_EVERY_SCRAPE)
+    # evaluated at every Snapshot, so that the answer rests on the last reading (the step-time samples
+    # and refits keep their data-time cadence: the fit is watch's)
+    session = live_session(args, interval_s=args.interval, window_s=args.window,
+                           one_target="tune reads one target", evaluate_every_s=0.0)
     url = session.vllm.targets[0].url
     source, monitor = session.source, session.monitor
     deadline = time.monotonic() + args.duration
@@ -109,10 +113,8 @@ async def _feed_live(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _feed_recording(args: argparse.Namespace) -> tuple[Any, str]:
-    """The recording read through a Monitor judging with its header's advisor settings under the flags."""
-    import dataclasses
-
-    from specwatch.advice.monitor import Monitor
+    """The recording read through replay's Monitor: its header's advisor settings under the flags."""
+    from specwatch.commands.replay import replay_monitor
     from specwatch.recording import RecordingError, read_recording
 
     path = args.from_file
@@ -121,8 +123,7 @@ def _feed_recording(args: argparse.Namespace) -> tuple[Any, str]:
         recording = read_recording(path)
     except (OSError, RecordingError) as exc:
         raise CommandError(str(exc), ExitCode.UNREADABLE) from None
-    config = dataclasses.replace(advisor_config(args, recording.header.advisor, recorded=True), **_EVERY_SCRAPE)
-    monitor = Monitor(window_s=_monitor_window(args), advisor_config=config, evaluate_every_s=0.0)
+    monitor = replay_monitor(recording.header, args)
     url = ""
     for snapshot in recording.snapshots:
         monitor.ingest(snapshot)
