@@ -102,6 +102,30 @@ def test_every_entry_is_complete():
     assert hw.GPUS["MI300X"].vendor == "AMD"
 
 
+# What NVML reports as each part's memory total (nvidia-smi's memory.total, MiB, ECC on where the
+# part has it): an "80GB" H100 is 80 GiB of HBM of which NVML gives 81,559 MiB, not 80e9 bytes.
+NVML_MEMORY_MIB = {
+    "A100-40GB-SXM": 40960, "A100-40GB-PCIE": 40960, "A100-80GB-SXM": 81920, "A100-80GB-PCIE": 81920,
+    "H100-SXM": 81559, "H100-PCIE": 81559, "H100-NVL": 95830, "H200-SXM": 143771, "H200-NVL": 143771,
+    "B200": 183359, "GB200": 189471, "L40S": 46068, "L4": 23034, "A10": 23028, "A10G": 23028, "A40": 46068,
+    "RTX-3090": 24576, "RTX-4090": 24564, "MI300X": 196592,
+}
+
+
+def test_memory_is_the_binary_total_nvml_reports_and_bandwidth_stays_decimal():
+    assert set(NVML_MEMORY_MIB) == set(hw.GPUS)
+    for key, mib in NVML_MEMORY_MIB.items():
+        assert hw.GPUS[key].memory_bytes == mib * 1024 * 1024, key
+    h100 = hw.GPUS["H100-SXM"]
+    assert h100.memory_bytes == pytest.approx(85.52e9, rel=1e-3)  # 79.65 GiB, 7 % over a decimal 80 GB
+    assert h100.memory_bytes / hw.GIBI == pytest.approx(79.65, abs=0.01)
+    assert hw.GPUS["A100-80GB-SXM"].memory_bytes == 80 * hw.GIBI
+    # datasheet bandwidth and FLOP/s are decimal, as printed: 3.35 TB/s is 3.35e12 bytes/s
+    assert h100.memory_bandwidth == 3.35e12 and h100.bf16_flops == pytest.approx(989.4e12)
+    # a MIG slice takes its share of the binary total
+    assert hw.scale_to_mig(h100, 3 / 7, 4 / 8).memory_bytes == 81559 * 1024 * 1024 / 2
+
+
 def test_peak_flops_by_precision():
     h100 = hw.GPUS["H100-SXM"]
     assert h100.peak_flops("fp8") == pytest.approx(2 * h100.peak_flops("bf16"), rel=0.01)

@@ -47,7 +47,8 @@ def test_scaling_a_spec_to_a_slice():
     slice_ = scale_to_mig(h100, 3 / 7, 4 / 8, "3g.40gb")
     assert slice_.bf16_flops == pytest.approx(H100_BF16 * 3 / 7)
     assert slice_.memory_bandwidth == pytest.approx(H100_BANDWIDTH / 2)
-    assert slice_.memory_bytes == pytest.approx(40e9) and slice_.interconnect_bandwidth is None
+    # half of the 81,559 MiB NVML gives the whole H100 (MIG's 3g.40gb is about 40 GiB, not 40e9 bytes)
+    assert slice_.memory_bytes == pytest.approx(81559 * 2**20 / 2) and slice_.interconnect_bandwidth is None
     assert slice_.name == "H100 SXM · MIG 3g.40gb"
     with pytest.raises(ValueError):
         scale_to_mig(h100, 8 / 7, 0.5)

@@ -191,16 +191,44 @@ def test_parse_quantity():
             parse_quantity(bad, "thing")
 
 
+def test_the_kv_cap_of_a_tight_setup_is_what_vllm_holds_on_nvmls_memory_total():
+    """Issue 45, item 9: the GPU table held an "80GB" H100 as 80e9 bytes, where NVML (and vLLM, which
+    takes gpu_memory_utilization of the device's total) counts 81,559 MiB; in a set-up where the
+    weights nearly fill the GPU that left the KV cap at a fifth of what the engine holds.
+
+    Llama-3.1-70B in FP8 on one H100 SXM, 2,000 tokens of context per sequence, worked out here
+    in bytes rather than by the product's own functions."""
+    total = 81559 * 1024 * 1024  # NVML's memory.total for "NVIDIA H100 80GB HBM3": 85,520,809,984 B
+    assert total == 85_520_809_984
+    utilisation = 0.9  # vLLM's gpu_memory_utilization default
+    weights = 70.6e9 * 1  # 70.6 B parameters at one byte each (FP8), all on the one GPU
+    # KV per token: 80 layers × 8 KV heads × 128 dims × (K and V) × 2 bytes (BF16 cache)
+    kv_per_token = 80 * 8 * 128 * 2 * 2
+    assert kv_per_token == 327_680
+    kv_bytes = total * utilisation - weights  # 6.37e9 B for the cache
+    sequences = kv_bytes / (2000 * kv_per_token)
+    assert sequences == pytest.approx(9.718, abs=0.001)
+    decimal = (80e9 * utilisation - weights) / (2000 * kv_per_token)  # what the decimal table gave
+    assert decimal == pytest.approx(2.136, abs=0.001)
+
+    result = predict("H100", model="Llama-3.1-70B", dtype="fp8", batch=64, k=3, acceptance_length=2.5,
+                     method="eagle", context=2000)
+    batch = result["verdict"]["batch"]
+    assert batch["capped"] is True
+    assert batch["plain"] == pytest.approx(sequences, rel=1e-9)
+    assert batch["why"] == "KV memory holds 9.7 of the 64 asked for"
+
+
 def test_a_crossover_that_never_comes_names_the_kv_cap_not_the_search_limit():
     """Issue 45: predict said "it keeps paying up to 1024 running sequences" (the crossover search's
-    end) where the KV memory holds a few dozen. At 8000 tokens of context an H100's 80 GB less
-    Llama-3.1-8B's 16 GB holds about 50 sequences at 128 KiB a token: the limit named is that."""
+    end) where the KV memory holds a few dozen. At 8000 tokens of context 0.9 of an H100's 80 GiB
+    less Llama-3.1-8B's 16 GB holds about 58 sequences at 128 KiB a token: the limit named is that."""
     result = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="ngram", context=8000)
     assert result["details"]["crossover_state"] == "pays_throughout"
     (words,) = [r for r in result["verdict"]["reasons"] if r.startswith("it keeps paying up to")]
     assert "1024" not in words and "the KV memory holds: more requests wait rather than run" in words
     held = int(words.split("up to the ")[1].split()[0])
-    assert 30 < held < 70, words  # (80 − 16) GB × 0.9 / (8000 × 131072 B) ≈ 55
+    assert 30 < held < 70, words  # (0.9 × 85.52 − 16.06) GB / (8000 × 131072 B) ≈ 58
     # a longer context holds fewer, and the words follow: 32000 tokens hold a quarter as many
     longer = predict("H100", model="Llama-3.1-8B", batch=4, k=3, acceptance_length=2.5, method="ngram", context=32000)
     (words,) = [r for r in longer["verdict"]["reasons"] if r.startswith("it keeps paying up to")]

@@ -174,8 +174,10 @@ def test_weights_that_do_not_fit_give_no_verdict_and_name_the_smallest_tp():
     status, out, err = _run(LLAMA_70B_H100)
     assert status == 2 and err == ""
     assert out.startswith("speculation: unknown")
-    # 70.6B × 2 bytes = 141 GB against 0.9 × 80 = 72 GB; over 2 GPUs 70.6 GB each fits
-    assert "141 GB of weights per GPU do not fit in 72 GB usable of 80 GB (H100 SXM): raise --tp to at least 2" in out
+    # 70.6B × 2 bytes = 141.2e9 B = 131.5 GiB against 0.9 × 81,559 MiB (NVML's total) = 71.7 GiB;
+    # over 2 GPUs 65.7 GiB each fits. Capacity and weights are both said in GiB.
+    assert ("132 GiB of weights per GPU do not fit in 71.7 GiB usable of 79.6 GiB (H100 SXM): raise --tp to at "
+            "least 2") in out
     assert "expected speedup" not in out
 
     status, out, _ = _run(LLAMA_70B_H100 + ["--json"])
@@ -201,8 +203,9 @@ def test_the_cli_module_exits_2_for_a_setup_that_cannot_load():
 
 def test_a_replicated_latent_counts_whole_on_every_gpu_when_sizing_tp():
     # DeepSeek-V3 FP8 on H100s: 671 GB of weights; one sequence of 500,000 tokens holds
-    # 70,272 × 500,000 = 35.1 GB of latent on every GPU. tp 16: 41.9 + 35.1 = 77.1 GB > 72 GB;
-    # tp 32: 21.0 + 35.1 = 56.1 GB fits. Split by tp as K/V heads would be, tp 16 would fit.
+    # 70,272 × 500,000 = 35.1 GB of latent on every GPU. tp 16: 41.9 + 35.1 = 77.07 GB > 0.9 ×
+    # 81,559 MiB = 76.97 GB; tp 32: 21.0 + 35.1 = 56.1 GB fits. Split by tp as K/V heads would be,
+    # tp 16 would fit.
     result = predict("H100", model="DeepSeek-V3", dtype="fp8", tp=8, batch=1, k=2, acceptance_length=2.0,
                      method="mtp", context=500_000)
     assert result["verdict"]["speculation"] == "unknown"
@@ -213,7 +216,9 @@ def test_a_replicated_latent_counts_whole_on_every_gpu_when_sizing_tp():
     at_16 = predict("H100", model="DeepSeek-V3", dtype="fp8", tp=16, batch=1, k=2, acceptance_length=2.0,
                     method="mtp", context=500_000)
     assert at_16["verdict"]["speculation"] == "unknown"
-    assert "one sequence of 500000 tokens needs 35 GB" in at_16["verdict"]["reasons"][0]
+    # 35.1e9 B of latent is 32.7 GiB; the 32.6 GiB the weights leave is a tenth short
+    assert "leave 32.6 GiB of the 71.7 GiB usable" in at_16["verdict"]["reasons"][0]
+    assert "one sequence of 500000 tokens needs 32.7 GiB" in at_16["verdict"]["reasons"][0]
     at_32 = predict("H100", model="DeepSeek-V3", dtype="fp8", tp=32, batch=1, k=2, acceptance_length=2.0,
                     method="mtp", context=500_000)
     assert at_32["verdict"]["expected_speedup"] is not None
@@ -228,13 +233,15 @@ CAPPED = ["--gpu", "H100", "--model", "Llama-3.1-70B", "--tp", "2", "--context",
 
 
 def test_a_capped_batch_is_named_in_the_headline_and_the_json():
-    # per GPU: 0.9 × 80 GB − 70.6 GB of weights = 1.4 GB for KV; a sequence of 8,000 tokens takes
-    # 8,000 × 327,680 / 2 bytes = 1.31 GB, so the memory holds about 1.07 sequences, not 64
-    holds = (0.9 * 80e9 - 70.6e9) / (8000 * 327680 / 2)
-    assert holds == pytest.approx(1.068, abs=0.001)
+    # per GPU, as vLLM sizes it: gpu_memory_utilization 0.9 of the device's total (NVML: 81,559 MiB
+    # on an H100 80GB, 85.52e9 bytes) less 70.6e9 bytes of weights = 6.37e9 bytes for KV; a sequence
+    # of 8,000 tokens takes 8,000 × 327,680 / 2 bytes = 1.31e9, so the memory holds about 4.86
+    # sequences, not 64 (the decimal "80 GB" the datasheet table once held gave 1.07)
+    holds = (0.9 * 81559 * 2**20 - 70.6e9) / (8000 * 327680 / 2)
+    assert holds == pytest.approx(4.859, abs=0.001)
     status, out, err = _run(CAPPED)
     assert status == 0 and err == ""
-    assert "at batch 1.1 (KV memory holds 1.1 of the 64 asked for)" in out.splitlines()[1]
+    assert "at batch 4.9 (KV memory holds 4.9 of the 64 asked for)" in out.splitlines()[1]
     assert "64 running" not in out
 
     status, out, _ = _run(CAPPED + ["--json"])
@@ -242,7 +249,7 @@ def test_a_capped_batch_is_named_in_the_headline_and_the_json():
     assert batch["asked"] == 64 and batch["capped"] is True
     assert batch["plain"] == pytest.approx(holds)
     assert batch["speculative"] < batch["plain"]  # speculation's lookahead slots take a little more
-    assert "KV memory holds 1.1 of the 64" in batch["why"]
+    assert "KV memory holds 4.9 of the 64" in batch["why"]
 
 
 def test_an_uncapped_batch_reads_as_asked():
@@ -299,7 +306,7 @@ def test_the_advisor_adds_the_routing_error_for_an_moe_model(monkeypatch, model,
 
 def test_the_issues_deepseek_command_without_a_dtype_prices_the_released_fp8():
     # `predict --gpu H200 --tp 8 --model DeepSeek-V3 --batch 32 --k 2 ...` with no --dtype: the model
-    # as released is FP8, and 8 H200s hold it; in BF16 (1342 GB, 168 GB a GPU) they do not.
+    # as released is FP8, and 8 H200s hold it; in BF16 (1342 GB, 168 GB = 156 GiB a GPU) they do not.
     args = dict(gpu="H200", tp=8, batch=32, k=2, acceptance_length=2.0, method="mtp")
     released = predict(model="DeepSeek-V3", **args)
     assert released["inputs"]["dtype"] == "fp8"
@@ -309,7 +316,8 @@ def test_the_issues_deepseek_command_without_a_dtype_prices_the_released_fp8():
     told = predict(model="DeepSeek-V3", dtype="bf16", **args)
     assert told["inputs"]["dtype_source"] == "flags"
     assert told["verdict"]["speculation"] == "unknown"
-    assert "168 GB of weights per GPU do not fit" in told["verdict"]["reasons"][0]
+    assert "156 GiB of weights per GPU do not fit in 126 GiB usable of 140 GiB (H200 SXM)" in \
+        told["verdict"]["reasons"][0]
     # a model given by its size has no release to go by: BF16, said nowhere as a choice made for it
     custom = predict(params="70B", **{**args, "method": "ngram"})
     assert (custom["inputs"]["dtype"], custom["inputs"]["dtype_source"]) == ("bf16", "default")

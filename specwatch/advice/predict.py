@@ -33,6 +33,7 @@ from specwatch.advice.predict_inputs import (
 from specwatch.advice.verdict import hold_words
 from specwatch.perf.models import WEIGHTS_AS_RELEASED, weight_format
 from specwatch.perf.hardware import (
+    GIBI,
     GpuSpec,
     ModelSpec,
     custom_gpu,
@@ -402,20 +403,24 @@ def _inputs(gpu_spec: GpuSpec, target: Target, dtype_name: str, tp_degree: int, 
     }
 
 
-def _gb(value: float) -> str:
-    return f"{value / 1e9:.0f}" if value >= 10e9 else f"{value / 1e9:.1f}"
+def _gib(value: float) -> str:
+    """Bytes in GiB, as NVML and nvidia-smi count GPU memory (an "80GB" H100 holds 79.6 GiB); a
+    tenth below 100 GiB, where a tight set-up's KV left and KV needed can be a fraction apart."""
+    return f"{value / GIBI:.0f}" if value >= 100 * GIBI else f"{value / GIBI:.1f}"
 
 
 def _refusal_words(fit: MemoryFit, gpu_spec: GpuSpec, context_per_sequence: float) -> str:
-    usable = f"{_gb(fit.usable_bytes)} GB usable of {_gb(gpu_spec.memory_bytes or 0.0)} GB ({gpu_spec.name})"
+    # every figure in GiB: the GPU's capacity is binary (NVML's total), and weights and KV are
+    # weighed against it in the same unit
+    usable = f"{_gib(fit.usable_bytes)} GiB usable of {_gib(gpu_spec.memory_bytes or 0.0)} GiB ({gpu_spec.name})"
     raise_tp = (f"raise --tp to at least {fit.min_tp}" if fit.min_tp is not None
                 else f"no --tp up to {TP_CHOICES[-1]} holds it")
     if fit.weight_bytes > fit.usable_bytes:
-        return (f"{_gb(fit.weight_bytes)} GB of weights per GPU do not fit in {usable}: {raise_tp} or quantise "
+        return (f"{_gib(fit.weight_bytes)} GiB of weights per GPU do not fit in {usable}: {raise_tp} or quantise "
                 "(--dtype)")
-    return (f"{_gb(fit.weight_bytes)} GB of weights per GPU leave {_gb(fit.usable_bytes - fit.weight_bytes)} GB of "
-            f"the {usable} for KV, and one sequence of {max(context_per_sequence, 1.0):.0f} tokens needs "
-            f"{_gb(fit.one_sequence_kv_bytes)} GB: {raise_tp}, shorten --context or quantise (--dtype)")
+    return (f"{_gib(fit.weight_bytes)} GiB of weights per GPU leave {_gib(fit.usable_bytes - fit.weight_bytes)} GiB "
+            f"of the {usable} for KV, and one sequence of {max(context_per_sequence, 1.0):.0f} tokens needs "
+            f"{_gib(fit.one_sequence_kv_bytes)} GiB: {raise_tp}, shorten --context or quantise (--dtype)")
 
 
 def _refused(fit: MemoryFit, gpu_spec: GpuSpec, target: Target, prior: perf.StepTimePrior,

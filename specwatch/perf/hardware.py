@@ -9,6 +9,11 @@ and is re-exported here.
 All FLOP/s figures are **dense** (no 2:4 sparsity): NVIDIA datasheets print the sparse figure with
 an asterisk, and the dense one is half of it. Bandwidth is bytes per second (decimal units, as on
 datasheets: 3.35 TB/s = 3.35e12).
+
+Memory capacity is not decimal: an "80GB" H100 holds 80 GiB of HBM, and NVML reports 81,559 MiB of
+it (85.5e9 bytes, 7 % more than 80e9). Each entry's `memory_bytes` is the total NVML reports for the
+part (nvidia-smi's memory.total, ECC on), in MiB × 2**20, so that a KV budget sized from it matches
+the one an engine sizes from the device's own total (vLLM: gpu_memory_utilization × total − weights).
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ __all__ = [
 
 TERA = 1e12
 GIGA = 1e9
+# Binary units, for memory capacity only (NVML and CUDA count memory in them; bandwidth and FLOP/s
+# stay decimal, as datasheets give them).
+MEBI = 2.0**20
+GIBI = 2.0**30
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class GpuSpec:
     bf16_flops: float  # dense BF16/FP16 tensor FLOP/s with FP32 accumulate
     fp8_flops: float | None  # dense FP8 tensor FLOP/s; None where the part has no FP8 tensor path
     memory_bandwidth: float  # DRAM bytes/s
-    memory_bytes: float | None  # DRAM capacity
+    memory_bytes: float | None  # DRAM capacity in bytes, as NVML reports it (binary: 80 GiB ≈ 85.9e9)
     max_sm_clock_mhz: float | None  # boost clock the peak FLOP/s figure assumes
     source: str  # where the figures come from (datasheet name / URL as text)
     # Per-direction GPU-to-GPU bandwidth used for tensor-parallel all-reduce. NVLink parts list the
@@ -113,7 +122,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=312 * TERA,
         fp8_flops=None,
         memory_bandwidth=1555 * GIGA,
-        memory_bytes=40 * GIGA,
+        memory_bytes=40960 * MEBI,  # 40 GiB: NVML total 40,960 MiB (older drivers said 40,536)
         max_sm_clock_mhz=1410,
         interconnect_bandwidth=300 * GIGA,  # NVLink 3: 600 GB/s aggregate
         source=_A100_DATASHEET + "; 1,555 GB/s HBM2",
@@ -124,7 +133,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=312 * TERA,
         fp8_flops=None,
         memory_bandwidth=1555 * GIGA,
-        memory_bytes=40 * GIGA,
+        memory_bytes=40960 * MEBI,  # 40 GiB: NVML total 40,960 MiB (older drivers said 40,536)
         max_sm_clock_mhz=1410,
         interconnect_bandwidth=32 * GIGA,  # PCIe 4.0 x16, one way
         source=_A100_DATASHEET + "; 1,555 GB/s; same peak at 250 W, so it sustains less",
@@ -135,7 +144,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=312 * TERA,
         fp8_flops=None,
         memory_bandwidth=2039 * GIGA,
-        memory_bytes=80 * GIGA,
+        memory_bytes=81920 * MEBI,  # 80 GiB: NVML total 81,920 MiB
         max_sm_clock_mhz=1410,
         interconnect_bandwidth=300 * GIGA,
         source=_A100_DATASHEET + "; 2,039 GB/s HBM2e",
@@ -146,7 +155,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=312 * TERA,
         fp8_flops=None,
         memory_bandwidth=1935 * GIGA,
-        memory_bytes=80 * GIGA,
+        memory_bytes=81920 * MEBI,  # 80 GiB: NVML total 81,920 MiB
         max_sm_clock_mhz=1410,
         interconnect_bandwidth=32 * GIGA,
         source=_A100_DATASHEET + "; 1,935 GB/s for the 80GB PCIe part (not re-checked)",
@@ -157,7 +166,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=989.4 * TERA,
         fp8_flops=1978.9 * TERA,
         memory_bandwidth=3350 * GIGA,
-        memory_bytes=80 * GIGA,
+        memory_bytes=81559 * MEBI,  # 80 GiB part: NVML total 81,559 MiB (79.6 GiB, 85.5e9 bytes)
         max_sm_clock_mhz=1980,
         interconnect_bandwidth=450 * GIGA,  # NVLink 4: 900 GB/s aggregate
         source=_H100_DATASHEET + ": BF16 1,979* (dense 989.4), FP8 3,958* (dense 1,978.9), 3.35 TB/s HBM3",
@@ -168,7 +177,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=756.5 * TERA,
         fp8_flops=1513 * TERA,
         memory_bandwidth=2000 * GIGA,
-        memory_bytes=80 * GIGA,
+        memory_bytes=81559 * MEBI,  # 80 GiB part: NVML total 81,559 MiB, as the SXM part
         max_sm_clock_mhz=1755,
         interconnect_bandwidth=64 * GIGA,  # PCIe 5.0 x16, one way
         source=_H100_DATASHEET + ": BF16 1,513* (dense 756.5), FP8 3,026* (dense 1,513), 2,000 GB/s HBM2e",
@@ -179,7 +188,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=835.5 * TERA,
         fp8_flops=1670.5 * TERA,
         memory_bandwidth=3900 * GIGA,
-        memory_bytes=94 * GIGA,
+        memory_bytes=95830 * MEBI,  # "94 GB": NVML total 95,830 MiB (93.6 GiB)
         max_sm_clock_mhz=1785,
         interconnect_bandwidth=300 * GIGA,  # NVLink bridge: 600 GB/s aggregate
         source="NVIDIA H100 product page, NVL column: BF16 1,671* (dense 835.5), FP8 3,341* (dense 1,670.5), "
@@ -191,7 +200,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=989.4 * TERA,
         fp8_flops=1978.9 * TERA,
         memory_bandwidth=4800 * GIGA,
-        memory_bytes=141 * GIGA,
+        memory_bytes=143771 * MEBI,  # "141 GB": NVML total 143,771 MiB (140.4 GiB)
         max_sm_clock_mhz=1980,
         interconnect_bandwidth=450 * GIGA,
         source="NVIDIA H200 product page / datasheet: same GH100 compute as H100 SXM (BF16 989.4 dense, FP8 1,978.9 "
@@ -203,7 +212,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=835.5 * TERA,
         fp8_flops=1670.5 * TERA,
         memory_bandwidth=4800 * GIGA,
-        memory_bytes=141 * GIGA,
+        memory_bytes=143771 * MEBI,  # "141 GB": NVML total 143,771 MiB, as the SXM part
         max_sm_clock_mhz=1785,
         interconnect_bandwidth=450 * GIGA,
         source="NVIDIA H200 product page, NVL column: BF16 1,671* (dense 835.5), 4.8 TB/s (from memory, not re-fetched)",
@@ -214,7 +223,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=2250 * TERA,
         fp8_flops=4500 * TERA,
         memory_bandwidth=8000 * GIGA,
-        memory_bytes=180 * GIGA,
+        memory_bytes=183359 * MEBI,  # "180 GB": NVML total 183,359 MiB (179.1 GiB)
         max_sm_clock_mhz=None,
         interconnect_bandwidth=900 * GIGA,  # NVLink 5: 1.8 TB/s aggregate
         source="glennklockwood.com/garden/processors/B200 (HGX B200: FP16/BF16 2,250 dense / 4,500 sparse; FP8 "
@@ -226,7 +235,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=2500 * TERA,
         fp8_flops=5000 * TERA,
         memory_bandwidth=8000 * GIGA,
-        memory_bytes=186 * GIGA,
+        memory_bytes=189471 * MEBI,  # "186 GB": NVML total 189,471 MiB (185.0 GiB)
         max_sm_clock_mhz=None,
         interconnect_bandwidth=900 * GIGA,
         source="glennklockwood.com/garden/processors/B200 (GB200 variant at 1,200 W: BF16 2,500 dense, ridge ≈ 312); "
@@ -238,7 +247,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=362.05 * TERA,
         fp8_flops=733 * TERA,
         memory_bandwidth=864 * GIGA,
-        memory_bytes=48 * GIGA,
+        memory_bytes=46068 * MEBI,  # "48 GB" GDDR6: NVML total 46,068 MiB with ECC on (45.0 GiB)
         max_sm_clock_mhz=2520,
         interconnect_bandwidth=32 * GIGA,  # PCIe 4.0 x16
         source="NVIDIA L40S datasheet (reseller copy, mullet.se): BF16 362.05 / 733*; FP8 733 / 1,466*; 864 GB/s GDDR6",
@@ -249,7 +258,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=121 * TERA,
         fp8_flops=242.5 * TERA,
         memory_bandwidth=300 * GIGA,
-        memory_bytes=24 * GIGA,
+        memory_bytes=23034 * MEBI,  # "24 GB" GDDR6: NVML total 23,034 MiB (22.5 GiB)
         max_sm_clock_mhz=2040,
         interconnect_bandwidth=32 * GIGA,
         source="NVIDIA L4 datasheet: FP16/BF16 242* (dense 121), FP8 485* (dense 242.5), 300 GB/s GDDR6",
@@ -260,7 +269,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=125 * TERA,
         fp8_flops=None,
         memory_bandwidth=600 * GIGA,
-        memory_bytes=24 * GIGA,
+        memory_bytes=23028 * MEBI,  # "24 GB" GDDR6: NVML total 23,028 MiB with ECC on (22.5 GiB)
         max_sm_clock_mhz=1695,
         interconnect_bandwidth=32 * GIGA,
         source="NVIDIA A10 datasheet: BF16 125 / 250*; 600 GB/s GDDR6",
@@ -271,7 +280,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=70 * TERA,
         fp8_flops=None,
         memory_bandwidth=600 * GIGA,
-        memory_bytes=24 * GIGA,
+        memory_bytes=23028 * MEBI,  # "24 GB" GDDR6: NVML total 23,028 MiB (AWS G5, ECC on)
         max_sm_clock_mhz=1710,
         interconnect_bandwidth=32 * GIGA,
         approximate=True,
@@ -284,7 +293,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=149.7 * TERA,
         fp8_flops=None,
         memory_bandwidth=696 * GIGA,
-        memory_bytes=48 * GIGA,
+        memory_bytes=46068 * MEBI,  # "48 GB" GDDR6: NVML total 46,068 MiB with ECC on (49,140 off)
         max_sm_clock_mhz=1740,
         interconnect_bandwidth=32 * GIGA,  # PCIe 4.0 x16 (an NVLink bridge pairs two cards)
         source="NVIDIA A40 datasheet: BF16 tensor 149.7 / 299.4*; 696 GB/s GDDR6; 48 GB",
@@ -296,7 +305,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=71 * TERA,
         fp8_flops=None,
         memory_bandwidth=936 * GIGA,
-        memory_bytes=24 * GIGA,
+        memory_bytes=24576 * MEBI,  # 24 GiB GDDR6X, no ECC: NVML total 24,576 MiB
         max_sm_clock_mhz=1695,
         interconnect_bandwidth=32 * GIGA,
         source="NVIDIA Ampere GA102 GPU architecture whitepaper: RTX 3090 FP16 tensor with FP32 accumulate "
@@ -310,7 +319,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=165.2 * TERA,
         fp8_flops=330.3 * TERA,
         memory_bandwidth=1008 * GIGA,
-        memory_bytes=24 * GIGA,
+        memory_bytes=24564 * MEBI,  # 24 GiB GDDR6X: NVML total 24,564 MiB
         max_sm_clock_mhz=2520,
         interconnect_bandwidth=32 * GIGA,
         source="NVIDIA Ada Lovelace architecture whitepaper (via waredb.com): FP16/BF16 tensor with FP32 accumulate "
@@ -323,7 +332,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
         bf16_flops=1307.4 * TERA,
         fp8_flops=2614.9 * TERA,
         memory_bandwidth=5300 * GIGA,
-        memory_bytes=192 * GIGA,
+        memory_bytes=196592 * MEBI,  # 192 GiB HBM3: the VRAM pool rocminfo gives (201,310,208 KiB)
         max_sm_clock_mhz=2100,
         interconnect_bandwidth=448 * GIGA,  # Infinity Fabric, 7 links × 64 GB/s one way
         vendor="AMD",
