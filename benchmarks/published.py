@@ -359,7 +359,10 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
   1.5× their math and called their gains losses (0.94×).
 - **Fixed costs that scale with the model.** A step pays 0.4 ms plus 15 µs per layer (launch gaps
   with CUDA graphs), two all-reduces per layer under TP, and a draft head pays 50 µs per forward of
-  its own, so a batch-1 calibration no longer folds the head's fixed cost into L.
+  its own, so a batch-1 calibration no longer folds the head's fixed cost into L. The head's weight
+  reads are derived from the target's shapes (one decoder layer, its fusing FC and the LM head it
+  reads): r ≈ 0.053 for EAGLE-3 on Llama-3.1-8B (its 32k draft vocabulary), 0.097 for EAGLE-1 there
+  (the whole 128k LM head), 0.029 on 70B and 0.043 for DeepSeek-V3's MTP layer.
 - **Weight-only quantised GEMMs** (AWQ, GPTQ, int4/int8 weights computed in BF16) run at 0.7 of a
   BF16 GEMM's rate past their knee (dequantisation in the main loop; mma.sync on Hopper). It is what
   keeps the A40 AWQ self-draft of vLLM PR #26504 a loss at batch 32: the draft's catch-up forward
@@ -375,7 +378,7 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
 - **Where it still misses.** The V0-era n-gram high-QPS row of the vLLM blog lost more (0.56×)
   than the model's 0.93×: its batch is not published, and queueing, preemption and the V0 proposer's
   per-step scheduling are beyond a per-step model; the direction is right. SpecDecode-Bench's 70B
-  batch-128 row (a secondary source) gained 1.72× where the model says 1.13×: the direction is right
+  batch-128 row (a secondary source) gained 1.72× where the model says 1.11×: the direction is right
   and the confidence is the table's lowest among gains; with 600 tokens of context assumed, the
   verify step at 512 tokens is past the H100 knee, while ShareGPT's contexts and vLLM 0.10's batch
   shapes may keep it cheaper. MagicDec's self-speculation rows rest on an assumed
@@ -384,11 +387,11 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
 
 - **A mixture of experts** (SGLang's DeepSeek-V3 MTP on 8×H200, the model in FP8 as released).
   With the chain of 1 the launch example beside the claim gives, the model cannot reach the
-  published 1.8× at batch 1 even with every draft accepted (1.59×): it prices the verify step at
+  published 1.8× at batch 1 even with every draft accepted (1.62×): it prices the verify step at
   1.19× a plain one, where verifying 2 tokens wakes about twice the experts (6 % of them against 3 %)
-  on a step of 3.5 ms. Its batch-32 row then lands within 3 % (1.45× for 1.50×), but the fall from
-  batch 1 to 32 is gentler in the model (0.92) than published (0.83). With the 3-step chain later
-  docs give as DeepSeek's default, calibrating at batch 1 (L = 3.17) puts batch 32 at 1.89×, 26 %
+  on a step of 3.5 ms. Its batch-32 row then lands within 2 % (1.47× for 1.50×), but the fall from
+  batch 1 to 32 is gentler in the model (0.91) than published (0.83). With the 3-step chain later
+  docs give as DeepSeek's default, calibrating at batch 1 (L = 3.04) puts batch 32 at 1.85×, 23 %
   over: the model's MoE verify step gets cheaper relative to a plain one as the plain step's own
   experts fill in, faster than SGLang's did. One source, with its chain length unpublished, is too
   little to move the expert-union term on; it is scored with the chain its own example gives.

@@ -194,7 +194,12 @@ def test_from_bench_with_gpu_and_model_draws_the_datasheet_curve(tmp_path):
     report = load_sweep(tmp_path / "o")
     predicted = report["predicted"]
     assert predicted["basis"] == "datasheet" and "Llama-3.1-8B" in predicted["note"]
-    assert predicted["draft_ratio"] == pytest.approx(0.05)
+    # an EAGLE-1 head on Llama-3.1-8B, from its config.json: one decoder layer (attention
+    # 4096·(4096 + 2·1024 + 4096), MLP 3·4096·14336), the 2·4096 → 4096 FC and the 128,256 × 4096 LM
+    # head it reads, over the 8.03 B weights of a plain step (r was a flat 0.05 before)
+    layer = 4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336
+    assert predicted["draft_ratio"] == pytest.approx((layer + 2 * 4096**2 + 128256 * 4096) / 8.03e9, rel=0.01)
+    assert predicted["draft_ratio_basis"].startswith("eagle: derived from Llama-3.1-8B's shapes")
     # the prediction at each point is what `predict` says for the same configuration
     from specwatch.advice.predict import predict
 

@@ -183,7 +183,7 @@ class Advisor:
         self.gpu_identity = GpuIdentity(c.gpu)
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
                                       target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
-                                      dtype=dtype)
+                                      dtype=dtype, target=c.model)
         self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from specwatch import perf
-from specwatch.perf.hardware import GpuSpec, lookup_model
+from specwatch.perf.hardware import GpuSpec, ModelSpec, lookup_model
 from specwatch.telemetry.snapshot import FROM_FLAGS, FROM_METRICS, SpeculationConfig, resolve_speculation
 
 # r for a draft model whose size is not known: the fixed per-forward cost plus about 5 % in bytes.
@@ -23,7 +23,8 @@ class DrafterPricing:
 
     def __init__(self, *, method: str | None = None, draft_ratio: float | None = None,
                  draft_params: float | None = None, target_params: float | None = None,
-                 k: int | None = None, tp: int = 1, dtype: str = "bf16") -> None:
+                 k: int | None = None, tp: int = 1, dtype: str = "bf16",
+                 target: ModelSpec | None = None) -> None:
         # The operator's word on the method, k and the draft model's size. The target's own /server_info
         # (and, for k, its counters) wins over them; they win over what a sample was declared with.
         self.method = method
@@ -34,6 +35,8 @@ class DrafterPricing:
         # the target's tensor parallelism and dtype, which a draft model runs at too
         self.tp = tp
         self.dtype = dtype
+        # the target's shapes, which a draft head's r is derived from (None: r assumed)
+        self.target = target
         # The speculation config the latest verdict was judged with: the target's, with the operator's
         # method and draft size where the target does not say (what the front ends show).
         self.speculation: SpeculationConfig | None = None
@@ -68,7 +71,8 @@ class DrafterPricing:
             return None, method
         try:
             return perf.draft_cost(name, draft_params=draft_params, target_params=self.target_params,
-                                   override=self.draft_ratio), name
+                                   override=self.draft_ratio, target=self.target,
+                                   bytes_per_weight=_bytes_per_weight(self.dtype)), name
         except ValueError:
             # a draft model of unknown size: its fixed per-forward overhead plus a small model's bytes
             return perf.DraftCost(name, UNSIZED_DRAFT_RATIO,
@@ -84,7 +88,7 @@ class DrafterPricing:
         cached = self._pricing_cache
         if cached is not None and cached[0] is cost and cached[1] is gpu:
             return cached[2]
-        pricing = price(cost)
+        pricing = price(cost, self.target, self.dtype)
         speculation = self.speculation
         if gpu is not None and cost is not None and pricing.kind == "ratio" and cost.basis != "given" \
                 and speculation is not None and (speculation.draft_model or speculation.draft_params):
@@ -140,11 +144,20 @@ def with_counted_k(observed: SpeculationConfig | None, counted_k: int) -> Specul
     return dataclasses.replace(observed, k=counted_k, sources=sources)
 
 
-def price(cost: perf.DraftCost | None) -> perf.DraftPricing:
-    """A draft cost as the decision prices it: a known method's own pricing unless r was given."""
+def _bytes_per_weight(dtype: str | None) -> float | None:
+    """Bytes per weight of a format the laws know (None for any other: the words then say BF16)."""
+    try:
+        return perf.WEIGHT_FORMATS[perf.weight_format_key(dtype)][0] if dtype else None
+    except ValueError:
+        return None
+
+
+def price(cost: perf.DraftCost | None, target: ModelSpec | None = None, dtype: str | None = None) -> perf.DraftPricing:
+    """A draft cost as the decision prices it: a known method's own pricing unless r was given (a
+    draft head's r derived from the target's shapes where `target` gives them)."""
     if cost is None:
         return perf.draft_pricing(None)
     if cost.basis != "given" and cost.method in ("ngram", "suffix", "eagle", "eagle3", "mtp", "medusa"):
-        return perf.draft_pricing(cost.method)
+        return perf.draft_pricing(cost.method, target=target, dtype=dtype)
     return perf.DraftPricing(cost.method, "ratio", cost.ratio, cost.basis)
 

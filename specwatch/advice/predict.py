@@ -244,7 +244,8 @@ def predict(
     try:
         pricing = perf.draft_pricing(method_name, ratio=ratio_override, draft_model=draft_prior,
                                      scale=1.0 if draft_scale is None else _positive(draft_scale, "draft scale"),
-                                     draft_params=draft_count, target_params=target.params)
+                                     draft_params=draft_count, target_params=target.params,
+                                     target=_head_target(target), dtype=dtype_name)
         prior = perf.datasheet_prior(
             gpu_spec,
             params=target.params,
@@ -328,6 +329,15 @@ JSON_NOTES = {
                            "with ln S off by a normal error of sigma decision.level_error (the prior's "
                            "error against published data, or the live fit's)",
 }
+
+
+def _head_target(target: Target) -> ModelSpec | None:
+    """The shapes a draft head's r is derived from: the table's model, with --active-params where
+    given (None for a model given by its size: r is then assumed)."""
+    spec = target.spec
+    if spec is None or spec.active_params == target.active_params:
+        return spec
+    return replace(spec, active_params=target.active_params)
 
 
 def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
@@ -572,7 +582,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         reasons.append("KV bytes per token unknown (give --kv-bytes-per-token or --model): context is not priced")
     if method_name is None:
         reasons.append(f"no --method given: {perf.UNKNOWN_METHOD_WORDS}")
-    elif pricing.kind in ("model", "ratio") and method_name not in ("ngram", "suffix"):
+    elif pricing.kind in ("model", "ratio", "head") and method_name not in ("ngram", "suffix"):
         reasons.append(f"draft cost: {pricing.basis}")
     if draft_note:
         reasons.append(draft_note)

@@ -28,8 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.perf.draft import HEAD_DRAFT_RATIO, LOOKUP_DRAFT_RATIO, METHOD_WORDS, canonical_method
-from specwatch.perf.steptime import SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, StepTimeModel, StepTimePrior  # noqa: F401
+from specwatch.perf.draft import (HEAD_ASSUMED_WORDS, HEAD_DRAFT_RATIO, HEAD_METHODS, LOOKUP_DRAFT_RATIO,
+                                  METHOD_WORDS, canonical_method, head_weights)
+from specwatch.perf.models import ModelSpec
+from specwatch.perf.steptime import (SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, WEIGHT_FORMATS, StepTimeModel,  # noqa: F401
+                                     StepTimePrior, step_overhead_s, weight_format_key)
 
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "UNKNOWN_METHOD_WORDS",
     "DraftPricing",
     "draft_pricing",
+    "head_pricing",
     "verify_attention_s",
     "Capacity",
     "capacity",
@@ -88,8 +92,14 @@ class DraftPricing:
     """How one draft token is priced at a load.
 
     kind: "lookup" (no model forward), "head" (EAGLE/MTP/Medusa: r of the target's weight-and-math
-    step per draft token), "model" (a draft model's own roofline) or "ratio" (r given: r of a plain
-    target step at the same load).
+    step per draft token, plus the head's own fixed cost per forward), "model" (a draft model's own
+    roofline) or "ratio" (r given: r of a plain target step at the same load).
+
+    A head's r is derived from the target's shapes where they are known (`head_weights`: its weight
+    reads over the target's), and `target_overhead_s` then holds the target step's fixed cost
+    (`step_overhead_s` of its depth), which r does not scale: the head pays its own
+    (HEAD_FORWARD_OVERHEAD_S) instead. Where the shapes are not known r is HEAD_DRAFT_RATIO of the
+    whole step, assumed.
     """
 
     method: str | None  # canonical method; None when not known
@@ -101,6 +111,7 @@ class DraftPricing:
     params: float | None = None
     assumed: bool = False  # True when the method was not known
     scale: float = 1.0  # measured draft cost over the modelled one (a calibration), 1 when not measured
+    target_overhead_s: float | None = None  # a derived head: the target step's fixed cost r leaves out
 
     @property
     def words(self) -> str:
@@ -114,8 +125,13 @@ class DraftPricing:
             return self.scale * (seconds(self.model.step_time(tokens, context)) - self.model.overhead_s
                                  + DRAFT_FORWARD_OVERHEAD_S)
         # a head: one decoder layer and the LM head over these tokens, a fixed share of the target's
-        # step without its KV reads (the head's own KV is one layer's worth), and its own fixed cost
-        return self.scale * (self.ratio * seconds(target.step_time(tokens, 0.0)) + HEAD_FORWARD_OVERHEAD_S)
+        # step without its KV reads (the head's own KV is one layer's worth) and, where r was derived
+        # from the shapes, without the step's fixed cost, and its own fixed cost
+        step = seconds(target.step_time(tokens, 0.0))
+        fixed = self.target_overhead_s
+        if fixed:
+            step = np.maximum(step - fixed, 0.0) if isinstance(step, np.ndarray) else max(step - fixed, 0.0)
+        return self.scale * (self.ratio * step + HEAD_FORWARD_OVERHEAD_S)
 
     def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
                    draft_context_tokens: float | None = None) -> float:
@@ -144,12 +160,16 @@ def draft_pricing(
     draft_model: StepTimePrior | None = None,
     draft_params: float | None = None,
     target_params: float | None = None,
+    target: ModelSpec | None = None,
+    dtype: str | None = None,
 ) -> DraftPricing:
     """The pricing for a method: an explicit ratio wins; a draft model with a prior gets its own
-    roofline; a draft model known only by size gets bytes + overhead as r; an unknown method gets
+    roofline; a draft head gets r derived from the target's shapes (`target`, its weights in `dtype`,
+    by default the format it is released in) where they are known, else HEAD_DRAFT_RATIO, said to be
+    assumed; a draft model known only by size gets bytes + overhead as r; an unknown method gets
     UNKNOWN_METHOD_WORDS. Raises ValueError for an unknown method name or a draft model with
     nothing to size it by."""
-    pricing = _draft_pricing(method, ratio, draft_model, draft_params, target_params)
+    pricing = _draft_pricing(method, ratio, draft_model, draft_params, target_params, target, dtype)
     if scale != 1.0:
         if not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"draft cost scale must be positive, got {scale!r}")
@@ -159,7 +179,23 @@ def draft_pricing(
     return pricing
 
 
-def _draft_pricing(method, ratio, draft_model, draft_params, target_params) -> DraftPricing:
+def head_pricing(name: str, target: ModelSpec | None, dtype: str | None = None) -> DraftPricing:
+    """A draft head's pricing (`name` canonical): r derived from the target's shapes where they are
+    known, with the target's fixed step cost left out of what r scales, else HEAD_DRAFT_RATIO."""
+    head = head_weights(name, target)
+    if head is None or target is None:
+        return DraftPricing(name, "head", HEAD_DRAFT_RATIO, HEAD_ASSUMED_WORDS)
+    try:  # the bytes only say the sizes in words: r is a ratio of weights in one format
+        bytes_per_weight = WEIGHT_FORMATS[weight_format_key(dtype or target.weights)][0]
+    except ValueError:
+        bytes_per_weight = WEIGHT_FORMATS[weight_format_key(target.weights)][0]
+    fixed = step_overhead_s(target.layers)
+    basis = (f"{head.words(bytes_per_weight)}, plus {HEAD_FORWARD_OVERHEAD_S * 1e6:.0f} µs a forward of its own "
+             f"(the target's step: {fixed * 1e3:.2f} ms fixed)")
+    return DraftPricing(name, "head", head.ratio, basis, target_overhead_s=fixed)
+
+
+def _draft_pricing(method, ratio, draft_model, draft_params, target_params, target=None, dtype=None) -> DraftPricing:
     name = canonical_method(method) if method else None
     if ratio is not None:
         if not math.isfinite(ratio) or ratio < 0:
@@ -169,8 +205,8 @@ def _draft_pricing(method, ratio, draft_model, draft_params, target_params) -> D
         return DraftPricing(None, "head", HEAD_DRAFT_RATIO, UNKNOWN_METHOD_WORDS, assumed=True)
     if name in ("ngram", "suffix"):
         return DraftPricing(name, "lookup", LOOKUP_DRAFT_RATIO, "lookup proposer: no model forward")
-    if name in ("eagle", "eagle3", "mtp", "medusa"):
-        return DraftPricing(name, "head", HEAD_DRAFT_RATIO, "draft head ≈ one decoder layer and the LM head")
+    if name in HEAD_METHODS:
+        return head_pricing(name, target, dtype)
     if draft_model is not None:
         return DraftPricing(name, "model", 0.0, "draft model's own roofline (weights, dtype, its KV cache)",
                             model=draft_model, kv_bytes_per_token=draft_model.kv_bytes_per_token,

@@ -32,6 +32,28 @@ class ModelSpec:
     # where the operator does not say (--dtype). An 8×H200 node serves DeepSeek-V3 as released, in
     # FP8; priced in BF16 its weights would not fit.
     weights: str = "bf16"
+    # The vocabulary (config.json's vocab_size) and whether the LM head is the input embedding
+    # (tie_word_embeddings): what prices the LM head a draft head reads and one layer's share of the
+    # weights (`layer_active_params`). None where not tabled.
+    vocab_size: int | None = None
+    tied_embeddings: bool = False
+
+    @property
+    def lm_head_params(self) -> float | None:
+        """The LM head's weights, vocab × hidden (None where the vocabulary is not tabled)."""
+        return None if self.vocab_size is None else float(self.vocab_size) * self.hidden_size
+
+    @property
+    def layer_active_params(self) -> float | None:
+        """One decoder layer's weights a token uses (attention + MLP; for a mixture of experts the
+        shared weights and its top-k experts): the active parameters less the input embedding and
+        the LM head (one matrix when tied), shared across the layers. Dense layers before the first
+        MoE layer (DeepSeek's first_k_dense_replace) are averaged in. None without the vocabulary."""
+        lm_head = self.lm_head_params
+        if lm_head is None:
+            return None
+        embeddings = lm_head if self.tied_embeddings else 2.0 * lm_head
+        return max(self.active_params - embeddings, 0.0) / self.layers
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -73,13 +95,15 @@ class ModelSpec:
             "experts": self.experts,
             "experts_per_token": self.experts_per_token,
             "weights": self.weights,
+            "vocab_size": self.vocab_size,
+            "tied_embeddings": self.tied_embeddings,
             "source": self.source,
         }
 
 
 def _hf(repo: str) -> str:
     return f"config.json of huggingface.co/{repo} (num_hidden_layers, hidden_size, num_attention_heads, " \
-           "num_key_value_heads); parameter count from the model card"
+           "num_key_value_heads, vocab_size, tie_word_embeddings); parameter count from the model card"
 
 
 def _hf_moe(repo: str, shape: str, params: str) -> str:
@@ -99,7 +123,7 @@ _DEEPSEEK_V3 = ModelSpec(
             "v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, "
             "first_k_dense_replace 3, quantization_config fp8 (e4m3 weights in 128×128 blocks, dynamic "
             "activations)", "671B total / 37B activated (the 14B MTP module left out)"),
-    experts=256, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8",
+    experts=256, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=129280,
 )
 _KIMI_K2 = ModelSpec(
     "Kimi-K2", 1.04e12, 32e9, 61, 7168, 64, 64, 128,
@@ -108,7 +132,7 @@ _KIMI_K2 = ModelSpec(
             "qk_rope_head_dim 64 (576-wide latent per layer, replicated on every TP rank), v_head_dim 128, "
             "n_routed_experts 384, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1, "
             "quantization_config fp8 (e4m3 weights in 128×128 blocks)", "1.04T total / 32B activated"),
-    experts=384, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8",
+    experts=384, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=163840,
 )
 _MOE_MODELS: tuple[ModelSpec, ...] = (
     _DEEPSEEK_V3,
@@ -127,21 +151,21 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "num_hidden_layers 62, hidden_size 3072, num_attention_heads 48, num_key_value_heads 8, head_dim 128, "
                 "num_local_experts 256, num_experts_per_tok 8, no shared expert, quantization_config fp8 (e4m3 "
                 "weights in 128×128 blocks, dynamic activations)", "230B total / 10B activated"),
-        experts=256, experts_per_token=8, weights="fp8",
+        experts=256, experts_per_token=8, weights="fp8", vocab_size=200064,
     ),
     ModelSpec(
         "Qwen3-30B-A3B", 30.5e9, 3.3e9, 48, 2048, 32, 4, 128,
         _hf_moe("Qwen/Qwen3-30B-A3B",
                 "num_hidden_layers 48, hidden_size 2048, num_attention_heads 32, num_key_value_heads 4, head_dim 128, "
                 "num_experts 128, num_experts_per_tok 8, no shared expert", "30.5B total / 3.3B activated"),
-        experts=128, experts_per_token=8,
+        experts=128, experts_per_token=8, vocab_size=151936,
     ),
     ModelSpec(
         "Qwen3-235B-A22B", 235e9, 22e9, 94, 4096, 64, 4, 128,
         _hf_moe("Qwen/Qwen3-235B-A22B",
                 "num_hidden_layers 94, hidden_size 4096, num_attention_heads 64, num_key_value_heads 4, head_dim 128, "
                 "num_experts 128, num_experts_per_tok 8, no shared expert", "235B total / 22B activated"),
-        experts=128, experts_per_token=8,
+        experts=128, experts_per_token=8, vocab_size=151936,
     ),
     ModelSpec(
         "gpt-oss-20b", 20.9e9, 3.6e9, 24, 2880, 64, 8, 64,
@@ -151,7 +175,7 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
                 "experts are MXFP4 (about 4.25 bits) and the rest bf16: the whole is priced as w4a16, the nearest "
                 "format", "20.9B total / 3.6B active"),
-        experts=32, experts_per_token=4, weights="w4a16",
+        experts=32, experts_per_token=4, weights="w4a16", vocab_size=201088,
     ),
     ModelSpec(
         "gpt-oss-120b", 116.8e9, 5.1e9, 36, 2880, 64, 8, 64,
@@ -161,7 +185,7 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "window, which the KV figure (full attention in every layer) does not take off; the released "
                 "experts are MXFP4 (about 4.25 bits) and the rest bf16: the whole is priced as w4a16, the nearest "
                 "format", "116.8B total / 5.1B active"),
-        experts=128, experts_per_token=4, weights="w4a16",
+        experts=128, experts_per_token=4, weights="w4a16", vocab_size=201088,
     ),
     ModelSpec(
         "Llama-4-Scout-17B-16E", 109e9, 17e9, 48, 5120, 40, 8, 128,
@@ -170,7 +194,7 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "head_dim 128, num_local_experts 16, num_experts_per_tok 1 plus a shared expert in every layer; "
                 "3 of 4 layers attend in 8192-token chunks, which the KV figure (full attention) does not take off",
                 "109B total / 17B active"),
-        experts=16, experts_per_token=1,
+        experts=16, experts_per_token=1, vocab_size=202048,
     ),
     ModelSpec(
         "Llama-4-Maverick-17B-128E", 400e9, 17e9, 48, 5120, 40, 8, 128,
@@ -180,21 +204,31 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "interleave_moe_layer_step 2 (MoE in every other layer, dense FFNs between: their weights are "
                 "shared weights, and the union of experts touched is the same in each MoE layer); 3 of 4 layers "
                 "attend in 8192-token chunks, which the KV figure does not take off", "400B total / 17B active"),
-        experts=128, experts_per_token=1,
+        experts=128, experts_per_token=1, vocab_size=202048,
     ),
 )
 
 _MODEL_LIST: tuple[ModelSpec, ...] = (
-    ModelSpec("Llama-3.1-8B", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, _hf("meta-llama/Llama-3.1-8B")),
-    ModelSpec("Llama-3.1-70B", 70.6e9, 70.6e9, 80, 8192, 64, 8, 128, _hf("meta-llama/Llama-3.1-70B")),
-    ModelSpec("Llama-3.1-405B", 405.9e9, 405.9e9, 126, 16384, 128, 8, 128, _hf("meta-llama/Llama-3.1-405B")),
-    ModelSpec("Llama-3.2-1B", 1.24e9, 1.24e9, 16, 2048, 32, 8, 64, _hf("meta-llama/Llama-3.2-1B")),
-    ModelSpec("Llama-3.2-3B", 3.21e9, 3.21e9, 28, 3072, 24, 8, 128, _hf("meta-llama/Llama-3.2-3B")),
-    ModelSpec("Llama-2-7B", 6.74e9, 6.74e9, 32, 4096, 32, 32, 128, _hf("meta-llama/Llama-2-7b-hf") + " (MHA)"),
-    ModelSpec("Qwen2.5-0.5B", 0.49e9, 0.49e9, 24, 896, 14, 2, 64, _hf("Qwen/Qwen2.5-0.5B")),
-    ModelSpec("Qwen2.5-7B", 7.62e9, 7.62e9, 28, 3584, 28, 4, 128, _hf("Qwen/Qwen2.5-7B")),
-    ModelSpec("Qwen2.5-72B", 72.7e9, 72.7e9, 80, 8192, 64, 8, 128, _hf("Qwen/Qwen2.5-72B")),
-    ModelSpec("TinyLlama-1.1B", 1.1e9, 1.1e9, 22, 2048, 32, 4, 64, _hf("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T")),
+    ModelSpec("Llama-3.1-8B", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128, _hf("meta-llama/Llama-3.1-8B"),
+              vocab_size=128256),
+    ModelSpec("Llama-3.1-70B", 70.6e9, 70.6e9, 80, 8192, 64, 8, 128, _hf("meta-llama/Llama-3.1-70B"),
+              vocab_size=128256),
+    ModelSpec("Llama-3.1-405B", 405.9e9, 405.9e9, 126, 16384, 128, 8, 128, _hf("meta-llama/Llama-3.1-405B"),
+              vocab_size=128256),
+    ModelSpec("Llama-3.2-1B", 1.24e9, 1.24e9, 16, 2048, 32, 8, 64, _hf("meta-llama/Llama-3.2-1B"),
+              vocab_size=128256, tied_embeddings=True),
+    ModelSpec("Llama-3.2-3B", 3.21e9, 3.21e9, 28, 3072, 24, 8, 128, _hf("meta-llama/Llama-3.2-3B"),
+              vocab_size=128256, tied_embeddings=True),
+    ModelSpec("Llama-2-7B", 6.74e9, 6.74e9, 32, 4096, 32, 32, 128, _hf("meta-llama/Llama-2-7b-hf") + " (MHA)",
+              vocab_size=32000),
+    ModelSpec("Qwen2.5-0.5B", 0.49e9, 0.49e9, 24, 896, 14, 2, 64, _hf("Qwen/Qwen2.5-0.5B"),
+              vocab_size=151936, tied_embeddings=True),
+    ModelSpec("Qwen2.5-7B", 7.62e9, 7.62e9, 28, 3584, 28, 4, 128, _hf("Qwen/Qwen2.5-7B"),
+              vocab_size=152064),
+    ModelSpec("Qwen2.5-72B", 72.7e9, 72.7e9, 80, 8192, 64, 8, 128, _hf("Qwen/Qwen2.5-72B"),
+              vocab_size=152064),
+    ModelSpec("TinyLlama-1.1B", 1.1e9, 1.1e9, 22, 2048, 32, 4, 64, _hf("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
+              vocab_size=32000),
     ModelSpec(
         "Mixtral-8x7B",
         46.7e9,
@@ -207,6 +241,7 @@ _MODEL_LIST: tuple[ModelSpec, ...] = (
         _hf("mistralai/Mixtral-8x7B-v0.1") + "; 8 experts, top-2 (num_local_experts, num_experts_per_tok)",
         experts=8,
         experts_per_token=2,
+        vocab_size=32000,
     ),
     *_MOE_MODELS,
 )

@@ -59,10 +59,15 @@ def _context_per_sequence(tiers: Sequence[dict], max_tokens: float | None) -> fl
 
 
 def _draft_pricing(inputs: PredictionInputs, method: str | None, target_params: float | None) -> perf.DraftPricing:
-    """The draft's pricing, as every command prices it (an unknown method: perf.UNKNOWN_METHOD_WORDS)."""
+    """The draft's pricing, as every command prices it (an unknown method: perf.UNKNOWN_METHOD_WORDS; a
+    draft head's r derived from the model's shapes where the table knows it)."""
     if inputs.draft_ratio is not None:
         return perf.draft_pricing(method, ratio=float(inputs.draft_ratio))
-    return perf.draft_pricing(method, draft_params=inputs.draft_params, target_params=target_params)
+    from specwatch.perf.models import lookup_model
+
+    target = lookup_model(inputs.model) if inputs.model else None
+    return perf.draft_pricing(method, draft_params=inputs.draft_params, target_params=target_params, target=target,
+                              dtype=inputs.dtype)
 
 
 def _fitted_step_model(tiers: Sequence[dict], k: int, length: float, free_proposer: bool,
