@@ -47,14 +47,14 @@ def signal_words(name: str) -> str:
 
 
 def ridge_of(view: DashboardView) -> tuple[float, str] | None:
-    """The ridge the advisor reasoned with: its GPU's (at the capped clock, if capped), or the knee
-    it assumes without one; None when the view carries neither."""
+    """The ridge the advisor reasoned with and its label: its GPU's (at the capped clock, if capped),
+    or without one the step time's knee its reasons quote; None when the view carries neither."""
     spec = view.gpu_spec
     if spec is not None:
         capped = f" at {spec.clock_fraction:.0%} clock" if spec.clock_fraction < 1.0 else ""
-        return spec.ridge, spec.name + capped
-    if view.assumed_knee_tokens is not None:
-        return view.assumed_knee_tokens, "assumed (no GPU identified)"
+        return spec.ridge, f"ridge {spec.ridge:.0f} FLOP/byte, {spec.name}{capped}"
+    if view.knee_tokens is not None:
+        return view.knee_tokens, f"knee {view.knee_tokens:.0f} tokens/step, {view.knee_words or 'no GPU identified'}"
     return None
 
 
@@ -199,7 +199,7 @@ class RooflinePanel(Panel):
             verify = running * (k + 1)
             points.append((verify, "○"))
             legend.append(f"  ○ with k={k}: {verify:.0f}")
-        ridge_words = f"┊ ridge {ridge:.0f} FLOP/byte, {ridge_name}"
+        ridge_words = f"┊ {ridge_name}"
         # Where a line does not fit (the overview's roofline at 160 columns is 50 wide) it goes on
         # two rather than being cut: the picture gives up a row for each.
         if legend.cell_len + 3 + len(ridge_words) <= width:

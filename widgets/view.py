@@ -174,9 +174,11 @@ class DashboardView:
     # the speculation config the verdict was judged with (the server's /server_info, else the flags)
     speculation: SpeculationConfig | None = None
     sweep: SweepMarker | None = None
-    # The knee the advisor assumes when no GPU is identified, and the k it judges a node without
-    # speculation at: the advisor's own figures, so the panels draw what it reasoned with.
-    assumed_knee_tokens: float | None = None
+    # The step time's knee the advisor reasoned with when no GPU is identified (fitted from the node's
+    # steps, or assumed), with those words, and the k it judges a node without speculation at: the
+    # advisor's own figures, so the panels draw what the reasons quote.
+    knee_tokens: float | None = None
+    knee_words: str = ""
     unconfigured_k: int | None = None
     window_s: float | None = None
     history_minutes: float = 10.0

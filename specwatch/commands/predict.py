@@ -32,7 +32,8 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                                          "--params"),
     ("--experts", "experts", "routed experts per MoE layer (with --experts-per-token and --active-params below "
                              "--params: the expert reads are priced; with --model it replaces the table's)"),
-    ("--experts-per-token", "experts_per_token", "routed experts each token uses (top-k, below --experts)"),
+    ("--experts-per-token", "experts_per_token", "routed experts each token uses (the router's top-k, t in the reasons; "
+                                                  "not the draft length --k), below --experts"),
     ("--kv-bytes-per-token", "kv_bytes_per_token", "BF16 KV-cache bytes per context token, whole model (an MLA "
                                                    "model from the table keeps it whole on every GPU)"),
     ("--tp", "tp", "tensor-parallel degree (default 1)"),

@@ -241,7 +241,7 @@ class ViewState:
                                    "from_recording", frozenset()),
             speculation=speculation,
             sweep=self.sweep,
-            assumed_knee_tokens=GENERIC_KNEE_TOKENS,
+            **self._knee(monitor, url),
             unconfigured_k=UNCONFIGURED_K,
             window_s=monitor.window.seconds,
             history_minutes=self.history_minutes,
@@ -254,6 +254,19 @@ class ViewState:
         )
         self.dirty = False
         return self._view
+
+    @staticmethod
+    def _knee(monitor: Monitor, url: str | None) -> dict[str, Any]:
+        """The step time's knee the target's last verdict quoted, and whether it was fitted from the
+        node's steps or assumed: the knee the advisor assumes before its first verdict."""
+        advisor = monitor.advisor_of(url) if url else None
+        inputs = advisor.last_inputs if advisor is not None else None
+        if inputs is None:
+            return {"knee_tokens": GENERIC_KNEE_TOKENS, "knee_words": "assumed (no GPU identified)"}
+        model = inputs.step_model
+        fitted = isinstance(model, perf.StepTimeFit) and model.n_samples > 0
+        return {"knee_tokens": model.knee_tokens,
+                "knee_words": f"{'fitted to this node' if fitted else 'assumed'} (no GPU identified)"}
 
     @staticmethod
     def _gpu_told(monitor: Monitor, url: str | None) -> Any:
