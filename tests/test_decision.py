@@ -221,20 +221,50 @@ def test_a_moe_models_crossover_agrees_with_its_verdict():
         speedups.append(verdict["expected_speedup"])
         if verdict["speculation"] == "on":
             assert crossover is None or crossover > batch
-        elif verdict["speculation"] == "off" and result["details"]["crossover_state"] == "never_pays":
-            # The crossover is where S falls through 1 from one sequence up (speedup.Crossover), and
-            # here S(1) is 0.996: "never_pays", though S climbs to 2.0 by 16 and falls through 1
-            # again near 780 sequences, below the 924 that 2 H100s' KV memory holds when 1024 are
-            # asked (772 when the table held a decimal 80e9 bytes, where the answer was "hold"). The
-            # search does not look past a start below 1; until it does, the state must at least be
-            # true to its definition.
-            assert speedups[0] < 1.0
         elif verdict["speculation"] == "off":
             assert crossover is not None and crossover < batch
     # more tokens per step read more experts: at one sequence verifying 4 tokens reads
     # 8·(1 − (6/8)^4) ≈ 5.5 experts per layer against 2 for one token, so verification is dear; by 16
     # sequences every step reads all 8 and the speedup is L-bound; at high load compute takes it
     assert speedups[0] < speedups[2] and speedups[-1] < speedups[2]
+
+
+def test_an_moe_speedup_below_1_at_one_sequence_is_searched_on_to_where_it_pays_and_stops():
+    """S below 1 at one sequence is not below 1 everywhere: a MoE's verify step at a few sequences wakes
+    experts a plain step leaves idle, and from a dozen on every step reads them all. The crossover search
+    once stopped at S(1) < 1 and said "never pays" beside an ON 2.0× verdict at 16 running. Checked here
+    against the speedups predict gives at each batch, not against the search's own arithmetic."""
+    from specwatch.advice.predict import predict
+
+    def at(batch: float) -> dict:
+        return predict("H100", model="Mixtral-8x7B", tp=2, batch=batch, k=3, acceptance_length=1.8,
+                       method="eagle", context=500)
+
+    low = at(1)
+    assert low["verdict"]["expected_speedup"] < 1 and low["verdict"]["speculation"] == "off"
+    assert low["details"]["crossover_state"] == "crosses"
+    fall = low["verdict"]["crossover_concurrency"]
+    rise_words = [r for r in low["verdict"]["reasons"] if r.startswith("below about ")]
+    assert len(rise_words) == 1 and "wakes experts" in rise_words[0], low["verdict"]["reasons"]
+    rise = float(rise_words[0].split()[2])
+    assert 1 < rise < 16 < fall < 1024
+    # the speedup each side of both ends, as predict prices a load there
+    assert at(rise * 0.8)["verdict"]["expected_speedup"] < 1 < at(rise * 1.25)["verdict"]["expected_speedup"]
+    assert at(fall * 0.9)["verdict"]["expected_speedup"] > 1 > at(fall * 1.1)["verdict"]["expected_speedup"]
+    middle = at(16)["verdict"]
+    assert middle["speculation"] == "on" and middle["crossover_concurrency"] == pytest.approx(fall)
+    assert not any("does not pay even with a single" in r for r in middle["reasons"])
+
+
+def test_the_rise_through_one_is_found_in_the_first_cell_that_rises():
+    from specwatch.perf.speedup import first_rise_through_one
+
+    # S − 1 = (b − 3)(b − 40) / 400: below 0 at 1, rising through 0 at 3, falling again at 40
+    def excess(b):
+        return -(b - 3.0) * (b - 40.0) / 400.0
+
+    assert first_rise_through_one(excess, 1024.0, 48, 34) == pytest.approx(3.0, rel=1e-6)
+    assert first_rise_through_one(lambda b: -1.0, 1024.0, 48, 34) is None
 
 
 # --------------------------------------------------------------------------------------------------

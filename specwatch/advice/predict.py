@@ -559,6 +559,8 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
             why = (f" (KV reads at {context_per_sequence:.0f} tokens of context keep the step memory-bound)"
                    if context_per_sequence > 0 else "")
             reasons.append(perf.pays_throughout_words(decision.capacity, crossover.max_batch, "sequences") + why)
+        if crossover.pays_from is not None:
+            reasons.append(perf.pays_from_words(crossover.pays_from, "sequences", moe=target.experts is not None))
         if decision.carried_by == "token budget":
             reasons[-1] += perf.BUDGET_DECIDES_WORDS
         choice = decision.best_k

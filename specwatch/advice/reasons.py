@@ -199,6 +199,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         reasons.append("it would not pay even with one request running")
     else:
         reasons.append(perf.pays_throughout_words(decision.capacity, crossover.max_batch))
+    if crossover.pays_from is not None and sweep is None:
+        reasons.append(perf.pays_from_words(crossover.pays_from))
     if decision.carried_by == "token budget" and sweep is None:
         reasons[-1] += perf.BUDGET_DECIDES_WORDS
     reasons.extend(decision.reasons)

@@ -38,6 +38,7 @@ from specwatch.perf.steptime import (SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, WEIGH
 __all__ = [
     "count_words",
     "pays_throughout_words",
+    "pays_from_words",
     "VERIFY_ATTENTION_PER_POSITION",
     "BATCH_EXPANSION_ATTENTION_PER_POSITION",
     "VERIFIERS",
@@ -352,6 +353,14 @@ def count_words(value: float) -> str:
     """A count of sequences or tokens as people read it: whole numbers whole, a fraction below ten to
     one decimal (a batch of 1.3, a chunk of 0.4 prompt tokens, not "about 0")."""
     return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
+
+
+def pays_from_words(pays_from: float, noun: str = "", moe: bool = False) -> str:
+    """The low end of where speculation pays, when it does not pay at one running sequence."""
+    noun = f"running {noun}".strip()
+    why = (": with few sequences a verify step wakes experts a plain step leaves idle; from there on every "
+           "step reads most of them anyway" if moe else "")
+    return f"below about {count_words(pays_from)} {noun} it does not pay{why}"
 
 
 def pays_throughout_words(cap: Capacity, searched_to: float, noun: str = "") -> str:

@@ -40,7 +40,7 @@ from specwatch.perf.costs import (
     verify_attention_s,
     VERIFY_ATTENTION_PER_POSITION,
 )
-from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one
+from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one, first_rise_through_one
 from specwatch.perf.confidence import NOTHING_ACCEPTED_WORDS, direction_confidence, level_error
 from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
@@ -540,10 +540,25 @@ def _crossover(model: _Model, k: int, length: float, max_batch: float,
 
     at_one = _speedup(steps_at_one, length) - 1.0  # excess(1.0)
     if at_one < 0:
-        return Crossover(None, "never_pays", max_batch)
+        # below 1 at one sequence is not below 1 everywhere: an MoE's verification at a few sequences
+        # wakes experts a plain step leaves idle, and from a dozen on every step reads them all
+        rise = first_rise_through_one(excess, max_batch, grid_points=48, bisections=34,
+                                      excess_on_grid=excess_on_grid, excess_at_one=at_one)
+        if rise is None:
+            return Crossover(None, "never_pays", max_batch)
+        # the first fall after the rise: below it, the search sees S as paying
+        after = first_fall_through_one(
+            lambda b: excess(b) if b > rise else max(0.0, excess(b)), max_batch, grid_points=48, bisections=34,
+            excess_on_grid=lambda grid: _paying_below(excess_on_grid(grid), grid, rise), excess_at_one=0.0)
+        return Crossover(after.concurrency, after.state, max_batch, pays_from=rise)
     # a factor of 1.16 between grid points up to 1024, then the root to bisection's 1e-10
     return first_fall_through_one(excess, max_batch, grid_points=48, bisections=34, excess_on_grid=excess_on_grid,
                                   excess_at_one=at_one)
+
+
+def _paying_below(values: np.ndarray | None, grid: np.ndarray, rise: float) -> np.ndarray | None:
+    """Grid excesses with those at or below `rise` held at ≥ 0 (the fall searched is the one after it)."""
+    return None if values is None else np.where(grid > rise, values, np.maximum(values, 0.0))
 
 
 def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:

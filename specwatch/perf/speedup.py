@@ -23,6 +23,7 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 __all__ = [
     "first_fall_through_one",
+    "first_rise_through_one",
     "verify_ratio",
     "speedup",
     "break_even_length_at_load",
@@ -125,8 +126,14 @@ class Crossover:
     """Where S(b) falls through 1 as concurrency rises."""
 
     concurrency: float | None  # b× with S(b×) = 1; None when it does not cross in range
-    state: str  # "crosses", "never_pays" (S < 1 from b = 1) or "pays_throughout" (S ≥ 1 up to max_batch)
+    # "crosses", "never_pays" (S < 1 at every b from 1 to max_batch) or "pays_throughout" (S ≥ 1 up
+    # to max_batch, from `pays_from` where that is set)
+    state: str
     max_batch: float
+    # Where S first rises through 1 when it is below 1 at b = 1 (an MoE: one sequence's verification
+    # wakes experts a plain step leaves idle, a few sequences' steps read them all anyway); the state
+    # and concurrency then describe S from there on. None when S(1) ≥ 1, or it never rises.
+    pays_from: float | None = None
 
 
 def crossover_concurrency(
@@ -166,6 +173,28 @@ def _log_grid(max_batch: float, grid_points: int) -> tuple[tuple[float, ...], np
     array = np.array(points)
     array.flags.writeable = False
     return points, array
+
+
+def first_rise_through_one(excess, max_batch: float, grid_points: int, bisections: int,
+                           excess_on_grid: Callable[[np.ndarray], np.ndarray | None] | None = None,
+                           excess_at_one: float | None = None) -> float | None:
+    """The first b in (1, max_batch] where `excess(b)` = S(b) − 1 rises to 0 or above, for an S below 1
+    at b = 1 (the caller's to check): the same log grid as first_fall_through_one, then the root in
+    the first cell that rises. None when S stays below 1 on the whole grid."""
+    points, grid = _log_grid(float(max_batch), grid_points)
+    values = excess_on_grid(grid) if excess_on_grid is not None else None
+    previous = 1.0
+    low_value = excess(1.0) if excess_at_one is None else excess_at_one
+    for j, b in enumerate(points):
+        value = float(values[j]) if values is not None else excess(b)
+        if value >= 0:
+            # the fall of −excess in (previous, b]: −excess ≥ 0 at the low end, < 0 at the high one
+            # (a value of exactly 0 at b is where it rises)
+            if value == 0:
+                return b
+            return _fall_in_cell(lambda x: -excess(x), previous, b, -low_value, -value, bisections)
+        previous, low_value = b, value
+    return None
 
 
 def first_fall_through_one(excess, max_batch: float, grid_points: int, bisections: int,
