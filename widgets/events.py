@@ -21,6 +21,11 @@ class EventLog(Panel):
 
     BORDER_TITLE = "Verdict changes"
 
+    # its content key is a count and an identity, and changes once per event: kept current on a
+    # hidden tab, the Events tab opens on every change logged, never "no verdict changes yet" over
+    # them (issue 45, item 19)
+    CURRENT_WHILE_HIDDEN = True
+
     #: how many reasons under each change; the first is the one that decided it
     REASONS_SHOWN = 2
 

@@ -2,6 +2,8 @@
 
 Panels never fetch anything. The app hands each visible panel the new view after a poll, so a
 panel on a hidden tab costs nothing until it is shown again (and is then given the latest view).
+A panel that costs next to nothing to keep current while hidden says so (CURRENT_WHILE_HIDDEN) and
+is handed every view: its tab then opens on the latest picture already laid out.
 
 Two keys keep a 1 Hz refresh cheap: a panel whose `content_key` did not change is not repainted at
 all, and only a change of `layout_key` (the panel's line count could differ) asks Textual for a
@@ -39,6 +41,12 @@ class Panel(Widget):
     # Group of them) of which a few change from one poll to the next. A picture that is not (a
     # Text that wraps, a table) is drawn the ordinary way.
     LINE_BY_LINE = False
+
+    # Handed every view even while hidden, for a panel whose content key is cheap and seldom
+    # changes, and whose height follows its content (the event log): its tab's first frame then
+    # draws the latest picture at its height. A panel handed the view only once its tab is shown is
+    # drawn right, but Textual may lay that first frame out at the height it had when last shown.
+    CURRENT_WHILE_HIDDEN = False
 
     DEFAULT_CSS = """
     Panel {

@@ -295,9 +295,13 @@ class SpecwatchApp(App[int]):
 
     @on(TabbedContent.TabActivated)
     def _tab_shown(self) -> None:
-        # the newly shown panels have not seen the latest view; ContentSwitcher updates display
-        # before the next refresh, so hand it over after that
-        self.call_after_refresh(self.refresh_visible)
+        # The newly shown panels hold the view they had when last shown (a tab never shown yet, the
+        # start-up one, before any reading): hand them the latest one now, before the tab's first
+        # frame. TabbedContent has already displayed the tab's pane when it posts this (its
+        # ContentSwitcher does so first), so they count as shown. Handed after the refresh, as it
+        # was, the tab was first painted from the old view: the Events tab said "no verdict changes
+        # yet" over changes already logged (issue 45, item 19; see also Panel.CURRENT_WHILE_HIDDEN).
+        self.refresh_visible()
 
     def on_resize(self) -> None:
         # A resize can cross a breakpoint and show panels that were hidden until now: once the new

@@ -2,9 +2,10 @@
 of its panels are on screen and handing them the view, and the help screen over it.
 
 Widgets only render the DashboardView they are given. After each poll, only the panels that are on
-screen (active tab, shown at this size, no modal on top, display not paused) get the new view; a
-tab that becomes visible is given the latest one. While the display is paused every panel on screen
-holds the view of the pause (`frozen`).
+screen (active tab, shown at this size, no modal on top, display not paused) get the new view, and
+the few that are as cheap to keep current hidden (Panel.CURRENT_WHILE_HIDDEN: the event logs); a
+tab that becomes visible is given the latest one before its first frame. While the display is
+paused every panel on screen holds the view of the pause (`frozen`).
 """
 
 from __future__ import annotations
@@ -129,10 +130,11 @@ class PanelsOnScreen:
         self.hand(view)
 
     def hand(self, view: DashboardView, but: Panel | None = None) -> None:
-        """Give `view` to every panel on screen that does not hold it yet (`but` one)."""
+        """Give `view` to every panel on screen that does not hold it yet (`but` one), and to those
+        kept current while hidden."""
         with self.app.batch_update():
             for panel in self.panels():
-                if panel is not but and panel.view is not view and is_shown(panel):
+                if panel is not but and panel.view is not view and (panel.CURRENT_WHILE_HIDDEN or is_shown(panel)):
                     panel.show(view)
 
     def show_everywhere(self, view: DashboardView) -> None:
