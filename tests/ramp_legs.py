@@ -8,6 +8,13 @@ the law's own: OFF on the way up at the first tier past the crossover or one eit
 way down and from the cold start at the last tier below it or one either side (and the cold start's
 first decided answer OFF). Used by tests/test_verdict_under_load.py (a minute a tier) and
 benchmarks/bench_ramp_legs.py (other dwells, and the earlier shared-roofline law).
+
+`noisy_legs` runs the same legs on step_law.generate_noisy's simulated traffic (Poisson arrivals,
+request lengths and acceptance drawn per request, scrape jitter) for one seed, with a leg held at
+the tier nearest the crossover (its banner changes), a fresh start at low load, the data seconds to
+each fresh start's first committed verdict, and every on/off evaluation's confidence and whether the
+law agrees (`calibration`). benchmarks/bench_ramp_legs.py --noisy reports them; no test asserts
+their pass rate.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from specwatch.advice import shown
 from specwatch.advice.advisor import AdvisorConfig
 from specwatch.advice.monitor import Monitor
 from specwatch.perf.hardware import lookup_model
-from step_law import LLAMA_1B, Gpu, LawNode, generate, tiers_load, true_crossover
+from step_law import LLAMA_1B, Gpu, LawNode, Noise, generate, generate_noisy, tiers_load, true_crossover
 
 TIERS = [16, 32, 64, 96, 128, 192, 256, 384, 512]
 H200_LAW = Gpu(name="NVIDIA H200", bandwidth=4.8e12 * 0.85)
@@ -77,10 +84,10 @@ def _answers_each_second(node: LawNode, config: AdvisorConfig, tiers: list[int],
     return banner, advisor
 
 
-def ramp_legs(name: str, dwell_s: int = 60, kernels_in_sequence: bool = True) -> list[Leg]:
-    node, config = RAMP_NODES[name]
-    node = dataclasses.replace(node, kernels_in_sequence=kernels_in_sequence)
-    crossover = true_crossover(node)
+def _legs(name: str, crossover: float, dwell_s: int, round_trip_answers: tuple[list, list],
+          cold_answers: tuple[list, list], label: str = "") -> list[Leg]:
+    """The up, down and cold-start legs judged from each second's answers (banner, advisor) of a round
+    trip through TIERS and of a cold start at its top."""
     above = TIERS.index(next(t for t in TIERS if t > crossover))
 
     def near(tier: int | None, of: int) -> bool:
@@ -105,15 +112,203 @@ def ramp_legs(name: str, dwell_s: int = 60, kernels_in_sequence: bool = True) ->
         first = next((v for v in answers if v in ("on", "off")), None)
         return first, tier_of(cold_tiers, next((t for t, v in enumerate(answers) if v == "on"), None))
 
-    (banner_up, banner_down), (advisor_up, advisor_down) = map(
-        round_trip_flips, _answers_each_second(node, config, round_trip, dwell_s))
-    (banner_first, banner_on), (advisor_first, advisor_on) = map(
-        cold_start, _answers_each_second(node, config, cold_tiers, dwell_s))
+    (banner_up, banner_down), (advisor_up, advisor_down) = map(round_trip_flips, round_trip_answers)
+    (banner_first, banner_on), (advisor_first, advisor_on) = map(cold_start, cold_answers)
+    words = [f"{name}{label} up: off at {banner_up}, crossing at {crossover:.0f}",
+             f"{name}{label} down: on at {banner_down}", f"{name}{label} cold: first {banner_first}, on at {banner_on}"]
+    if label:  # the noisy legs say the advisor's own answers too
+        words = [f"{words[0]} (advisor {advisor_up})", f"{words[1]} (advisor {advisor_down})",
+                 f"{words[2]} (advisor: first {advisor_first}, on at {advisor_on})"]
     return [
-        Leg(f"{name} up: off at {banner_up}, crossing at {crossover:.0f}", near(banner_up, above),
-            near(advisor_up, above)),
-        Leg(f"{name} down: on at {banner_down}", near(banner_down, above - 1), near(advisor_down, above - 1)),
-        Leg(f"{name} cold: first {banner_first}, on at {banner_on}",
-            banner_first == "off" and near(banner_on, above - 1),
+        Leg(words[0], near(banner_up, above), near(advisor_up, above)),
+        Leg(words[1], near(banner_down, above - 1), near(advisor_down, above - 1)),
+        Leg(words[2], banner_first == "off" and near(banner_on, above - 1),
             advisor_first == "off" and near(advisor_on, above - 1)),
     ]
+
+
+def ramp_legs(name: str, dwell_s: int = 60, kernels_in_sequence: bool = True) -> list[Leg]:
+    node, config = RAMP_NODES[name]
+    node = dataclasses.replace(node, kernels_in_sequence=kernels_in_sequence)
+    return _legs(name, true_crossover(node), dwell_s,
+                 _answers_each_second(node, config, TIERS + TIERS[::-1][1:], dwell_s),
+                 _answers_each_second(node, config, TIERS[::-1], dwell_s))
+
+
+# --- noisy legs: the same legs on tests/step_law.py's simulated traffic (generate_noisy) ------------
+
+HOLD_S = 600  # the held-at-the-crossover leg: ten minutes at the tier nearest the crossover
+LOW_START_TIER = 2  # a fresh start at a low load, where a window's acceptance is a few requests' own
+CHANGE_SPACING_S = 300.0  # the issue's bound: at most one banner change per 5 minutes
+
+
+@dataclass(frozen=True)
+class NoisyRun:
+    """One Monitor fed one noisy load: each Snapshot's time, wanted load, shown verdict and the
+    advisor's latest answer, and each evaluation's (Snapshot index, shown state, its confidence)."""
+
+    times: list[float]
+    load: list[float]
+    banner: list[str]
+    advisor: list[str | None]
+    evaluations: list[tuple[int, str, float]]
+
+    def first_committed(self, end: int | None = None) -> int | None:
+        """The index of the first Snapshot whose banner shows on or off (before `end`)."""
+        return next((i for i, v in enumerate(self.banner[:end]) if v in ("on", "off")), None)
+
+    def seconds_to(self, index: int | None) -> float | None:
+        return None if index is None else self.times[index] - self.times[0]
+
+
+def noisy_run(node: LawNode, config: AdvisorConfig, load: list[float], seed: int | tuple[int, ...],
+              noise: Noise = Noise()) -> NoisyRun:
+    monitor = Monitor(window_s=30.0, advisor_config=config)
+    times, banner, advisor, evaluations = [], [], [], []
+    with _AdvisorAnswers() as answers:
+        for i, snap in enumerate(generate_noisy(node, load, seed, noise=noise)):
+            evaluated = monitor.evaluates(snap)
+            monitor.ingest(snap)
+            verdict = monitor.states[node.url].verdict
+            times.append(snap.time)
+            banner.append(verdict.speculation)
+            advisor.append(answers.latest)
+            if evaluated:
+                evaluations.append((i, verdict.speculation, float(verdict.confidence)))
+    return NoisyRun(times, list(load), banner, advisor, evaluations)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One evaluation's banner on or off, at a confidence, and whether the law agrees at the load
+    wanted then (the tier): on where node.speedup(tier) > 1, off where < 1."""
+
+    state: str
+    confidence: float
+    right: bool
+    leg: str = ""  # round_trip, cold, held, low_start
+    tier: float = 0.0
+    speedup: float = 1.0  # the law's at the tier
+    since_change_s: float = 0.0  # data seconds since the load wanted last changed (or since the start)
+
+
+@dataclass(frozen=True)
+class NoisyLegs:
+    name: str
+    seed: int
+    crossover: float
+    legs: list[Leg]  # up, down, cold: as `ramp_legs` judges them
+    cold_first_committed_s: float | None  # data seconds from the first Snapshot to the first on/off
+    start_first_committed_s: float | None  # the same, for the round trip's start at the lowest tier
+    cold_first: str | None  # the cold start's first on/off, and the banner at the end of its first tier
+    cold_end_of_first_tier: str
+    start_first: str | None  # the same for the round trip's start (a fresh start at the lowest tier)
+    start_end_of_first_tier: str
+    low_first_committed_s: float | None  # and for a fresh start at LOW_START_TIER running, one dwell long
+    low_first: str | None
+    low_end: str
+    held_tier: int
+    held_changes: list[tuple[float, str, str]]  # (data seconds, from, to); unknown not counted
+    calls: list[Call]
+
+    @staticmethod
+    def _reversed(first: str | None, end: str) -> bool:
+        return first in ("on", "off") and end in ("on", "off") and end != first
+
+    @property
+    def cold_reversed(self) -> bool:
+        """The fresh start at the top showed on or off and, still at that load, showed the other."""
+        return self._reversed(self.cold_first, self.cold_end_of_first_tier)
+
+    @property
+    def start_reversed(self) -> bool:
+        return self._reversed(self.start_first, self.start_end_of_first_tier)
+
+    @property
+    def low_reversed(self) -> bool:
+        return self._reversed(self.low_first, self.low_end)
+
+    @property
+    def held_max_changes_per_5_min(self) -> int:
+        """The most banner changes in any 5 minutes of the held leg."""
+        times = [t for t, _, _ in self.held_changes]
+        return max((sum(1 for u in times if t <= u < t + CHANGE_SPACING_S) for t in times), default=0)
+
+
+def _calls(node: LawNode, leg: str, run: NoisyRun) -> list[Call]:
+    changed = [0] * len(run.load)  # the Snapshot at which the load wanted last changed
+    for j in range(1, len(run.load)):
+        changed[j] = j if run.load[j] != run.load[j - 1] else changed[j - 1]
+    calls = []
+    for i, state, confidence in run.evaluations:
+        if state in ("on", "off"):
+            speedup = node.speedup(run.load[i])
+            calls.append(Call(state, confidence, speedup > 1.0 if state == "on" else speedup < 1.0, leg,
+                              run.load[i], speedup, run.times[i] - run.times[changed[i]]))
+    return calls
+
+
+def held_tier(crossover: float) -> int:
+    return min(TIERS, key=lambda t: abs(t - crossover))
+
+
+def _banner_changes(run: NoisyRun) -> list[tuple[float, str, str]]:
+    changes, previous = [], None
+    for t, v in zip(run.times, run.banner):
+        if v == "unknown":
+            continue
+        if previous is not None and v != previous:
+            changes.append((t - run.times[0], previous, v))
+        previous = v
+    return changes
+
+
+def noisy_legs(name: str, seed: int, dwell_s: int = 60, hold_s: int = HOLD_S,
+               noise: Noise = Noise()) -> NoisyLegs:
+    """The up, down and cold-start legs of `ramp_legs`, a held leg, and a fresh start at
+    LOW_START_TIER running for one dwell, on generate_noisy's traffic from `seed`: each run its own
+    stream, (seed, the node's place in RAMP_NODES, 0 round trip, 1 cold start, 2 held, 3 low start)."""
+    node, config = RAMP_NODES[name]
+    crossover = true_crossover(node)
+    place = list(RAMP_NODES).index(name)
+    round_trip = noisy_run(node, config, tiers_load(TIERS + TIERS[::-1][1:], dwell_s), (seed, place, 0), noise)
+    cold = noisy_run(node, config, tiers_load(TIERS[::-1], dwell_s), (seed, place, 1), noise)
+    hold = held_tier(crossover)
+    held = noisy_run(node, config, tiers_load([hold], hold_s), (seed, place, 2), noise)
+    legs = _legs(name, crossover, dwell_s, (round_trip.banner, round_trip.advisor), (cold.banner, cold.advisor),
+                 f" seed {seed}")
+    low = noisy_run(node, config, tiers_load([LOW_START_TIER], dwell_s), (seed, place, 3), noise)
+    calls = [call for leg, run in (("round_trip", round_trip), ("cold", cold), ("held", held), ("low_start", low))
+             for call in _calls(node, leg, run)]
+
+    def first(run: NoisyRun) -> str | None:
+        index = run.first_committed(dwell_s)
+        return None if index is None else run.banner[index]
+
+    return NoisyLegs(
+        name=name, seed=seed, crossover=crossover, legs=legs,
+        cold_first_committed_s=cold.seconds_to(cold.first_committed()),
+        start_first_committed_s=round_trip.seconds_to(round_trip.first_committed()),
+        cold_first=first(cold), cold_end_of_first_tier=cold.banner[dwell_s - 1],
+        start_first=first(round_trip), start_end_of_first_tier=round_trip.banner[dwell_s - 1],
+        low_first_committed_s=low.seconds_to(low.first_committed()), low_first=first(low), low_end=low.banner[-1],
+        held_tier=hold, held_changes=_banner_changes(held), calls=calls,
+    )
+
+
+CONFIDENCE_BINS = ((0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0))
+
+
+def calibration(calls: list[Call]) -> list[dict]:
+    """Per confidence bin (the last closed above): the calls, and the share of them that were right.
+    Calls below 0.5 are counted in a bin of their own."""
+    rows = []
+    below = [c for c in calls if c.confidence < CONFIDENCE_BINS[0][0]]
+    if below:
+        rows.append({"bin": f"<{CONFIDENCE_BINS[0][0]:.1f}", "calls": len(below),
+                     "right": sum(c.right for c in below) / len(below)})
+    for low, high in CONFIDENCE_BINS:
+        inside = [c for c in calls if low <= c.confidence < high or (high == 1.0 and c.confidence == 1.0)]
+        rows.append({"bin": f"{low:.1f}-{high:.1f}", "calls": len(inside),
+                     "right": sum(c.right for c in inside) / len(inside) if inside else None})
+    return rows
