@@ -46,12 +46,18 @@ def _excess(inputs: DecisionInputs):
 
 
 def _bisection_reference(inputs: DecisionInputs) -> float | None:
-    """The grid and plain bisection, to 60 halvings."""
+    """The grid and plain bisection, to 60 halvings. Where S is below 1 at one sequence, the search
+    starts at the first grid point where S is back at or above 1 (speedup.Crossover.pays_from; the
+    rise's own root lies in the cell before it, where S is below 1 and no fall can be)."""
     excess = _excess(inputs)
+    start = 0
     if excess(1.0) < 0:
-        return None
-    previous = 1.0
-    for step in range(1, GRID_POINTS + 1):
+        start = next((step for step in range(1, GRID_POINTS + 1)
+                      if excess(inputs.max_batch ** (step / GRID_POINTS)) >= 0), None)
+        if start is None:
+            return None
+    previous = 1.0 if start == 0 else inputs.max_batch ** (start / GRID_POINTS)
+    for step in range(start + 1, GRID_POINTS + 1):
         b = inputs.max_batch ** (step / GRID_POINTS)
         if excess(b) < 0:
             low, high = previous, b
@@ -67,10 +73,15 @@ def _bisection_reference(inputs: DecisionInputs) -> float | None:
 
 
 def _dense_falls(inputs: DecisionInputs) -> list[float]:
-    """Every fall of S through 1 on a dense log grid, each bisected: where S truly crosses."""
+    """Every fall of S through 1 on a dense log grid, each bisected: where S truly crosses (where S is
+    below 1 at one sequence, the falls after it first rises through 1)."""
     excess = _excess(inputs)
     points = [inputs.max_batch ** (i / DENSE_POINTS) for i in range(DENSE_POINTS + 1)]
     values = [excess(b) for b in points]
+    first = next((i for i, v in enumerate(values) if v >= 0), None)
+    if first is None:
+        return []
+    points, values = points[first:], values[first:]
     falls = []
     for (b0, v0), (b1, v1) in zip(zip(points, values), zip(points[1:], values[1:])):
         if v0 >= 0 > v1:
@@ -141,7 +152,7 @@ def test_the_crossover_is_where_a_dense_scan_of_s_first_falls_through_one():
     for inputs in _generated(120, 11):
         crossover = decide(inputs).crossover
         excess = _excess(inputs)
-        falls = _dense_falls(inputs) if excess(1.0) >= 0 else []
+        falls = _dense_falls(inputs)
         values = [excess(inputs.max_batch ** (i / 200)) for i in range(201)] if falls or excess(1.0) >= 0 else []
         steps = [b - a for a, b in zip(values, values[1:])]
         not_monotone += any(d > 1e-12 for d in steps) and any(d < -1e-12 for d in steps)
