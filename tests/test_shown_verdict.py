@@ -216,7 +216,7 @@ def test_a_hold_is_what_the_evidence_says_with_its_own_confidence():
     assert v.speculation == HOLD
     assert v.confidence == pytest.approx(band_confidence(0.99, 0.1, 0.05))
     assert v.confidence < 0.5  # σ = 0.1 of ln S is wider than the ±5 % band
-    assert "within ±5% of break-even: keep the current setting" in v.reasons
+    assert "hold: within ±5% of break-even: keep the current setting" in v.reasons  # no evidence interval: the band
 
 
 def test_the_dead_band_keeps_a_speedup_inside_the_band_from_moving_the_banner():

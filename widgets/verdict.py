@@ -78,6 +78,10 @@ def summary_line(view: DashboardView, compact: bool = False) -> Text:
     text.append(bar(verdict.confidence, 8))
     text.append("  expected " if compact else "   expected ", style="dim")
     text.append(speedup(verdict.expected_speedup), style="bold")
+    words = verdict.interval_words()
+    if words is not None:
+        # the evidence's interval beside the speedup: a hold from thin evidence reads wide, one at 1 narrow
+        text.append(" " + words.partition(" ")[2], style="dim")
     return text
 
 
@@ -152,7 +156,7 @@ class VerdictBanner(Panel):
         v = view.state.verdict if view.state is not None else None
         if v is None:
             return (None, view.nothing_reachable, view.down_since)
-        return (view.down_since, view.last_good if view.down_since is not None else None, v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), _rounded(v.break_even_length),
+        return (view.down_since, view.last_good if view.down_since is not None else None, v.speculation, round(v.confidence, 2), _rounded(v.expected_speedup), v.interval_words(), _rounded(v.break_even_length),
                 _rounded(v.acceptance_length), _rounded(v.required_acceptance_length),
                 _rounded(v.crossover_concurrency, 0), v.bound.state, v.flags,
                 v.reasons[:1], v.configured, view.nothing_reachable)

@@ -21,6 +21,7 @@ the confidence) and `reasons` (the words of the verdict). `perf.decide` does ste
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -33,7 +34,8 @@ from specwatch.telemetry.snapshot import (FROM_SERVER_INFO, GpuSample, SourceSta
 from specwatch.advice.drafter_pricing import DrafterPricing
 from specwatch.advice.gpu_identity import GpuIdentity
 from specwatch.advice.judging import (
-    UNCONFIGURED_K, Hysteresis, Judged, bound_estimate, engine_stall, extra_level_error,
+    UNCONFIGURED_K, Hysteresis, Judged, bound_estimate, engine_stall, extra_level_error, hold_settle,
+    node_level_error,
 )
 from specwatch.advice.reasons import (
     TtftWatch, explain, explain_unconfigured, make_verdict, opening, sweep_not_this_target,
@@ -41,7 +43,7 @@ from specwatch.advice.reasons import (
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
 from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, resolve_token_budget, vllm_default_token_budget
-from specwatch.advice.verdict import OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
+from specwatch.advice.verdict import HOLD, OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
 from specwatch.readings.window import EngineFigures, TargetWindow
 
 # The public face. GENERIC_KNEE_TOKENS (step_samples) and UNCONFIGURED_K (judging) live with the parts
@@ -85,7 +87,7 @@ class AdvisorConfig:
     # the settings above that came from a recording's header rather than a flag given now (a replay
     # that was not told otherwise): the panels say "from the recording", not "from --method"
     from_recording: frozenset[str] = frozenset()
-    hysteresis: float = 0.05  # δ: S must leave 1 ± δ
+    hysteresis: float = 0.05  # δ: a better k must beat the current by it; the banner's band where no evidence interval is worked out
     sample_interval_s: float = 5.0  # data time between step-time samples
     refit_interval_s: float = 60.0  # data time between refits of the hinge
     sample_half_life_s: float = 600.0  # old step-time samples fade (model.md §5.2)
@@ -187,7 +189,7 @@ class Advisor:
         self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=dtype,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
-        self.hysteresis = Hysteresis(c.hysteresis)
+        self.hysteresis = Hysteresis()
         self.ttft = TtftWatch()
         # an MoE model's expert reads are priced under uniform routing: its error joins every decision's
         self._moe = bool(c.model is not None and c.model.is_moe)
@@ -354,7 +356,13 @@ class Advisor:
                                          pricing=pricing, waiting=figures.waiting or 0.0,
                                          kv_capacity_tokens=_kv_limit(figures),
                                          prompt_per_output=_prompt_per_output(figures), token_budget=budget)
-        extra = extra_level_error(acc.drafts, gpu, stale_acceptance, pricing.assumed, moe=self._moe)
+        # the requests the window's drafts came from: those that finished in it and those running at its end
+        requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
+        acceptance_error = perf.acceptance_error(length, acc.per_position, acc.drafts, requests)
+        # the model's error (what no reading of this node removes) and the acceptance's sampling error,
+        # in quadrature: the confidence's σ beside the step-time law's level error
+        extra = math.hypot(extra_level_error(None, gpu, stale_acceptance, pricing.assumed, moe=self._moe),
+                           acceptance_error)
         prompt, output = _per_request(figures)
         inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
                                                   output_tokens=output)
@@ -371,16 +379,24 @@ class Advisor:
         # the engine's speedup reaches the node through the share of the time the engine decodes
         busy = figures.busy_share
         s_now = perf.node_speedup(decision.expected_speedup, busy, speculating=True)
-        state, hysteresis_note = self.hysteresis.move(s_now)
+        # the window's evidence: the acceptance's sampling error and the step times' behind the law,
+        # carried to the node's speedup; ON or OFF only when its interval leaves 1
+        evidence = perf.evidence(s_now, acceptance_error, perf.step_evidence_error(step_model),
+                                 scale=node_level_error(1.0, decision.expected_speedup, s_now, busy))
+        rate = figures.requests_finished / figures.seconds if figures.requests_finished and figures.seconds else None
+        hold_note, settle = hold_settle(evidence, acc.drafts, requests, rate, tw.window_s, figures.seconds)
+        state, hysteresis_note = self.hysteresis.move(evidence, hold_note)
         judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note, busy, budget.note, device)
+                        decision if with_figures else None, state, hysteresis_note, busy, budget.note, device,
+                        evidence=evidence, settle=settle if state == HOLD else None)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None
         return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),
                        UNKNOWN_BOUND, time=time, configured=True, acceptance_length=length,
                        low_load_break_even=decision.low_load_break_even, running=running,
-                       gpu_spec=identity.in_use), partial(self._explain_now, judged, self._judged_count)
+                       gpu_spec=identity.in_use, details={"evidence": evidence}), \
+            partial(self._explain_now, judged, self._judged_count)
 
     def _explain_now(self, j: Judged, judged_count: int) -> Verdict:
         """`reasons.explain`, while nothing has been judged since: it reads the advisor's settings as

@@ -13,7 +13,7 @@ from typing import Sequence
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
 from specwatch.telemetry.snapshot import GpuSample
-from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, hold_words
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN
 from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -79,30 +79,72 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 class Hysteresis:
-    """The state a speedup points to: outside the band 1 ± `delta` on or off, inside it hold (keep the
-    current setting). One evaluation's word, no more: how long it must hold before the banner
-    follows is the shown verdict's business (specwatch.advice.shown), which confirms a change on
-    the minute's evidence rather than here, where a pending change once read as a hold of its own."""
+    """The state a speedup's evidence points to: ON or OFF only when its interval (perf.Evidence)
+    lies on one side of 1, else hold (keep the current setting). The band is the interval, not a
+    fixed percentage: it shrinks as the window sees more requests, drafts and step times, so a node
+    truly at 0.96 does turn off, and a fresh start with a few dozen drafts of one request holds. One
+    evaluation's word, no more: how long it must hold before the banner follows is the shown
+    verdict's business (specwatch.advice.shown)."""
 
-    def __init__(self, delta: float = 0.05) -> None:
-        self.delta = delta
-        self.committed: str | None = None  # the last on/off the speedup pointed to
+    def __init__(self) -> None:
+        self.committed: str | None = None  # the last on/off the evidence pointed to
 
-    def move(self, s_now: float) -> tuple[str, str | None]:
-        """The state this speedup points to, and the reason when it is a hold."""
-        delta = self.delta
-        raw = ON if s_now >= 1 + delta else OFF if s_now <= 1 - delta else HOLD
+    def move(self, evidence: perf.Evidence, hold_note: str) -> tuple[str, str | None]:
+        """The state this evidence points to, and `hold_note` when it is a hold."""
+        raw = evidence.state
         if raw == HOLD:
-            return HOLD, hold_words(delta)
+            return HOLD, hold_note
         self.committed = raw
         return raw, None
 
 
+def _count(value: float, noun: str) -> str:
+    n = max(0, round(value))
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def hold_settle(evidence: perf.Evidence, drafts: float | None, requests: float, request_rate: float | None,
+                window_s: float | None, span_s: float) -> tuple[str, dict[str, object]]:
+    """Why a hold holds, in words an operator acts on, and the same as figures: evidence too thin
+    (what would settle it: more requests and drafts at this load, or a longer window when the window
+    is already full), or a speedup at 1 within what the evidence can tell (the boundary)."""
+    interval = f"{evidence.speedup:.2f}× [{evidence.low:.2f}, {evidence.high:.2f}]"
+    seen = _count(requests, "request") + (f" and {_count(drafts, 'draft')}" if drafts else "")
+    more = evidence.more_acceptance_needed()
+    full = window_s is not None and span_s >= 0.9 * window_s
+    settle: dict[str, object] = {"kind": "boundary", "more_requests": None, "more_drafts": None, "seconds": None}
+    if more is not None and more > 1.0:
+        more_requests = requests * (more - 1.0)
+        more_drafts = (drafts or 0.0) * (more - 1.0)
+        if full and window_s:
+            window_needed = window_s * more
+            settle.update(kind="window", seconds=window_needed, more_requests=more_requests,
+                          more_drafts=more_drafts or None)
+            return (f"hold: not sure yet: {interval} from the {window_s:.0f} s window's {seen}; a window of about "
+                    f"{window_needed:.0f} s at this load (--window) would settle it; keep the current setting",
+                    settle)
+        seconds = more_requests / request_rate if request_rate and request_rate > 0 else None
+        settle.update(kind="thin_evidence", more_requests=more_requests, more_drafts=more_drafts or None,
+                      seconds=seconds)
+        when = f" (about {seconds:.0f} s at this load)" if seconds is not None else ""
+        drafts_more = f" and {_count(more_drafts, 'draft')}" if more_drafts else ""
+        return (f"hold: not sure yet: {interval} from {seen}; about {_count(more_requests, 'more request')}"
+                f"{drafts_more}{when} would settle it; keep the current setting", settle)
+    if evidence.error_needed() is not None and not full and more is None and evidence.acceptance_share < 0.5:
+        settle.update(kind="step_times")
+        return (f"hold: not sure yet: {interval}: the step times measured so far cannot tell; more of them at "
+                "this load would settle it; keep the current setting", settle)
+    return (f"hold: at the boundary: {interval} from {seen}: speculation pays about what it costs at this load; "
+            "keep the current setting", settle)
+
+
 def band_confidence(speedup: float, level_error: float, band: float) -> float:
-    """P(the true speedup lies inside 1 ± band) when ln S is off by N(0, σ²): what a hold is sure of."""
+    """P(the true speedup lies inside [1/(1 + band), 1 + band]) when ln S is off by N(0, σ²): what a hold is sure of."""
     if not (speedup > 0 and math.isfinite(speedup)) or not level_error > 0:
         return 0.0
-    low, high = math.log1p(-band), math.log1p(band)
+    # the band in log terms, symmetric: [1/(1 + band), 1 + band] (as the banner's evidence reads it)
+    high = math.log1p(band)
+    low = -high
     centre = math.log(speedup)
 
     def below(x: float) -> float:
@@ -185,6 +227,9 @@ class Judged:
     budget_note: str | None = None
     # what the engine runs on and where that was said (snapshot.resolve_device): (None, None) unsaid
     device: tuple[str | None, str | None] = (None, None)
+    # the speedup's interval from the window's evidence, and for a hold what would settle it (hold_settle)
+    evidence: perf.Evidence | None = None
+    settle: dict[str, object] | None = None
 
     @property
     def figures(self) -> EngineFigures:

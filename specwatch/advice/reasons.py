@@ -258,7 +258,9 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
         reasons.append(f"the step-time model is extrapolated at {n_verify:.0f} tokens per step "
                        f"({j.prior_words}): confidence is low")
     # a hold is sure of lying inside the band, on or off of the direction
-    confidence = min(cap, band_confidence(s_now, level_error, settings.hysteresis) if state == HOLD
+    # a hold is sure of lying inside the interval that keeps it one (the evidence's, else the band)
+    hold_band = j.evidence.high / s_now - 1.0 if j.evidence is not None and s_now > 0 else settings.hysteresis
+    confidence = min(cap, band_confidence(s_now, level_error, hold_band) if state == HOLD
                      else capped_confidence(decision))
     change = state == OFF  # speculation is on here: a change is recommended when it should be off
     return make_verdict(state, confidence, tw.time, reasons, bound, flags, tw, gpu_spec=gpu_spec, running=running,
@@ -272,6 +274,8 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                         details={**sweep_details, "quoted": quoted, "prior": j.prior_words,
                                  "carried_by": decision.carried_by,
                                  "level_error": level_error,
+                                 "evidence": j.evidence,
+                                 "settle": j.settle,
                                  "confidence_cap": cap,
                                  "engine_speedup": s_engine,
                                  "busy_share": j.busy_share,

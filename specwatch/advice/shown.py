@@ -7,10 +7,13 @@ reads the same evaluations and asks of them:
 
 - **what the evidence says**: the median expected speedup S̃ of the last minute of evaluations made
   at this load (the load the banner names; a ramp's earlier tiers do not count) against the band
-  1 ± δ (the advisor's hysteresis band). Below 1 − δ it costs, above 1 + δ it pays, between them the
-  answer is "hold: keep the current setting", a state of its own with its own confidence (that the
-  speedup lies inside the band). A verdict with no speedup (speculation not configured, judged by
-  the acceptance length it would need) points where the advisor points.
+  the latest evaluation's evidence gives (perf.Evidence: S·exp(±z·σ), σ from the acceptance's and
+  the step times' sampling errors), so the band narrows as the window sees more requests, drafts
+  and step times; the fixed δ only where a verdict carries no evidence. Below 1/(1 + δ) it costs,
+  above 1 + δ it pays, between them the answer is "hold: keep the current setting", a state of its
+  own with its own confidence (that the speedup lies inside the band). A verdict with no speedup
+  (speculation not configured, judged by the acceptance length it would need) points where the
+  advisor points.
 - **a dead band**: a banner showing ON leaves it only once S̃ is at or below 1 (not merely inside the
   band), OFF only once S̃ is at or above 1; entering ON or OFF takes the band's edge. A speedup that
   wanders inside the band therefore never moves the banner back and forth.
@@ -42,12 +45,14 @@ from collections import deque
 from typing import Callable
 
 from specwatch.advice.judging import band_confidence
-from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, Verdict, hold_words, replaced, requote
-from specwatch.perf import direction_confidence
+from specwatch.advice.verdict import (HOLD, HOLD_PREFIX, OFF, ON, UNKNOWN, Verdict, hold_words, interval_around,
+                                     replaced, requote)
+from specwatch.perf import EVIDENCE_Z, direction_confidence
 
 # At a load that has not moved, the banner changes at most once in this much data time.
 DEFAULT_DWELL_S = 300.0
-# δ: the band around a speedup of 1 inside which the answer is "hold" (the advisor's hysteresis).
+# δ: the band around a speedup of 1 inside which the answer is "hold", where a verdict carries no
+# evidence interval (the advisor's hysteresis setting); the evidence's own band otherwise.
 DEFAULT_BAND = 0.05
 # The confirmation a change needs, in data time: CONFIRM_AT_EDGE_S when S̃ is one band's width from
 # 1, shorter in proportion as it is further (a 0.85× speedup is clear sooner than a 0.96× one),
@@ -108,6 +113,7 @@ class ShownVerdict:
         # (time, running, figures) of each explained evaluation in the last FIGURE_SPAN_S
         self._recent: deque[tuple[float, float | None, tuple[float | None, ...]]] = deque()
         self._figures: dict[str, float | None] = {}
+        self._current_band = band  # the latest evaluation's (_band_of)
 
     def show(self, verdict: Verdict, time: float, reading_ok: bool,
              explain: Callable[[], Verdict] | None = None) -> Verdict:
@@ -134,6 +140,7 @@ class ShownVerdict:
             self.last = self._agreeing = verdict
             return verdict
         speedup = self._evidence_speedup(verdict, time)
+        self._current_band = self._band_of(verdict)
         wanted = self._evidence(verdict, speedup)
         if self.state in (None, UNKNOWN) or wanted == self.state:
             self._candidate = self._candidate_since = None
@@ -170,11 +177,20 @@ class ShownVerdict:
         alike = [x for _, r, x in speedups if _same_load(r, running)]
         return statistics.median(alike)
 
+    def _band_of(self, verdict: Verdict) -> float:
+        """δ for this evaluation: the half-width of its evidence interval (perf.Evidence), which
+        shrinks as the window sees more; the fixed band where the verdict carries none."""
+        evidence = verdict.details.get("evidence")
+        if evidence is not None and math.isfinite(evidence.error):
+            return math.expm1(EVIDENCE_Z * evidence.error)
+        return self.band
+
     def _evidence(self, verdict: Verdict, speedup: float | None) -> str:
         """The state the evidence points to, given what the banner shows (the dead band)."""
         if speedup is None:
             return verdict.speculation
-        high, low = 1.0 + self.band, 1.0 - self.band
+        band = self._band_of(verdict)
+        high, low = 1.0 + band, 1.0 / (1.0 + band)
         if self.state == ON:
             return ON if speedup > 1.0 else OFF if speedup <= low else HOLD
         if self.state == OFF:
@@ -188,7 +204,7 @@ class ShownVerdict:
         running did, 50 s after the banner turned off): at a load that has not moved, that is not
         news until it has lasted."""
         assert self._candidate_since is not None
-        ready = self._candidate_since + confirmation_s(speedup, self.band)
+        ready = self._candidate_since + confirmation_s(speedup, self._current_band)
         if self.since is not None and not self._first_judged and _same_load(running, self.load_at_change):
             ready = max(ready, self.since + self.dwell_s)
         return ready
@@ -215,16 +231,26 @@ class ShownVerdict:
     def _restated(self, verdict: Verdict, state: str, speedup: float | None) -> Verdict:
         """The advisor's verdict told as the evidence's state: its own evaluation sits on the other
         side of a band's edge than the minute's median, which the banner follows."""
-        hold_note = hold_words(self.band)
-        reasons = tuple(r for r in verdict.reasons if r != hold_note)
+        own_hold = tuple(r for r in verdict.reasons if r.startswith(HOLD_PREFIX))
+        reasons = tuple(r for r in verdict.reasons if not r.startswith(HOLD_PREFIX))
         confidence = verdict.confidence
         level_error = verdict.details.get("level_error")
         cap = verdict.details.get("confidence_cap", 1.0)
+        band = self._band_of(verdict)
         if state == HOLD:
-            reasons += (hold_note,)
+            # the evaluation's own why where it held too, else the minute's evidence against the band
+            evidence = verdict.details.get("evidence")
+            if own_hold:
+                reasons += own_hold
+            elif evidence is not None and speedup is not None:
+                low, high = interval_around(speedup, evidence.error)
+                reasons += (f"{HOLD_PREFIX}the last minute at this load: {speedup:.2f}× [{low:.2f}, {high:.2f}] "
+                            "does not leave 1 on the side the banner would move to; keep the current setting",)
+            else:
+                reasons += (hold_words(self.band),)
         if speedup is not None and isinstance(level_error, float):
             # the confidence of what is shown: inside the band for a hold, the direction otherwise
-            confidence = min(cap, band_confidence(speedup, level_error, self.band) if state == HOLD
+            confidence = min(cap, band_confidence(speedup, level_error, band) if state == HOLD
                              else direction_confidence(speedup, level_error))
         change = (state == OFF and verdict.configured) or (state == ON and not verdict.configured)
         return replaced(verdict, speculation=state, confidence=confidence, change_recommended=change,

@@ -12,7 +12,7 @@ from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
 
 __all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
-           "replaced", "QuotedFigures", "requote"]
+           "replaced", "QuotedFigures", "requote", "HOLD_PREFIX", "interval_around"]
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
@@ -57,8 +57,30 @@ class Verdict:
             "best_k": self.best_k,
             "best_k_speedup": _round(self.best_k_speedup),
             "flags": list(self.flags),
+            **self._interval(),
             **self._speedups(),
         }
+
+    def _interval(self) -> dict[str, Any]:
+        """The expected speedup's interval from the window's evidence (perf.Evidence: two-sided 90 %)
+        around the speedup shown, its σ of ln S, and for a hold what would settle it. Absent where the
+        verdict rests on no measured acceptance (unknown, not configured)."""
+        evidence = self.details.get("evidence")
+        if evidence is None or self.expected_speedup is None or not self.expected_speedup > 0:
+            return {}
+        low, high = interval_around(self.expected_speedup, evidence.error)
+        settle = self.details.get("settle") if self.speculation == HOLD else None
+        return {"speedup_interval": [_round(low), _round(high)], "evidence_error": _round(evidence.error),
+                "settle": None if settle is None else {key: _round(value) if isinstance(value, float) else value
+                                                       for key, value in settle.items()}}
+
+    def interval_words(self) -> str | None:
+        """'1.12× [0.97, 1.28]': the speedup shown and its evidence interval, for the screens."""
+        evidence = self.details.get("evidence")
+        if evidence is None or self.expected_speedup is None or not self.expected_speedup > 0:
+            return None
+        low, high = interval_around(self.expected_speedup, evidence.error)
+        return f"{self.expected_speedup:.2f}× [{low:.2f}, {high:.2f}]"
 
     def _speedups(self) -> dict[str, Any]:
         """The speedups behind the expected one, where the decision priced them: the engine's (what the
@@ -148,9 +170,14 @@ def replaced(verdict: Verdict, **changes: Any) -> Verdict:
     return copy
 
 
+# Every reason that says why a verdict holds starts so (judging.hold_settle, hold_words): the banner
+# tells them from the others by it, and replaces them when it restates a verdict.
+HOLD_PREFIX = "hold: "
+
+
 def hold_words(band: float) -> str:
-    """The reason a hold gives: one wording, so that the banner can tell it from the others."""
-    return f"within ±{band:.0%} of break-even: keep the current setting"
+    """The reason a hold gives where no evidence interval was worked out: the fixed band."""
+    return f"{HOLD_PREFIX}within ±{band:.0%} of break-even: keep the current setting"
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -164,3 +191,9 @@ def unknown_verdict(reason: str, time: float | None = None, bound: perf.BoundEst
                     gpu_spec: GpuSpec | None = None) -> Verdict:
     return Verdict(UNKNOWN, 0.0, None, None, None, False, (reason,), bound or UNKNOWN_BOUND, time=time,
                    gpu_spec=gpu_spec)
+
+
+def interval_around(speedup: float, error: float) -> tuple[float, float]:
+    """S·exp(±z·σ): the evidence interval (perf.EVIDENCE_Z) around a speedup."""
+    width = math.exp(perf.EVIDENCE_Z * error)
+    return speedup / width, speedup * width

@@ -36,6 +36,7 @@ from specwatch.outputs import export_schema as schema
 from specwatch.outputs.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.monitor import Monitor, TargetState
+from specwatch.advice.verdict import interval_around
 from specwatch.telemetry.urls import is_loopback
 from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 from specwatch.telemetry.urls import redact
@@ -174,6 +175,7 @@ class SpecwatchCollector(Collector):
     def _targets(node: str, frame: ExportFrame) -> Iterable[Metric]:
         verdict, configured, change = gauge(schema.VERDICT), gauge(schema.CONFIGURED), gauge(schema.CHANGE_RECOMMENDED)
         confidence, speedup = gauge(schema.CONFIDENCE), gauge(schema.EXPECTED_SPEEDUP)
+        interval = gauge(schema.SPEEDUP_INTERVAL)
         length, rate = gauge(schema.ACCEPTANCE_LENGTH), gauge(schema.ACCEPTANCE_RATE)
         break_even, crossover, running = gauge(schema.BREAK_EVEN), gauge(schema.CROSSOVER), gauge(schema.RUNNING)
         bound, signal, flag = gauge(schema.BOUND), gauge(schema.BOUND_SIGNAL), gauge(schema.FLAGS)
@@ -215,6 +217,11 @@ class SpecwatchCollector(Collector):
                                   (running, v.running)):
                 if _finite(value):
                     family.add_metric(key, float(value))  # type: ignore[arg-type]
+            evidence = v.details.get("evidence")
+            if evidence is not None and _finite(v.expected_speedup) and v.expected_speedup > 0:
+                low, high = interval_around(v.expected_speedup, evidence.error)
+                interval.add_metric(key + ["low"], low)
+                interval.add_metric(key + ["high"], high)
             figures = state.window.total if state.window is not None else None
             acc = figures.acceptance if figures is not None else None
             if acc is not None and _finite(acc.acceptance_rate):
@@ -228,8 +235,8 @@ class SpecwatchCollector(Collector):
             stalled.add_metric(key, 1.0 if "engine_stalled" in raised else 0.0)
             for f in sorted(set(KNOWN_FLAGS) | raised):
                 flag.add_metric(key + [f], 1.0 if f in raised else 0.0)
-        yield from (target_up, verdict, configured, change, confidence, speedup, length, rate, break_even, crossover,
-                    running, bound, signal, flag, spec_info, stalled, target_info)
+        yield from (target_up, verdict, configured, change, confidence, speedup, interval, length, rate, break_even,
+                    crossover, running, bound, signal, flag, spec_info, stalled, target_info)
 
     @staticmethod
     def _health(node: str, frame: ExportFrame) -> Iterable[Metric]:

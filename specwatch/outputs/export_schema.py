@@ -100,6 +100,11 @@ CHANGE_RECOMMENDED = MetricName(
 CONFIDENCE = MetricName("specwatch_confidence_ratio", "Confidence in the verdict, 0..1.", _TARGET)
 EXPECTED_SPEEDUP = MetricName("specwatch_expected_speedup_ratio",
                               "Expected throughput with speculation over without, at this load (>1 pays).", _TARGET)
+SPEEDUP_INTERVAL = MetricName(
+    "specwatch_expected_speedup_interval_ratio",
+    "The expected speedup's two-sided 90 % interval from the window's evidence (bound: low, high); the verdict "
+    "is on or off only once it lies on one side of 1 (absent where no acceptance was measured).",
+    _TARGET + ("bound",))
 ACCEPTANCE_LENGTH = MetricName("specwatch_acceptance_length_tokens",
                                "Mean acceptance length L: tokens committed per verify step, bonus included.", _TARGET)
 ACCEPTANCE_RATE = MetricName("specwatch_acceptance_rate_ratio",
@@ -192,7 +197,7 @@ SOURCE_LAST_SUCCESS = MetricName("specwatch_source_last_success_timestamp_second
                                  "Agent wall-clock time of this source's last successful reading.", (NODE, SOURCE))
 
 ALL_METRICS = (AGENT, LAST_SNAPSHOT, DATA_TIME, POLL_DURATION, TARGET_UP, VERDICT, CONFIGURED, CHANGE_RECOMMENDED, CONFIDENCE,
-               EXPECTED_SPEEDUP, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
+               EXPECTED_SPEEDUP, SPEEDUP_INTERVAL, ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, BREAK_EVEN, CROSSOVER, RUNNING, BOUND,
                BOUND_SIGNAL, FLAGS, SPECULATION, TARGET_INFO, ENGINE_STALLED, SLO, GOODPUT, GOODPUT_IF_TOGGLED, LATENCY,
                FINISH_REASON, INPUT_OUTPUT, PREFILL_HEAVY_SHARE, REQUEST_RATE, PREEMPTION_RATE,
                PREFIX_CACHE_HIT, KV_CAPACITY, ENERGY_PER_TOKEN, ENERGY_IF_TOGGLED, GPU_ENERGY_PER_TOKEN, GPU_DRAM, GPU_TENSOR, GPU_SM, GPU_LOST, SOURCE_UP, SOURCE_LAST_SUCCESS)

@@ -329,7 +329,10 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(f"  energy: {energy['joules_per_token']:.3g} J per output token over the window")
     v = report["verdict"]
     lines.append(f"  bound: {report['bound']['state']}")
-    lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f})")
+    interval = v.get("speedup_interval")
+    expected = (f", expected {v['expected_speedup']:.2f}× [{interval[0]:.2f}, {interval[1]:.2f}]"
+                if interval and v.get("expected_speedup") is not None else "")
+    lines.append(f"  verdict: speculation {v['speculation'].upper()} (confidence {v['confidence']:.2f}{expected})")
     for reason in v["reasons"]:
         lines.append(f"    - {reason}")
     sweep = report.get("sweep")

@@ -41,6 +41,9 @@ class TargetWindow:
     # all engines' increases over the window (None with fewer than two readings): what goodput
     # against an SLO is computed from
     increases: Increases | None = field(default=None, repr=False, compare=False)
+    # the window's length (the span it keeps): a span that reaches it holds all the evidence the
+    # window ever will at this load, so waiting does not narrow the verdict's interval
+    window_s: float | None = field(default=None, repr=False, compare=False)
     _lifetime: list = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -349,6 +352,7 @@ class Window:
             running_at_start=running_at_start,
             latest_engines=tuple(latest_engines.values()),
             increases=total_inc,
+            window_s=self.seconds,
         )
 
     def gpu_energy(self) -> tuple[dict[int, float], float]:

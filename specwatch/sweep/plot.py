@@ -142,7 +142,7 @@ def render_plot(report: dict, width: int = 78, height: int = 12) -> str:
     if basis:
         legend += f"   . = predicted ({basis})"
     if bars:
-        legend += "\n| = the 95 % interval of M over the rounds"
+        legend += "\n| = the 95 % interval of M over the rounds (within this run: not what varies between runs)"
     clipped = any(y > SPEEDUP_PLOT_CLIP for _, pts in series for _, y in pts) or \
         any(hi > SPEEDUP_PLOT_CLIP for _, _, hi in bars)
     title = "speedup, speculative / baseline (1.0 = break-even)"
