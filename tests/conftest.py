@@ -6,6 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import os
+import time
 
 import pytest
 from hypothesis import settings
@@ -69,3 +70,13 @@ def draft_server(tiny_models, vllm_py, tmp_path_factory):
     server = _server(tiny_models, vllm_py, tmp_path_factory, DRAFT_K3)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Clock texts are data times in local time: pin the zone so they read the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.delenv("TZ", raising=False)
+    time.tzset()

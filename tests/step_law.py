@@ -149,6 +149,33 @@ ITERATION_BUCKETS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 20
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, math.inf)
 
 
+def _law_snapshot(node: LawNode, time: float, running: float, c: dict[str, float], per_position: tuple[float, ...],
+                  steps: Histogram, ttft: Histogram) -> Snapshot:
+    """One reading of the node as vLLM V1 exports it: the counters `c` (generation, prompt, success,
+    drafts, draft_tokens, accepted), the running gauge, the per-position accepts and the two histograms."""
+    engine = EngineSample(
+        engine="0", model_name=node.model_name,
+        counters={
+            "vllm:generation_tokens": c["generation"], "vllm:prompt_tokens": c["prompt"],
+            "vllm:prompt_tokens_cached": 0.0, "vllm:request_success": c["success"],
+            "vllm:num_preemptions": 0.0,
+            "vllm:spec_decode_num_drafts": c["drafts"], "vllm:spec_decode_num_draft_tokens": c["draft_tokens"],
+            "vllm:spec_decode_num_accepted_tokens": c["accepted"],
+        },
+        gauges={
+            "vllm:num_requests_running": running, "vllm:num_requests_waiting": 0.0,
+            "vllm:kv_cache_usage_perc": min(1.0, running * node.context_per_sequence / node.kv_capacity_tokens),
+            "vllm:cache_config_info:kv_cache_size_tokens": node.kv_capacity_tokens,
+        },
+        histograms={"vllm:iteration_tokens_total": steps, "vllm:time_to_first_token_seconds": ttft},
+        accepted_per_position=per_position,
+    )
+    target = TargetSample(node.url, "ok", version="0.32.0", engines=(engine,), process_start_time=1.0)
+    gpu = GpuSample(index=0, name=node.gpu.name, uuid="GPU-law-0", source="nvml",
+                    values={"util_gpu": 1.0 if running > 0 else 0.0})
+    return Snapshot(time=time, targets=(target,), gpus=(gpu,), sources=(SourceStatus("nvml", "ok", "law"),))
+
+
 def generate(node: LawNode, load: Sequence[float], start_time: float = 1_900_000_000.0,
              seed: int = 0) -> Iterator[Snapshot]:
     """One Snapshot a second per entry of `load` (running sequences), speculation on."""
@@ -186,33 +213,9 @@ def generate(node: LawNode, load: Sequence[float], start_time: float = 1_900_000
             for j, le in enumerate(TTFT_BUCKETS):
                 if ttft <= le:
                     ttft_buckets[j] += started
-        engine = EngineSample(
-            engine="0", model_name=node.model_name,
-            counters={
-                "vllm:generation_tokens": c["generation"], "vllm:prompt_tokens": c["prompt"],
-                "vllm:prompt_tokens_cached": 0.0, "vllm:request_success": c["success"],
-                "vllm:num_preemptions": 0.0,
-                "vllm:spec_decode_num_drafts": c["drafts"], "vllm:spec_decode_num_draft_tokens": c["draft_tokens"],
-                "vllm:spec_decode_num_accepted_tokens": c["accepted"],
-            },
-            gauges={
-                "vllm:num_requests_running": b, "vllm:num_requests_waiting": 0.0,
-                "vllm:kv_cache_usage_perc": min(1.0, b * node.context_per_sequence / node.kv_capacity_tokens),
-                "vllm:cache_config_info:kv_cache_size_tokens": node.kv_capacity_tokens,
-            },
-            histograms={
-                "vllm:iteration_tokens_total": Histogram(tuple(zip(ITERATION_BUCKETS, step_buckets)),
-                                                         c["step_sum"], step_buckets[-1]),
-                "vllm:time_to_first_token_seconds": Histogram(tuple(zip(TTFT_BUCKETS, ttft_buckets)),
-                                                              c["ttft_sum"], ttft_buckets[-1]),
-            },
-            accepted_per_position=tuple(per_pos),
-        )
-        target = TargetSample(node.url, "ok", version="0.32.0", engines=(engine,), process_start_time=1.0)
-        gpu = GpuSample(index=0, name=node.gpu.name, uuid="GPU-law-0", source="nvml",
-                        values={"util_gpu": 1.0 if b > 0 else 0.0})
-        yield Snapshot(time=start_time + i, targets=(target,), gpus=(gpu,),
-                       sources=(SourceStatus("nvml", "ok", "law"),))
+        yield _law_snapshot(node, start_time + i, b, c, tuple(per_pos),
+                            Histogram(tuple(zip(ITERATION_BUCKETS, step_buckets)), c["step_sum"], step_buckets[-1]),
+                            Histogram(tuple(zip(TTFT_BUCKETS, ttft_buckets)), c["ttft_sum"], ttft_buckets[-1]))
 
 
 def tiers_load(tiers: Sequence[float], dwell_s: int) -> list[float]:
@@ -369,33 +372,11 @@ def generate_noisy(node: LawNode, load: Sequence[float], seed: int | Sequence[in
     ttft_raw = [0.0] * len(TTFT_BUCKETS)
 
     def snapshot(i: int, running: int) -> Snapshot:
-        engine = EngineSample(
-            engine="0", model_name=node.model_name,
-            counters={
-                "vllm:generation_tokens": c["generation"], "vllm:prompt_tokens": c["prompt"],
-                "vllm:prompt_tokens_cached": 0.0, "vllm:request_success": c["success"],
-                "vllm:num_preemptions": 0.0,
-                "vllm:spec_decode_num_drafts": c["drafts"], "vllm:spec_decode_num_draft_tokens": c["draft_tokens"],
-                "vllm:spec_decode_num_accepted_tokens": c["accepted"],
-            },
-            gauges={
-                "vllm:num_requests_running": float(running), "vllm:num_requests_waiting": 0.0,
-                "vllm:kv_cache_usage_perc": min(1.0, running * node.context_per_sequence / node.kv_capacity_tokens),
-                "vllm:cache_config_info:kv_cache_size_tokens": node.kv_capacity_tokens,
-            },
-            histograms={
-                "vllm:iteration_tokens_total": Histogram(
-                    tuple(zip(ITERATION_BUCKETS, np.cumsum(step_raw).tolist())), c["step_sum"], c["steps"]),
-                "vllm:time_to_first_token_seconds": Histogram(
-                    tuple(zip(TTFT_BUCKETS, np.cumsum(ttft_raw).tolist())), c["ttft_sum"], float(sum(ttft_raw))),
-            },
-            accepted_per_position=tuple(per_pos.tolist()),
-        )
-        target = TargetSample(node.url, "ok", version="0.32.0", engines=(engine,), process_start_time=1.0)
-        gpu = GpuSample(index=0, name=node.gpu.name, uuid="GPU-law-0", source="nvml",
-                        values={"util_gpu": 1.0 if running > 0 else 0.0})
-        return Snapshot(time=scrape[i], targets=(target,), gpus=(gpu,),
-                        sources=(SourceStatus("nvml", "ok", "law"),))
+        return _law_snapshot(node, scrape[i], float(running), c, tuple(per_pos.tolist()),
+                             Histogram(tuple(zip(ITERATION_BUCKETS, np.cumsum(step_raw).tolist())), c["step_sum"],
+                                       c["steps"]),
+                             Histogram(tuple(zip(TTFT_BUCKETS, np.cumsum(ttft_raw).tolist())), c["ttft_sum"],
+                                       float(sum(ttft_raw))))
 
     t = start_time - 1.0 - noise.warmup_s
     pending: list[float] = []  # arrival times of requests waiting for the next step

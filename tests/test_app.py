@@ -41,7 +41,7 @@ from specwatch.widgets.speculation import SpeculationPanel
 from specwatch.widgets.trends import TrendsPanel
 from specwatch.widgets.verdict import VerdictBanner
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
 
 @pytest.fixture
@@ -59,14 +59,6 @@ LOW = [8.0] * 30  # ON, settled
 FLIP = [8.0] * 25 + [100.0] * 300  # ON, then OFF through HOLD once the 5-minute dwell on ON has passed
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    """Clock texts are data times in local time: pin the zone so they read the same everywhere."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.delenv("TZ", raising=False)
-    time.tzset()
 
 
 class ScriptedSource:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from specwatch.dashboard.app import SpecwatchApp
 from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
 # A shipped recording: start → UNKNOWN at 08:00:00, ON at 08:00:05, OFF at 08:04:50, ON at 08:19:50.
 RECORDING = Path(specwatch.__file__).parent / "data" / "h100-70b-ngram.swrec"
@@ -40,13 +39,6 @@ def anyio_backend() -> str:
     return "asyncio"  # Textual runs on asyncio
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.delenv("TZ", raising=False)
-    time.tzset()
 
 
 def replay_app() -> SpecwatchApp:

@@ -24,7 +24,7 @@ from specwatch.dashboard.verdict_index import build_verdict_index, monitor_templ
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.verdict import VerdictBanner
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
 DATA = Path(__file__).parent / "data"
 START = 1_800_000_000.0
@@ -39,13 +39,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.delenv("TZ", raising=False)
-    time.tzset()
 
 
 def config() -> AdvisorConfig:
