@@ -40,6 +40,7 @@ from specwatch.widgets.help import HelpScreen
 from specwatch.widgets.speculation import SpeculationPanel
 from specwatch.widgets.trends import TrendsPanel
 from specwatch.widgets.verdict import VerdictBanner
+from pilot_helpers import screen_text, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
@@ -166,13 +167,6 @@ def data_clocked(app: SpecwatchApp, kwargs: dict[str, Any] | None = None) -> Spe
     return app
 
 
-async def until(pilot, condition, what: str, rounds: int = 2000) -> None:
-    """Let the app run until condition() holds (a bound on rounds, not a timing assertion)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"the app never reached: {what}")
 
 
 def text_of(widget) -> str:
@@ -186,14 +180,6 @@ def text_of(widget) -> str:
 def flat(text: str) -> str:
     """Text with its wrapping undone, for phrases that may wrap at narrow widths."""
     return " ".join(text.split())
-
-
-def screen_text(app: SpecwatchApp) -> str:
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None,
-                      legacy_windows=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return console.export_text()
 
 
 # -- data through the pipeline ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ from specwatch.commands.replay import replay_monitor
 from specwatch.dashboard.app import SpecwatchApp
 from specwatch.widgets.events import EventLog
 from specwatch.widgets.format import clock
+from pilot_helpers import screen_text, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
@@ -55,13 +56,6 @@ async def played_until(pilot, app: SpecwatchApp, events: int) -> None:
     await until(pilot, lambda: len(logged(app)) >= events, f"{events} events logged")
 
 
-async def until(pilot, condition, what: str, rounds: int = 3000) -> None:
-    """Let the app run until condition() holds (a bound on rounds, not a timing assertion)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"the app never reached: {what}")
 
 
 def logged(app: SpecwatchApp) -> list:
@@ -77,14 +71,6 @@ def heads(changes) -> list[str]:
 def plain(renderable) -> str:
     console = Console(width=120, file=io.StringIO(), record=True, color_system=None, legacy_windows=False)
     console.print(renderable)
-    return console.export_text()
-
-
-def screen_text(app: SpecwatchApp) -> str:
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), record=True, color_system=None,
-                      legacy_windows=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
 
 

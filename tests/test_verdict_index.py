@@ -23,6 +23,7 @@ from specwatch.collectors.synthetic import SyntheticNode, generate
 from specwatch.dashboard.verdict_index import build_verdict_index, monitor_template
 from specwatch.widgets.header import HeaderBar
 from specwatch.widgets.verdict import VerdictBanner
+from pilot_helpers import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("utc")]  # utc: conftest.py
 
@@ -127,12 +128,6 @@ def test_a_cancelled_build_stops_and_says_so(step_recording):
 
 # -- the dashboard ---------------------------------------------------------------------------------
 
-async def until(pilot, condition, what: str, rounds: int = 3000) -> None:
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"the app never reached: {what}")
 
 
 def text_of(widget) -> str:
