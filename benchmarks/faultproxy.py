@@ -448,6 +448,11 @@ class FaultProxy:
                 conn, _ = self._listener.accept()
             except (socket.timeout, OSError):
                 continue
+            if self._port_dead:
+                # accepted between the window's start (which dropped every connection) and the
+                # listener's close: a dead process answers nothing
+                _rst(conn)
+                continue
             conn.settimeout(None)
             with self._lock:
                 self._conns.add(conn)
@@ -560,7 +565,9 @@ class FaultProxy:
             if method != "GET":
                 self._send(conn, 405, "text/plain", b"GET only\n")
                 continue
-            if kind == "reset":
+            if kind == "reset" or self._port_dead:
+                # port_dead: a connection that slipped past the window's drop (accepted as it began)
+                # dies with the process, as every other one did
                 _rst(conn)
                 return
             if kind == "stall":
