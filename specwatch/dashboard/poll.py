@@ -177,7 +177,9 @@ class PollLoop:
     def start(self) -> None:
         self.timer = None
         self.next_poll_at = None
-        if self.in_flight or self.app.ended:
+        # held: a replay paused after this start was queued (arm's call_later) and before it ran; its
+        # read would wait for a resume, and every step and seek queued behind it with it
+        if self.in_flight or self.app.ended or self.held():
             return
         self.in_flight = True
         self.reading = True
