@@ -96,9 +96,14 @@ def test_check_ngram_k4_matches_raw_counters_and_the_verdict_follows(ngram_serve
     assert verdict["acceptance_length"] == pytest.approx(window["acceptance_length"], abs=1e-4)
     assert 1.05 < verdict["break_even_length"] < 5.0, verdict["break_even_length"]
     assert any(r.startswith(f"acceptance length {window['acceptance_length']:.2f} is") for r in verdict["reasons"])
+    # on or off only where the speedup's evidence interval lies on one side of 1, else hold (issue 46)
     speedup = verdict["expected_speedup"]
-    expected_state = "on" if speedup >= 1.05 else "off" if speedup <= 0.95 else "hold"
-    assert verdict["speculation"] == expected_state
+    low, high = verdict["speedup_interval"]
+    assert low < speedup < high
+    expected_state = "on" if low > 1 else "off" if high < 1 else "hold"
+    assert verdict["speculation"] == expected_state, (verdict["speedup_interval"], verdict["reasons"])
+    if expected_state == "hold":
+        assert verdict["settle"] is not None and any(r.startswith("hold: ") for r in verdict["reasons"])
     assert code == (1 if expected_state == "off" else 0)
     assert report["bound"]["state"] in ("memory", "balanced", "compute")
 
