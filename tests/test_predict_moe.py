@@ -266,9 +266,9 @@ def test_an_uncapped_batch_reads_as_asked():
 
 def test_the_advisors_level_error_takes_the_routing_error_for_an_moe_model():
     gpu = hw.GPUS["H100-SXM"]
-    assert extra_level_error(None, gpu, False) == 0.0
-    assert extra_level_error(None, gpu, False, moe=True) == pytest.approx(0.2)
-    assert extra_level_error(None, gpu, False, True, moe=True) == pytest.approx(math.hypot(0.2, 0.2))
+    assert extra_level_error(gpu, False) == 0.0
+    assert extra_level_error(gpu, False, moe=True) == pytest.approx(0.2)
+    assert extra_level_error(gpu, False, True, moe=True) == pytest.approx(math.hypot(0.2, 0.2))
 
 
 @pytest.mark.parametrize("model,moe", [("Mixtral-8x7B", True), ("Qwen3-30B-A3B", True), ("Llama-3.1-8B", False)])

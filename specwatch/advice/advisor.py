@@ -361,7 +361,7 @@ class Advisor:
         acceptance_error = perf.acceptance_error(length, acc.per_position, acc.drafts, requests)
         # the model's error (what no reading of this node removes) and the acceptance's sampling error,
         # in quadrature: the confidence's σ beside the step-time law's level error
-        extra = math.hypot(extra_level_error(None, gpu, stale_acceptance, pricing.assumed, moe=self._moe),
+        extra = math.hypot(extra_level_error(gpu, stale_acceptance, pricing.assumed, moe=self._moe),
                            acceptance_error)
         prompt, output = _per_request(figures)
         inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
@@ -417,7 +417,7 @@ class Advisor:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,
                 waiting=figures.waiting or 0.0, **kv_capacity_inputs(_kv_limit(figures)),
-                extra_level_error=extra_level_error(None, gpu, False, pricing.assumed, moe=self._moe)))
+                extra_level_error=extra_level_error(gpu, False, pricing.assumed, moe=self._moe)))
         except ValueError as exc:
             reasons.insert(0, f"no decision from these readings: {exc}")
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=self.gpu_identity.in_use,

@@ -17,8 +17,6 @@ from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN
 from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
 
-# Relative spread of one draft's accepted count around L (so L's error over D drafts is this / √D).
-ACCEPTANCE_SPREAD = 0.5
 # Lifetime acceptance stands in for the window's: it may have drifted.
 STALE_ACCEPTANCE_ERROR = 0.3
 # What an assumed draft cost adds: r could be anything from a lookup's 0 to a draft model's 0.3.
@@ -161,18 +159,16 @@ def node_level_error(level_error: float, engine_speedup: float, node_speedup: fl
     return level_error * busy_share * engine_speedup / node_speedup
 
 
-def extra_level_error(drafts: float | None, gpu: GpuSpec | None, stale: bool, method_assumed: bool = False,
-                      moe: bool = False) -> float:
-    """What this node's readings add to the step model's level error (σ of ln S): an unidentified
-    GPU, few drafts behind L (its relative error shrinks as 1/√drafts), lifetime acceptance, an MoE
-    model's routing (uniform routing is assumed)."""
+def extra_level_error(gpu: GpuSpec | None, stale: bool, method_assumed: bool = False, moe: bool = False) -> float:
+    """What this node's set-up adds to the step model's level error (σ of ln S): an unidentified GPU,
+    lifetime acceptance standing in for the window's, an assumed draft cost, an MoE model's routing
+    (uniform routing is assumed). The acceptance's sampling error is the evidence's
+    (perf.acceptance_error), which the advisor adds beside it."""
     parts = []
     if gpu is None:
         parts.append(perf.decision.UNKNOWN_GPU_ERROR)
     elif gpu.approximate:
         parts.append(perf.decision.APPROXIMATE_GPU_ERROR)
-    if drafts is not None:
-        parts.append(ACCEPTANCE_SPREAD / math.sqrt(max(drafts, 1.0)))
     if stale:
         parts.append(STALE_ACCEPTANCE_ERROR)
     if method_assumed:
