@@ -259,7 +259,7 @@ def explain(j: Judged, settings: ReasonSettings, sweep: SweepIdentity | None, sp
                        f"({j.prior_words}): confidence is low")
     # a hold is sure of lying inside the band, on or off of the direction
     # a hold is sure of lying inside the interval that keeps it one (the evidence's, else the band)
-    hold_band = j.evidence.high / s_now - 1.0 if j.evidence is not None and s_now > 0 else settings.hysteresis
+    hold_band = j.evidence.band if j.evidence is not None else settings.hysteresis
     confidence = min(cap, band_confidence(s_now, level_error, hold_band) if state == HOLD
                      else capped_confidence(decision))
     change = state == OFF  # speculation is on here: a change is recommended when it should be off

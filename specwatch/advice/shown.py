@@ -45,9 +45,8 @@ from collections import deque
 from typing import Callable
 
 from specwatch.advice.judging import band_confidence
-from specwatch.advice.verdict import (HOLD, HOLD_PREFIX, OFF, ON, UNKNOWN, Verdict, hold_words, interval_around,
-                                     replaced, requote)
-from specwatch.perf import EVIDENCE_Z, direction_confidence
+from specwatch.advice.verdict import HOLD, HOLD_PREFIX, OFF, ON, UNKNOWN, Verdict, hold_words, replaced, requote
+from specwatch.perf import direction_confidence, evidence_interval
 
 # At a load that has not moved, the banner changes at most once in this much data time.
 DEFAULT_DWELL_S = 300.0
@@ -182,7 +181,7 @@ class ShownVerdict:
         shrinks as the window sees more; the fixed band where the verdict carries none."""
         evidence = verdict.details.get("evidence")
         if evidence is not None and math.isfinite(evidence.error):
-            return math.expm1(EVIDENCE_Z * evidence.error)
+            return evidence.band
         return self.band
 
     def _evidence(self, verdict: Verdict, speedup: float | None) -> str:
@@ -243,7 +242,7 @@ class ShownVerdict:
             if own_hold:
                 reasons += own_hold
             elif evidence is not None and speedup is not None:
-                low, high = interval_around(speedup, evidence.error)
+                low, high = evidence_interval(speedup, evidence.error)
                 reasons += (f"{HOLD_PREFIX}the last minute at this load: {speedup:.2f}× [{low:.2f}, {high:.2f}] "
                             "does not leave 1 on the side the banner would move to; keep the current setting",)
             else:

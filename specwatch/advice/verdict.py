@@ -12,7 +12,7 @@ from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
 
 __all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
-           "replaced", "QuotedFigures", "requote", "HOLD_PREFIX", "interval_around"]
+           "replaced", "QuotedFigures", "requote", "HOLD_PREFIX"]
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
@@ -68,7 +68,7 @@ class Verdict:
         evidence = self.details.get("evidence")
         if evidence is None or self.expected_speedup is None or not self.expected_speedup > 0:
             return {}
-        low, high = interval_around(self.expected_speedup, evidence.error)
+        low, high = perf.evidence_interval(self.expected_speedup, evidence.error)
         settle = self.details.get("settle") if self.speculation == HOLD else None
         return {"speedup_interval": [_round(low), _round(high)], "evidence_error": _round(evidence.error),
                 "settle": None if settle is None else {key: _round(value) if isinstance(value, float) else value
@@ -79,7 +79,7 @@ class Verdict:
         evidence = self.details.get("evidence")
         if evidence is None or self.expected_speedup is None or not self.expected_speedup > 0:
             return None
-        low, high = interval_around(self.expected_speedup, evidence.error)
+        low, high = perf.evidence_interval(self.expected_speedup, evidence.error)
         return f"{self.expected_speedup:.2f}× [{low:.2f}, {high:.2f}]"
 
     def _speedups(self) -> dict[str, Any]:
@@ -191,9 +191,3 @@ def unknown_verdict(reason: str, time: float | None = None, bound: perf.BoundEst
                     gpu_spec: GpuSpec | None = None) -> Verdict:
     return Verdict(UNKNOWN, 0.0, None, None, None, False, (reason,), bound or UNKNOWN_BOUND, time=time,
                    gpu_spec=gpu_spec)
-
-
-def interval_around(speedup: float, error: float) -> tuple[float, float]:
-    """S·exp(±z·σ): the evidence interval (perf.EVIDENCE_Z) around a speedup."""
-    width = math.exp(perf.EVIDENCE_Z * error)
-    return speedup / width, speedup * width

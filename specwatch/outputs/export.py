@@ -31,12 +31,11 @@ from urllib.parse import urlsplit, urlunsplit
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from specwatch import __version__
+from specwatch import __version__, perf
 from specwatch.outputs import export_schema as schema
 from specwatch.outputs.export_schema import BOUND_STATES, KNOWN_FLAGS, NOT_CONFIGURED_STATES, VERDICT_STATES, MetricName
 from specwatch.readings.health import health_report, node_output_tokens
 from specwatch.advice.monitor import Monitor, TargetState
-from specwatch.advice.verdict import interval_around
 from specwatch.telemetry.urls import is_loopback
 from specwatch.telemetry.snapshot import Snapshot, SpeculationConfig
 from specwatch.telemetry.urls import redact
@@ -219,7 +218,7 @@ class SpecwatchCollector(Collector):
                     family.add_metric(key, float(value))  # type: ignore[arg-type]
             evidence = v.details.get("evidence")
             if evidence is not None and _finite(v.expected_speedup) and v.expected_speedup > 0:
-                low, high = interval_around(v.expected_speedup, evidence.error)
+                low, high = perf.evidence_interval(v.expected_speedup, evidence.error)
                 interval.add_metric(key + ["low"], low)
                 interval.add_metric(key + ["high"], high)
             figures = state.window.total if state.window is not None else None

@@ -15,6 +15,7 @@ __all__ = [
     "Evidence",
     "acceptance_error",
     "evidence",
+    "evidence_interval",
     "step_evidence_error",
     "PRIOR_LEVEL_ERROR",
     "FIT_ERROR_FLOOR",
@@ -123,6 +124,11 @@ class Evidence:
     acceptance_share: float  # the share of error² the acceptance carries (0-1)
 
     @property
+    def band(self) -> float:
+        """The interval's half-width relative to the speedup: high / S − 1 (S / low − 1 alike)."""
+        return math.expm1(EVIDENCE_Z * self.error)
+
+    @property
     def state(self) -> str:
         return "on" if self.low > 1.0 else "off" if self.high < 1.0 else "hold"
 
@@ -146,11 +152,16 @@ class Evidence:
         return (acceptance / left) ** 2
 
 
+def evidence_interval(speedup: float, error: float) -> tuple[float, float]:
+    """S·exp(±z·σ): the evidence interval around a speedup (the banner's steadied one too)."""
+    width = math.exp(EVIDENCE_Z * error)
+    return speedup / width, speedup * width
+
+
 def evidence(speedup: float, acceptance: float, steps: float, scale: float = 1.0) -> Evidence:
     """The interval S·exp(±z·σ) with σ² = acceptance² + steps² (each a σ of ln S; `scale` carries
     them to the node, d ln S_node / d ln S_engine)."""
     acceptance, steps = acceptance * scale, steps * scale
     error = math.sqrt(acceptance * acceptance + steps * steps)
-    width = math.exp(EVIDENCE_Z * error)
     share = acceptance * acceptance / (error * error) if error > 0 else 0.0
-    return Evidence(speedup, error, speedup / width, speedup * width, share)
+    return Evidence(speedup, error, *evidence_interval(speedup, error), share)
