@@ -258,6 +258,7 @@ def predict(
             hidden_size=target.hidden_size,
             experts=target.experts,
             experts_per_token=target.experts_per_token,
+            moe_layers=target.moe_layers,
         )
     except ValueError as error:
         raise PredictInputError(str(error)) from None
@@ -468,8 +469,12 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
                  f"(t = {top_k} routed experts per token, uniform routing)")
         if plain_tokens is not None and verify_tokens is not None:
             touched = [1.0 - (1.0 - top_k / experts) ** max(n, 1.0) for n in (plain_tokens, verify_tokens)]
+            plain_s, verify_s = (float(prior.expert_read_s(n)) for n in (plain_tokens, verify_tokens))
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
-                      f"{verify_tokens:.0f}, so verification reads more weights")
+                      f"{verify_tokens:.0f}; the {prior.moe_layers} MoE layers' expert blocks take "
+                      f"{plain_s * 1e3:.1f} ms and {verify_s * 1e3:.1f} ms of the step (each at least "
+                      f"{prior.expert_floor_s * 1e6:.0f} µs: routing, the grouped GEMMs' launches and the "
+                      "combine, which the reads of a few experts hide under)")
         notes.append(words + f"; real routing is skewed, which adds {MOE_ROUTING_ERROR:g} to the level error")
     elif target.experts_unpriced:
         notes.append(f"active params ({target.active_params / 1e9:.4g}B) are below params "

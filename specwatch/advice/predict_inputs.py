@@ -94,6 +94,13 @@ class Target:
         return self.experts is not None and self.experts_per_token is not None
 
     @property
+    def moe_layers(self) -> int | None:
+        """Layers that route over experts: the table's dense layers off the depth (None: not known)."""
+        if not self.moe or self.layers is None:
+            return None
+        return self.layers - (self.spec.dense_layers if self.spec is not None else 0)
+
+    @property
     def experts_unpriced(self) -> bool:
         """Fewer active than total params but no routing given: every weight is priced as read."""
         return not self.moe and self.active_params < self.params

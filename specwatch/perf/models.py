@@ -37,6 +37,9 @@ class ModelSpec:
     # weights (`layer_active_params`). None where not tabled.
     vocab_size: int | None = None
     tied_embeddings: bool = False
+    # Layers of a mixture of experts whose FFN is dense (DeepSeek's first_k_dense_replace, the layers
+    # between Llama-4-Maverick's MoE layers): they pay no routing, no grouped GEMMs.
+    dense_layers: int = 0
 
     @property
     def lm_head_params(self) -> float | None:
@@ -79,6 +82,11 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts is not None and self.experts_per_token is not None
 
+    @property
+    def moe_layers(self) -> int:
+        """Layers that route over experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
     def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
@@ -94,6 +102,7 @@ class ModelSpec:
             "kv_replicated_under_tp": self.kv_replicated_under_tp,
             "experts": self.experts,
             "experts_per_token": self.experts_per_token,
+            "moe_layers": self.moe_layers,
             "weights": self.weights,
             "vocab_size": self.vocab_size,
             "tied_embeddings": self.tied_embeddings,
@@ -123,7 +132,7 @@ _DEEPSEEK_V3 = ModelSpec(
             "v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, "
             "first_k_dense_replace 3, quantization_config fp8 (e4m3 weights in 128×128 blocks, dynamic "
             "activations)", "671B total / 37B activated (the 14B MTP module left out)"),
-    experts=256, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=129280,
+    experts=256, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=129280, dense_layers=3,
 )
 _KIMI_K2 = ModelSpec(
     "Kimi-K2", 1.04e12, 32e9, 61, 7168, 64, 64, 128,
@@ -132,7 +141,7 @@ _KIMI_K2 = ModelSpec(
             "qk_rope_head_dim 64 (576-wide latent per layer, replicated on every TP rank), v_head_dim 128, "
             "n_routed_experts 384, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1, "
             "quantization_config fp8 (e4m3 weights in 128×128 blocks)", "1.04T total / 32B activated"),
-    experts=384, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=163840,
+    experts=384, experts_per_token=8, kv_latent_dim=512 + 64, weights="fp8", vocab_size=163840, dense_layers=1,
 )
 _MOE_MODELS: tuple[ModelSpec, ...] = (
     _DEEPSEEK_V3,
@@ -204,7 +213,7 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
                 "interleave_moe_layer_step 2 (MoE in every other layer, dense FFNs between: their weights are "
                 "shared weights, and the union of experts touched is the same in each MoE layer); 3 of 4 layers "
                 "attend in 8192-token chunks, which the KV figure does not take off", "400B total / 17B active"),
-        experts=128, experts_per_token=1, vocab_size=202048,
+        experts=128, experts_per_token=1, vocab_size=202048, dense_layers=24,
     ),
 )
 

@@ -30,6 +30,9 @@ __all__ = [
     "PER_TOKEN_OVERHEAD_S",
     "SMALL_GEMM_FRACTION",
     "ALLREDUCE_LATENCY_S",
+    "MOE_LAYER_FLOOR_S",
+    "EXPERT_BANDWIDTH_EFFICIENCY",
+    "ASSUMED_DEPTH",
     "SOFT_MAX_POWER",
     "DATASHEET_CONFIDENCE",
     "StepTimeModel",
@@ -81,6 +84,32 @@ SMALL_GEMM_FRACTION = 0.5
 # Tensor parallelism: two all-reduces per layer (attention output, MLP output); each costs a launch
 # latency plus a ring transfer of 2(tp−1)/tp of the activations.
 ALLREDUCE_LATENCY_S = 8.0e-6
+# A mixture of experts' decode step is mostly fixed latency at low load, not weight reads. Each MoE
+# layer runs a dozen kernels besides attention (the router GEMM, the top-k or grouped top-k, the
+# token sort that lays tokens out per expert, the activations' quantisation, two grouped GEMMs and
+# the activation between, the shared expert's GEMMs, the weighted combine, and on several GPUs the
+# collective after it), each with a floor of several µs however little it reads. The grouped GEMMs'
+# reads hide under that floor until the experts the step's tokens touch outgrow it: on 8×H200 at
+# TP 8 a DeepSeek-V3 layer's 8 experts per token are 44 MB a GPU (15 µs at the expert bandwidth
+# below), so verifying 2–6 tokens at batch 1 wakes experts that cost almost nothing, and the step
+# rises with the union of experts only from a few dozen tokens on. 150 µs a MoE layer, and the
+# expert bandwidth below, put DeepSeek-R1 FP8 on 8×H200 (SGLang 0.5.7, 1k in / 1k out, about
+# 1,500 tokens of context) at 12.6, 24.0 and 32.4 ms a step at 8, 32 and 64 running, against TPOTs
+# of 12.8, 25.6 and 34.6 ms published (SemiAnalysis InferenceX issue #870;
+# benchmarks/moe_step_times.py); and TensorRT-LLM's
+# batch-1 MTP sweep on 8×B200 (DeepSeek-R1, tech blog 1) implies a verify step of 2–6 tokens
+# within a few % of a plain one: its speedup over its acceptance lengths falls by the drafts alone.
+# Engines differ a great deal here (the same node measured 23–33 ms at batch 1 in SGLang in early
+# 2025): the online fit moves the level.
+MOE_LAYER_FLOOR_S = 150.0e-6
+# Grouped GEMMs over many small experts read their weights at a lower rate than one dense GEMM:
+# each expert is a few MB a GPU, its tile rows padded to the tile, and the launch and tail are paid
+# per expert block. About 0.55 of the datasheet bandwidth (0.8 for a dense read) is what the
+# published step times above rise by with the number of experts touched.
+EXPERT_BANDWIDTH_EFFICIENCY = 0.55
+# The depth a prior assumes where the layer count is not known (STEP_OVERHEAD_S is a 32-layer
+# model's): a custom MoE from --params pays 32 layers' expert floors.
+ASSUMED_DEPTH = 32
 # Soft maximum exponent for the weight-read vs GEMM-compute overlap (model.md §2: p ≈ 4).
 SOFT_MAX_POWER = 4.0
 # A datasheet prior is right in shape but 20–70 % off in level (model.md §0), so it earns a modest
@@ -189,6 +218,9 @@ class StepTimePrior:
     allreduce_bytes_per_token: float = 0.0  # ring bytes per token per all-reduce
     link_bandwidth: float | None = None
     small_gemm_fraction: float = 0.0  # share of the GEMM math not hidden under the weight read
+    moe_layers: int = 0  # layers that route over experts (their grouped GEMMs have a floor)
+    expert_floor_s: float = 0.0  # a MoE layer's expert block at its fewest tokens (MOE_LAYER_FLOOR_S)
+    expert_bandwidth: float | None = None  # the rate grouped GEMMs read experts at (None: bandwidth)
 
     def weight_bytes(self, n_tokens: float | np.ndarray) -> float | np.ndarray:
         n = np.asarray(n_tokens, dtype=float)
@@ -206,10 +238,27 @@ class StepTimePrior:
             transfer = self.allreduce_bytes_per_token * n / self.link_bandwidth
         return self.allreduce_count * (ALLREDUCE_LATENCY_S + transfer)
 
+    def expert_bytes(self, n_tokens: float | np.ndarray) -> np.ndarray:
+        """The routed experts' bytes a step of N tokens reads (the union they touch), per GPU."""
+        return np.asarray(self.weight_bytes(n_tokens)) - self.shared_weight_bytes
+
+    def expert_read_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
+        """Seconds the MoE layers' expert blocks take at N tokens: each layer's grouped-GEMM read of
+        the experts touched, at the expert bandwidth, under the block's floor (a soft maximum)."""
+        n = np.asarray(n_tokens, dtype=float)
+        if self.moe_layers <= 0:
+            return np.zeros_like(n)
+        per_layer = self.expert_bytes(n) / self.moe_layers / (self.expert_bandwidth or self.bandwidth)
+        floor = self.expert_floor_s
+        return self.moe_layers * (floor**SOFT_MAX_POWER + per_layer**SOFT_MAX_POWER) ** (1.0 / SOFT_MAX_POWER)
+
     def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
         n = np.asarray(n_tokens, dtype=float)
         c = np.asarray(context_tokens, dtype=float)
-        read = np.asarray(self.weight_bytes(n)) / self.bandwidth
+        if self.moe_layers > 0:
+            read = self.shared_weight_bytes / self.bandwidth + self.expert_read_s(n)
+        else:
+            read = np.asarray(self.weight_bytes(n)) / self.bandwidth
         math_time = self.flops_per_token * n / self.flops
         # Below the knee a share of the math shows on top of the read; past it the math is the
         # whole GEMM cost, counted once.
@@ -236,7 +285,8 @@ class StepTimePrior:
         link_term = 0.0
         if self.allreduce_count and self.link_bandwidth:
             link_term = self.allreduce_count * self.allreduce_bytes_per_token / self.link_bandwidth
-        read_s = (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth
+        read_s = (self.shared_weight_bytes / self.bandwidth + float(self.expert_read_s(1e9))  # every expert touched
+                  if self.moe_layers > 0 else (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth)
         math_per_token = self.flops_per_token / self.flops
         hidden = 1.0 - self.small_gemm_fraction
         # max(W + f·g·N, g·N) as a hinge: f·g per token throughout, (1 − f)·g more past W/((1 − f)·g).
@@ -292,6 +342,7 @@ def datasheet_prior(
     hidden_size: int | None = None,
     experts: int | None = None,
     experts_per_token: int | None = None,
+    moe_layers: int | None = None,
     kv_replicated: bool = False,
     bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
     flops_efficiency: float = FLOPS_EFFICIENCY,
@@ -299,7 +350,9 @@ def datasheet_prior(
     """The datasheet step-time prior for a model on `tp` GPUs of one kind.
 
     Tensor parallelism divides weights, FLOPs and KV bytes across the GPUs (so it leaves the knee
-    where it is) and adds two all-reduces per layer when the layer count is known.
+    where it is) and adds two all-reduces per layer when the layer count is known. A mixture of
+    experts' MoE layers (`moe_layers`, else all of them, else ASSUMED_DEPTH) read their experts in
+    grouped GEMMs with a floor each (MOE_LAYER_FLOOR_S) at EXPERT_BANDWIDTH_EFFICIENCY.
     `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token; `kv_replicated` says
     every rank holds that cache whole (MLA's latent), so it is not split.
     """
@@ -321,9 +374,11 @@ def datasheet_prior(
         # Solve shared + routed/E·k_e = active, shared + routed = total for the routed share.
         routed_params = (params - active) / (1.0 - experts_per_token / experts)
         expert_bytes = bytes_per_weight * routed_params / tp
+        routed_layers = moe_layers or layers or ASSUMED_DEPTH
     else:
         expert_bytes = 0.0
         experts = experts_per_token = None
+        routed_layers = 0
     allreduces = 2 * layers if (tp > 1 and layers) else 0
     ring_bytes = (2.0 * (tp - 1) / tp) * hidden_size * 2.0 if (tp > 1 and hidden_size) else 0.0
     overhead = step_overhead_s(layers)
@@ -342,6 +397,9 @@ def datasheet_prior(
         allreduce_count=allreduces,
         allreduce_bytes_per_token=ring_bytes,
         link_bandwidth=gpu.interconnect_bandwidth,
+        moe_layers=routed_layers,
+        expert_floor_s=MOE_LAYER_FLOOR_S if routed_layers else 0.0,
+        expert_bandwidth=gpu.memory_bandwidth * EXPERT_BANDWIDTH_EFFICIENCY if routed_layers else None,
     )
 
 
@@ -359,6 +417,7 @@ def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str =
         hidden_size=model.hidden_size,
         experts=model.experts,
         experts_per_token=model.experts_per_token,
+        moe_layers=model.moe_layers or None,
     )
 
 
