@@ -75,3 +75,70 @@ def test_a_dense_model_has_no_expert_floor():
     law = prior_for_model(GPUS["H100-SXM"], MODELS["Llama-3.1-8B"])
     assert law.moe_layers == 0 and law.expert_floor_s == 0.0
     assert float(law.expert_read_s(8.0)) == 0.0
+
+
+# -- expert parallelism and DP attention (issue 43, items 2 and 5) ----------------------------------
+
+def ep_decode(**overrides):
+    inputs = dict(gpu="H100", model="DeepSeek-V3", ep=96, dp_attention=True, batch=128, k=1, method="mtp",
+                  acceptance_length=1.8, context=2000)
+    inputs.update(overrides)
+    return predict(inputs.pop("gpu"), **inputs)
+
+
+def test_a_96_gpu_ep_decode_pool_with_dp_attention_is_answered_with_what_each_term_cost():
+    result = ep_decode()
+    verdict = result["verdict"]
+    assert verdict["speculation"] in ("on", "off", "hold") and verdict["expected_speedup"] is not None
+    assert result["inputs"]["ep"] == 96 and result["inputs"]["dp_attention"] is True
+    words = " ".join(verdict["reasons"])
+    assert "expert parallelism over 96 GPUs" in words and "data-parallel over 96 ranks" in words
+    assert "dispatch (FP8) and combine (BF16) over the NIC" in words
+    # it fits (23 GiB a GPU: the non-expert weights whole and 1/96 of the experts, where TP 8's 78
+    # GiB do not) and the all-to-all's growth with the verified positions sets where it stops paying
+    assert verdict["crossover_concurrency"] is not None and 128 < verdict["crossover_concurrency"] < 400
+
+
+def test_the_all_to_all_matches_deepep_and_grows_with_the_verified_positions():
+    """DeepEP's low-latency kernels at EP 128, 128 tokens a rank (H800, 400 Gb/s CX7): dispatch 192 µs,
+    combine 369 µs (its README)."""
+    model = MODELS["DeepSeek-V3"]
+    law = datasheet_prior(GPUS["H100-SXM"], params=model.params, active_params=model.active_params,
+                          kv_bytes_per_token=model.kv_bytes_per_token, kv_replicated=True, dtype="fp8",
+                          layers=model.layers, hidden_size=model.hidden_size, experts=256, experts_per_token=8,
+                          moe_layers=58, ep=128, dp_attention=True)
+    per_layer = float(law.alltoall_s(128)) / law.alltoall_count
+    assert per_layer == pytest.approx(192e-6 + 369e-6, rel=0.1)
+    assert float(law.alltoall_s(256)) > 1.9 * float(law.alltoall_s(128)) * 0.95
+
+
+def test_dp_attention_ranks_share_the_experts_so_every_expert_is_read_from_the_first_token():
+    law_tp = deepseek("H200-SXM")
+    model = MODELS["DeepSeek-V3"]
+    law_dp = datasheet_prior(GPUS["H200-SXM"], params=model.params, active_params=model.active_params,
+                             kv_bytes_per_token=model.kv_bytes_per_token, kv_replicated=True, dtype="fp8",
+                             layers=model.layers, hidden_size=model.hidden_size, experts=256, experts_per_token=8,
+                             moe_layers=58, ep=64, dp_attention=True)
+    assert float(law_dp.expert_bytes(1)) / law_dp.expert_weight_bytes > 0.85  # 64 ranks' tokens meet
+    assert float(law_tp.expert_bytes(1)) / law_tp.expert_weight_bytes < 0.05
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (dict(model="Llama-3.1-8B", dp_attention=False, ep=4), "needs a mixture of experts"),
+    (dict(ep=None), "DP attention needs the experts' parallelism"),
+    (dict(dp_attention=False, tp=8, ep=16), "must divide tp"),
+    (dict(ep=512), "more GPUs than the model has experts"),
+])
+def test_a_parallel_layout_that_does_not_hold_together_is_one_clear_line(overrides, words):
+    from specwatch.advice.predict_inputs import PredictInputError
+    with pytest.raises(PredictInputError, match=words):
+        ep_decode(**overrides)
+
+
+def test_a_model_the_named_gpus_cannot_hold_is_refused_whatever_the_flags():
+    few = ep_decode(ep=4)  # DeepSeek-V3's 671 GB over 4 H100s, the non-expert weights whole on each
+    assert few["verdict"]["speculation"] == "unknown"
+    assert "spread the experts over at least 16 GPUs (--ep)" in " ".join(few["verdict"]["reasons"])
+    tp_only = predict("H100", model="DeepSeek-V3", tp=8, batch=1, k=1, method="mtp", acceptance_length=1.8)
+    assert tp_only["verdict"]["speculation"] == "unknown"
+    assert "raise --tp to at least 16" in " ".join(tp_only["verdict"]["reasons"])

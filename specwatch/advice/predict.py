@@ -18,6 +18,7 @@ from specwatch.advice.judging import MOE_ROUTING_ERROR
 from specwatch.telemetry.snapshot import FROM_FLAGS
 from specwatch.advice.token_budget import FROM_VLLM_DEFAULT, TokenBudget, vllm_default_token_budget
 from specwatch.advice.predict_inputs import (
+    EP_CHOICES,
     TP_CHOICES,
     MemoryFit,
     PredictInputError,
@@ -156,6 +157,8 @@ def predict(
     verifier: str | None = None,
     max_num_batched_tokens: Any = None,
     prompt_per_output: Any = None,
+    ep: Any = None,
+    dp_attention: bool = False,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -183,6 +186,8 @@ def predict(
     draft_k = _positive_int(k, "k")
     tp_degree = _positive_int(tp, "tp")
     _check_tp_splits_heads(target.spec, tp_degree)
+    ep_degree = None if ep is None else _positive_int(ep, "ep")
+    dp_attention = bool(dp_attention)
     dtype_name, dtype_from = weight_format(target.spec, dtype)
     try:
         dtype_name = perf.weight_format_key(dtype if dtype is not None else dtype_name)
@@ -259,6 +264,8 @@ def predict(
             experts=target.experts,
             experts_per_token=target.experts_per_token,
             moe_layers=target.moe_layers,
+            ep=ep_degree,
+            dp_attention=dp_attention,
         )
     except ValueError as error:
         raise PredictInputError(str(error)) from None
@@ -266,12 +273,18 @@ def predict(
     model_weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params
     draft_model_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count
                          if draft_prior is not None and draft_count else 0.0)
+    # the GPUs the experts are spread over where that is not the tp GPUs: expert parallelism with DP
+    # attention (without it the experts live on the tp GPUs, and each holds the model over tp)
+    ep_gpus = ep_degree if dp_attention else None
     kv_budget = fit = None
     if gpu_spec.memory_bytes is not None:
-        kv_budget = (gpu_spec.memory_bytes * perf.KV_MEMORY_UTILISATION - model_weight_bytes / tp_degree
-                     - draft_model_bytes / tp_degree)
+        # each GPU's weights as the prior lays them out (the experts' share under EP)
+        kv_budget = (gpu_spec.memory_bytes * perf.KV_MEMORY_UTILISATION - prior.shared_weight_bytes
+                     - prior.expert_weight_bytes - draft_model_bytes / tp_degree)
         fit = memory_fit(gpu_spec.memory_bytes, perf.KV_MEMORY_UTILISATION, model_weight_bytes + draft_model_bytes,
-                         target, context_per_sequence, tp_degree)
+                         target, context_per_sequence, tp_degree,
+                         expert_weight_bytes=prior.expert_weight_bytes * (ep_gpus or tp_degree),
+                         ep_gpus=ep_gpus)
     extra_error = 0.0
     if gpu_spec.approximate:
         extra_error = math.hypot(extra_error, perf.decision.APPROXIMATE_GPU_ERROR)
@@ -282,6 +295,7 @@ def predict(
         result = _refused(fit, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                           draft_k, length, context_per_sequence, tree, cap, prompt, output, method_name)
         result["inputs"]["verifier"] = verifier_name
+        result["inputs"].update(ep=ep_degree, dp_attention=dp_attention)
         _weights_said(result, target, dtype_from)
         return result
     fitted = isinstance(step_model, perf.StepTimeFit) and step_model.n_samples > 0
@@ -297,6 +311,7 @@ def predict(
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                      draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
     result["inputs"]["verifier"] = verifier_name
+    result["inputs"].update(ep=ep_degree, dp_attention=dp_attention)
     result["inputs"]["prompt_per_output"] = mix
     result["inputs"]["max_num_batched_tokens"] = budget
     result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
@@ -424,8 +439,12 @@ def _refusal_words(fit: MemoryFit, gpu_spec: GpuSpec, context_per_sequence: floa
     # every figure in GiB: the GPU's capacity is binary (NVML's total), and weights and KV are
     # weighed against it in the same unit
     usable = f"{_gib(fit.usable_bytes)} GiB usable of {_gib(gpu_spec.memory_bytes or 0.0)} GiB ({gpu_spec.name})"
-    raise_tp = (f"raise --tp to at least {fit.min_tp}" if fit.min_tp is not None
-                else f"no --tp up to {TP_CHOICES[-1]} holds it")
+    if fit.ep is not None:
+        raise_tp = (f"spread the experts over at least {fit.min_ep} GPUs (--ep)" if fit.min_ep is not None
+                    else f"no --ep up to {EP_CHOICES[-1]} holds it")
+    else:
+        raise_tp = (f"raise --tp to at least {fit.min_tp}" if fit.min_tp is not None
+                    else f"no --tp up to {TP_CHOICES[-1]} holds it")
     if fit.weight_bytes > fit.usable_bytes:
         return (f"{_gib(fit.weight_bytes)} GiB of weights per GPU do not fit in {usable}: {raise_tp} or quantise "
                 "(--dtype)")
@@ -458,6 +477,27 @@ def _refused(fit: MemoryFit, gpu_spec: GpuSpec, target: Target, prior: perf.Step
             "details": details}
 
 
+def _expert_parallel_words(prior: perf.StepTimePrior, experts: int, tp_degree: int, plain_tokens: float | None,
+                           verify_tokens: float | None) -> str:
+    """What expert parallelism (and DP attention) does to the step, with what its all-to-all costs."""
+    gpus, ranks = prior.expert_gpus, int(round(prior.expert_token_scale))
+    words = f"expert parallelism over {gpus} GPUs ({experts / gpus:.3g} experts each, whole)"
+    if ranks > 1:
+        words += (f", attention data-parallel over {ranks} ranks of {tp_degree} GPU{'s' if tp_degree > 1 else ''}: "
+                  "the batch is one rank's running requests, whose KV it holds, and every rank's tokens meet in "
+                  "the experts")
+    words += (f"; the busiest rank's expert math is counted at {perf.EP_IMBALANCE:g}× the mean (routing is uneven "
+              "even after a load balancer)")
+    if plain_tokens is not None and verify_tokens is not None and prior.alltoall_count:
+        plain_s, verify_s = (float(prior.alltoall_s(n)) for n in (plain_tokens, verify_tokens))
+        link = ("the NIC" if prior.alltoall_bandwidth == perf.NIC_BANDWIDTH else "NVLink")
+        words += (f"; each MoE layer's dispatch (FP8) and combine (BF16) over {link} take {plain_s * 1e3:.1f} ms of "
+                  f"the step at {plain_tokens:.0f} tokens and {verify_s * 1e3:.1f} ms verifying {verify_tokens:.0f} "
+                  "(their volume grows with every verified position; a two-batch overlap hides part of it, which "
+                  "the fit on the node measures)")
+    return words
+
+
 def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plain_tokens: float | None,
                  verify_tokens: float | None) -> list[str]:
     """What the model's shape does to the answer: MoE expert reads (priced or not), an MLA cache."""
@@ -468,7 +508,8 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
         words = (f"MoE: a step of N tokens reads E·(1 − (1 − t/E)^N) of the E = {experts} experts per layer "
                  f"(t = {top_k} routed experts per token, uniform routing)")
         if plain_tokens is not None and verify_tokens is not None:
-            touched = [1.0 - (1.0 - top_k / experts) ** max(n, 1.0) for n in (plain_tokens, verify_tokens)]
+            touched = [1.0 - (1.0 - top_k / experts) ** (max(n, 1.0) * prior.expert_token_scale)
+                       for n in (plain_tokens, verify_tokens)]
             plain_s, verify_s = (float(prior.expert_read_s(n)) for n in (plain_tokens, verify_tokens))
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
                       f"{verify_tokens:.0f}; the {prior.moe_layers} MoE layers' expert blocks take "
@@ -476,6 +517,8 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
                       f"{prior.expert_floor_s * 1e6:.0f} µs: routing, the grouped GEMMs' launches and the "
                       "combine, which the reads of a few experts hide under)")
         notes.append(words + f"; real routing is skewed, which adds {MOE_ROUTING_ERROR:g} to the level error")
+        if prior.expert_gpus > 1:
+            notes.append(_expert_parallel_words(prior, experts, tp_degree, plain_tokens, verify_tokens))
     elif target.experts_unpriced:
         notes.append(f"active params ({target.active_params / 1e9:.4g}B) are below params "
                      f"({target.params / 1e9:.4g}B) but no --experts/--experts-per-token were given: the expert "

@@ -181,19 +181,41 @@ class MemoryFit:
     weight_bytes: float  # per GPU, target and draft
     one_sequence_kv_bytes: float  # per GPU, at the context asked (at least one token)
     min_tp: int | None  # the smallest of TP_CHOICES that fits (None: none does)
+    # Under expert parallelism: the smallest of EP_CHOICES whose share of the experts fits beside the
+    # rest of the weights (min_tp is then None), and the degree asked
+    min_ep: int | None = None
+    ep: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"fits": self.fits, "usable_bytes": self.usable_bytes, "weight_bytes_per_gpu": self.weight_bytes,
-                "one_sequence_kv_bytes_per_gpu": self.one_sequence_kv_bytes, "min_tp": self.min_tp}
+                "one_sequence_kv_bytes_per_gpu": self.one_sequence_kv_bytes, "min_tp": self.min_tp,
+                "min_ep": self.min_ep}
+
+
+# Expert-parallel degrees tried when the experts do not fit: one node to the large-scale EP
+# deployments (SGLang's 96-GPU decode, DeepSeek's 144-GPU one).
+EP_CHOICES = (2, 4, 8, 16, 32, 48, 64, 72, 96, 128, 144, 256)
 
 
 def memory_fit(memory_bytes: float, utilisation: float, model_weight_bytes: float, target: Target,
-               context_tokens: float, tp: int) -> MemoryFit:
+               context_tokens: float, tp: int, expert_weight_bytes: float = 0.0,
+               ep_gpus: int | None = None) -> MemoryFit:
     """Whether the whole model's weights (`model_weight_bytes`, target and draft, split across tp)
     and one sequence's KV at this context (split, or whole on every GPU where the cache is
-    replicated) fit `utilisation` of each GPU's memory; the smallest tp that would, if not."""
+    replicated) fit `utilisation` of each GPU's memory; the smallest tp that would, if not. Under
+    expert parallelism (`ep_gpus`: the GPUs the routed experts, `expert_weight_bytes` of the whole,
+    are spread over) the rest of the weights split across tp and the experts across those GPUs;
+    the smallest such degree that would fit is named instead."""
     usable = memory_bytes * utilisation
     tokens = max(context_tokens, 1.0)
+    kv = target.kv_per_gpu(tp) * tokens
+    if ep_gpus is not None:
+        def on_each(gpus: int) -> float:
+            return (model_weight_bytes - expert_weight_bytes) / tp + expert_weight_bytes / gpus
+
+        weights = on_each(ep_gpus)
+        smallest_ep = next((g for g in EP_CHOICES if g % tp == 0 and on_each(g) + kv <= usable), None)
+        return MemoryFit(weights + kv <= usable, usable, weights, kv, None, smallest_ep, ep_gpus)
 
     def need(degree: int) -> tuple[float, float]:
         return model_weight_bytes / degree, target.kv_per_gpu(degree) * tokens

@@ -36,8 +36,10 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                                                   "not the draft length --k), below --experts"),
     ("--kv-bytes-per-token", "kv_bytes_per_token", "BF16 KV-cache bytes per context token, whole model (an MLA "
                                                    "model from the table keeps it whole on every GPU)"),
-    ("--tp", "tp", "tensor-parallel degree (default 1)"),
-    ("--batch", "batch", "running sequences (concurrency)"),
+    ("--tp", "tp", "tensor-parallel degree (default 1); with --dp-attention, attention's inside each DP group"),
+    ("--ep", "ep", "expert-parallel degree: the GPUs the routed experts are spread over, each holding its share "
+                   "whole (without --dp-attention it divides --tp; with it, it is the deployment's GPUs)"),
+    ("--batch", "batch", "running sequences (concurrency); with --dp-attention, one DP rank's"),
     ("--waiting", "waiting", "requests waiting (the node is full): judged on throughput at the batch each mode holds"),
     ("--k", "k", "draft tokens per step"),
     ("--acceptance-length", "acceptance_length", "mean acceptance length L = 1 + accepted/drafts (1..k+1)"),
@@ -70,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", help=f"weights: {', '.join(perf.WEIGHT_FORMATS)} (default: the format a --model "
                                         "is released in, e.g. fp8 for DeepSeek-V3; else bf16)")
     parser.add_argument("--draft-dtype", help="the draft model's weights (default: --dtype)")
+    parser.add_argument("--dp-attention", action="store_true",
+                        help="attention data-parallel (SGLang's --enable-dp-attention, TensorRT-LLM's "
+                             "enable_attention_dp): each rank runs its own requests with the non-expert weights "
+                             "whole, the experts spread over --ep GPUs")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -118,7 +124,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     keywords["tp"] = keywords["tp"] if keywords["tp"] is not None else 1
     try:
         result = predict(keywords.pop("gpu"), dtype=getattr(args, "dtype", None),
-                         draft_dtype=getattr(args, "draft_dtype", None), **keywords)
+                         draft_dtype=getattr(args, "draft_dtype", None),
+                         dp_attention=getattr(args, "dp_attention", False), **keywords)
     except (ValueError, TypeError, ArithmeticError) as error:
         print_error("predict", str(error), file=err)
         return ExitCode.USAGE

@@ -33,6 +33,11 @@ __all__ = [
     "MOE_LAYER_FLOOR_S",
     "EXPERT_BANDWIDTH_EFFICIENCY",
     "ASSUMED_DEPTH",
+    "ALLTOALL_LATENCY_S",
+    "NIC_BANDWIDTH",
+    "NVLINK_ALLTOALL_EFFICIENCY",
+    "GPUS_PER_NODE",
+    "EP_IMBALANCE",
     "SOFT_MAX_POWER",
     "DATASHEET_CONFIDENCE",
     "StepTimeModel",
@@ -110,6 +115,20 @@ EXPERT_BANDWIDTH_EFFICIENCY = 0.55
 # The depth a prior assumes where the layer count is not known (STEP_OVERHEAD_S is a 32-layer
 # model's): a custom MoE from --params pays 32 layers' expert floors.
 ASSUMED_DEPTH = 32
+# Expert parallelism: each MoE layer sends every token to the ranks holding its experts (dispatch,
+# FP8: one byte a hidden unit) and gathers their outputs back (combine, BF16: two), where tensor
+# parallelism all-reduces. DeepEP's low-latency kernels (its README: 128 tokens a rank, hidden 7168,
+# top-8, H800 with a 400 Gb/s CX7 NIC each) take 192 µs to dispatch and 369 µs to combine at EP 128,
+# 173 and 314 µs at EP 64: the volume over about 40 GB/s of RDMA, plus a few µs. Inside one node
+# the same kernels run over NVLink.
+ALLTOALL_LATENCY_S = 10.0e-6
+NIC_BANDWIDTH = 40.0e9
+NVLINK_ALLTOALL_EFFICIENCY = 0.8
+GPUS_PER_NODE = 8
+# The busiest rank sets an expert-parallel step's pace: routing is not uniform, and a load balancer
+# (DeepSeek's EPLB, redundant experts) narrows the gap without closing it. Assumed: the busiest rank
+# gets 1.3× the mean tokens (its expert math and what it receives).
+EP_IMBALANCE = 1.3
 # Soft maximum exponent for the weight-read vs GEMM-compute overlap (model.md §2: p ≈ 4).
 SOFT_MAX_POWER = 4.0
 # A datasheet prior is right in shape but 20–70 % off in level (model.md §0), so it earns a modest
@@ -221,22 +240,44 @@ class StepTimePrior:
     moe_layers: int = 0  # layers that route over experts (their grouped GEMMs have a floor)
     expert_floor_s: float = 0.0  # a MoE layer's expert block at its fewest tokens (MOE_LAYER_FLOOR_S)
     expert_bandwidth: float | None = None  # the rate grouped GEMMs read experts at (None: bandwidth)
+    # Tokens the MoE layers see per token of this rank: the data-parallel attention ranks whose
+    # tokens meet in the experts (1 without DP attention).
+    expert_token_scale: float = 1.0
+    alltoall_count: int = 0  # dispatch-and-combine pairs per step (one per MoE layer under EP)
+    alltoall_bytes_per_token: float = 0.0  # dispatch and combine bytes a token sends
+    alltoall_bandwidth: float | None = None
+    expert_gpus: int = 1  # the GPUs the routed experts are spread over under expert parallelism (1: none)
 
     def weight_bytes(self, n_tokens: float | np.ndarray) -> float | np.ndarray:
         n = np.asarray(n_tokens, dtype=float)
         if not self.experts or not self.experts_per_token or self.expert_weight_bytes <= 0:
             return _as_output(np.full_like(n, self.shared_weight_bytes))
-        # Uniform routing: each layer's N tokens touch E·(1 − (1 − k_e/E)^N) of its E experts.
-        untouched = (1.0 - self.experts_per_token / self.experts) ** np.maximum(n, 1.0)
+        # Uniform routing: each layer's N tokens touch E·(1 − (1 − k_e/E)^N) of its E experts (with
+        # DP attention, N is every DP rank's tokens: they meet in the experts).
+        untouched = (1.0 - self.experts_per_token / self.experts) ** (np.maximum(n, 1.0) * self.expert_token_scale)
         return _as_output(self.shared_weight_bytes + self.expert_weight_bytes * (1.0 - untouched))
 
     def _comm_time(self, n: np.ndarray) -> np.ndarray:
+        return self.allreduce_s(n) + self.alltoall_s(n)
+
+    def allreduce_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
+        """The tensor-parallel all-reduces of a step of N tokens: a launch each and the ring's bytes."""
+        n = np.asarray(n_tokens, dtype=float)
         if self.allreduce_count == 0:
             return np.zeros_like(n)
         transfer = 0.0
         if self.link_bandwidth:
             transfer = self.allreduce_bytes_per_token * n / self.link_bandwidth
         return self.allreduce_count * (ALLREDUCE_LATENCY_S + transfer)
+
+    def alltoall_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
+        """Expert parallelism's dispatch and combine of a step of N tokens: their volume grows with
+        the tokens, verified positions included."""
+        n = np.asarray(n_tokens, dtype=float)
+        if self.alltoall_count == 0 or not self.alltoall_bandwidth:
+            return np.zeros_like(n)
+        return self.alltoall_count * (2.0 * ALLTOALL_LATENCY_S + self.alltoall_bytes_per_token * n
+                                      / self.alltoall_bandwidth)
 
     def expert_bytes(self, n_tokens: float | np.ndarray) -> np.ndarray:
         """The routed experts' bytes a step of N tokens reads (the union they touch), per GPU."""
@@ -285,13 +326,17 @@ class StepTimePrior:
         link_term = 0.0
         if self.allreduce_count and self.link_bandwidth:
             link_term = self.allreduce_count * self.allreduce_bytes_per_token / self.link_bandwidth
+        alltoall_base = 0.0
+        if self.alltoall_count and self.alltoall_bandwidth:
+            link_term += self.alltoall_count * self.alltoall_bytes_per_token / self.alltoall_bandwidth
+            alltoall_base = self.alltoall_count * 2.0 * ALLTOALL_LATENCY_S
         read_s = (self.shared_weight_bytes / self.bandwidth + float(self.expert_read_s(1e9))  # every expert touched
                   if self.moe_layers > 0 else (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth)
         math_per_token = self.flops_per_token / self.flops
         hidden = 1.0 - self.small_gemm_fraction
         # max(W + f·g·N, g·N) as a hinge: f·g per token throughout, (1 − f)·g more past W/((1 − f)·g).
         return HingeParameters(
-            base_s=self.overhead_s + read_s + self.allreduce_count * ALLREDUCE_LATENCY_S,
+            base_s=self.overhead_s + read_s + self.allreduce_count * ALLREDUCE_LATENCY_S + alltoall_base,
             knee=read_s / (hidden * math_per_token) if hidden > 0 else self.knee_tokens,
             slope_s_per_token=hidden * math_per_token,
             kv_s_per_token=self.kv_bytes_per_token / self.bandwidth,
@@ -344,6 +389,8 @@ def datasheet_prior(
     experts_per_token: int | None = None,
     moe_layers: int | None = None,
     kv_replicated: bool = False,
+    ep: int | None = None,
+    dp_attention: bool = False,
     bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
     flops_efficiency: float = FLOPS_EFFICIENCY,
 ) -> StepTimePrior:
@@ -355,6 +402,14 @@ def datasheet_prior(
     grouped GEMMs with a floor each (MOE_LAYER_FLOOR_S) at EXPERT_BANDWIDTH_EFFICIENCY.
     `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token; `kv_replicated` says
     every rank holds that cache whole (MLA's latent), so it is not split.
+
+    Expert parallelism (`ep`, a MoE only) spreads the routed experts over `ep` GPUs, each holding
+    its share whole, and trades the MoE layers' all-reduce for a dispatch and a combine. Without
+    `dp_attention` the experts live on the `tp` GPUs (`ep` divides `tp`; the rest of the split is
+    each expert's tensor parallelism, as TensorRT-LLM's TP 8 × EP 2). With it, the deployment is `ep`
+    GPUs, attention runs data-parallel in groups of `tp` (1: every GPU its own requests, with the
+    non-expert weights whole) and the prior is one such rank's: its tokens N are its own, the
+    experts see every rank's.
     """
     dtype = weight_format_key(dtype)
     if not (params > 0 and math.isfinite(params)):
@@ -369,26 +424,42 @@ def datasheet_prior(
     bytes_per_weight, precision = WEIGHT_FORMATS[dtype]
     weight_only = precision == "bf16" and bytes_per_weight < 2.0
     gemm_rate = WEIGHT_ONLY_GEMM_EFFICIENCY if weight_only else 1.0
-    total_bytes = bytes_per_weight * params / tp
-    if experts and experts_per_token and active < params:
+    moe = bool(experts and experts_per_token and active < params)
+    gpus, ranks = _parallel_layout(tp, ep, dp_attention, moe, experts)
+    if moe:
         # Solve shared + routed/E·k_e = active, shared + routed = total for the routed share.
         routed_params = (params - active) / (1.0 - experts_per_token / experts)
-        expert_bytes = bytes_per_weight * routed_params / tp
         routed_layers = moe_layers or layers or ASSUMED_DEPTH
     else:
-        expert_bytes = 0.0
+        routed_params = 0.0
         experts = experts_per_token = None
         routed_layers = 0
-    allreduces = 2 * layers if (tp > 1 and layers) else 0
+    routed_active = routed_params * experts_per_token / experts if moe else 0.0
+    expert_parallel = bool(ep and ep > 1)
+    # The busiest expert-parallel rank's share of the expert math: the tokens meeting in the experts
+    # (every DP rank's), spread over the GPUs holding them, unevenly.
+    expert_math = routed_active * ranks / gpus * (EP_IMBALANCE if expert_parallel else 1.0)
+    if expert_parallel:
+        # attention's all-reduce only, where its tensor parallelism has one; the MoE's is an all-to-all
+        allreduces = layers if (tp > 1 and layers) else 0
+    else:
+        allreduces = 2 * layers if (tp > 1 and layers) else 0
     ring_bytes = (2.0 * (tp - 1) / tp) * hidden_size * 2.0 if (tp > 1 and hidden_size) else 0.0
+    alltoalls, alltoall_bytes, alltoall_bandwidth = 0, 0.0, None
+    if expert_parallel and hidden_size:
+        alltoalls = routed_layers
+        # each token goes to the ranks of its top-k experts (at most ep of them), FP8 out, BF16 back
+        alltoall_bytes = min(experts_per_token, ep) * hidden_size * (1.0 + 2.0)
+        alltoall_bandwidth = (NIC_BANDWIDTH if gpus > GPUS_PER_NODE or not gpu.interconnect_bandwidth
+                              else gpu.interconnect_bandwidth * NVLINK_ALLTOALL_EFFICIENCY)
     overhead = step_overhead_s(layers)
     return StepTimePrior(
         overhead_s=overhead,
-        shared_weight_bytes=total_bytes - expert_bytes,
-        expert_weight_bytes=expert_bytes,
+        shared_weight_bytes=bytes_per_weight * (params - routed_params) / tp,
+        expert_weight_bytes=bytes_per_weight * routed_params / gpus,
         experts=experts,
         experts_per_token=experts_per_token,
-        flops_per_token=2.0 * active / tp,
+        flops_per_token=2.0 * ((active - routed_active) / tp + expert_math),
         kv_bytes_per_token=kv_bytes_per_token if kv_replicated else kv_bytes_per_token / tp,
         bandwidth=gpu.memory_bandwidth * bandwidth_efficiency,
         flops=gpu.peak_flops(precision) * flops_efficiency * gemm_rate,
@@ -400,7 +471,36 @@ def datasheet_prior(
         moe_layers=routed_layers,
         expert_floor_s=MOE_LAYER_FLOOR_S if routed_layers else 0.0,
         expert_bandwidth=gpu.memory_bandwidth * EXPERT_BANDWIDTH_EFFICIENCY if routed_layers else None,
+        expert_token_scale=float(ranks),
+        alltoall_count=alltoalls,
+        alltoall_bytes_per_token=alltoall_bytes,
+        alltoall_bandwidth=alltoall_bandwidth,
+        expert_gpus=gpus if expert_parallel else 1,
     )
+
+
+def _parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
+                     experts: int | None) -> tuple[int, int]:
+    """(GPUs the experts are spread over, data-parallel attention ranks whose tokens meet in them),
+    or a ValueError naming what does not fit together."""
+    if ep is None:
+        if dp_attention:
+            raise ValueError("DP attention needs the experts' parallelism too (--ep: the GPUs of the deployment)")
+        return tp, 1
+    if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
+        raise ValueError(f"ep must be an integer ≥ 1, got {ep!r}")
+    if not moe:
+        raise ValueError("expert parallelism needs a mixture of experts (--experts and --experts-per-token)")
+    if experts is not None and ep > experts:
+        raise ValueError(f"ep ({ep}) is more GPUs than the model has experts ({experts})")
+    if dp_attention:
+        if ep % tp:
+            raise ValueError(f"with DP attention, tp ({tp}) is attention's parallelism inside each DP group: it "
+                             f"must divide ep ({ep}), the GPUs of the deployment")
+        return ep, ep // tp
+    if tp % ep:
+        raise ValueError(f"without DP attention the experts live on the tp GPUs: ep ({ep}) must divide tp ({tp})")
+    return tp, 1
 
 
 def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "bf16") -> StepTimePrior:
