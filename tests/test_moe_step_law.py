@@ -142,3 +142,43 @@ def test_a_model_the_named_gpus_cannot_hold_is_refused_whatever_the_flags():
     tp_only = predict("H100", model="DeepSeek-V3", tp=8, batch=1, k=1, method="mtp", acceptance_length=1.8)
     assert tp_only["verdict"]["speculation"] == "unknown"
     assert "raise --tp to at least 16" in " ".join(tp_only["verdict"]["reasons"])
+
+
+# -- disaggregated pools (issue 43, item 3) -----------------------------------------------------------
+
+def test_a_prefill_decode_pair_puts_the_prefill_tax_where_it_is_paid():
+    common = dict(model="Llama-3.1-70B", tp=4, batch=32, k=4, draft_model="Llama-3.2-1B", acceptance_length=2.5,
+                  context=1500, prompt_tokens=2000, output_tokens=500)
+    aggregated = predict("H100", **common)
+    decode = predict("H100", role="decode", **common)
+    prefill = predict("H100", role="prefill", **common)
+    # aggregated, the prefill chunks share the decode steps; a decode pool's steps carry none
+    assert any("prefill shares the step" in r for r in aggregated["verdict"]["reasons"])
+    assert not any("prefill shares the step" in r for r in decode["verdict"]["reasons"])
+    pool = prefill["verdict"]["disaggregated"]
+    assert pool["role"] == "prefill" and pool["draft_prefill_s"] > 0 and pool["draft_kv_handover_bytes"] > 0
+    assert 0 < pool["prefill_tax"] < 0.2  # a 1B draft's prefill and cache beside a 70B target's
+    assert prefill["verdict"]["reasons"][0].startswith("disaggregated prefill pool")
+    # the end-to-end figure pays the prefill, the drafter's and the KV handover once, off the decode steps
+    assert pool["request_speedup"] == pytest.approx(prefill["verdict"]["request_speedup"])
+    assert 1.0 < pool["request_speedup"] < decode["verdict"]["expected_speedup"]
+
+
+def test_a_lookup_drafter_costs_the_prefill_pool_nothing():
+    result = predict("H100", model="Llama-3.1-8B", batch=8, k=3, method="ngram", acceptance_length=2.0,
+                     prompt_tokens=1000, output_tokens=200, role="prefill")
+    assert result["verdict"]["disaggregated"]["prefill_tax"] == 0.0
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (dict(role="router"), "unknown role"),
+    (dict(role="prefill", prompt_tokens=None, output_tokens=None), "--role prefill prices each request's prefill"),
+    (dict(role="decode", max_num_batched_tokens=8192), "carry no prefill chunks"),
+])
+def test_a_role_that_does_not_hold_together_is_one_clear_line(overrides, words):
+    from specwatch.advice.predict_inputs import PredictInputError
+    inputs = dict(model="Llama-3.1-8B", batch=8, k=3, method="ngram", acceptance_length=2.0, prompt_tokens=1000,
+                  output_tokens=200)
+    inputs.update(overrides)
+    with pytest.raises(PredictInputError, match=words):
+        predict("H100", **inputs)

@@ -159,6 +159,7 @@ def predict(
     prompt_per_output: Any = None,
     ep: Any = None,
     dp_attention: bool = False,
+    role: str | None = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -210,8 +211,12 @@ def predict(
     if verifier_name not in perf.VERIFIERS:
         raise PredictInputError(f"unknown verifier {verifier!r}; known: {', '.join(perf.VERIFIERS)}")
     budget = None if max_num_batched_tokens is None else _positive(max_num_batched_tokens, "max num batched tokens")
-    # the traffic's prompt tokens per output token: their prefill shares the steps (chunked prefill)
-    if prompt_per_output is not None:
+    role_name = _check_role(role, prompt, output, prompt_per_output, budget)
+    # the traffic's prompt tokens per output token: their prefill shares the steps (chunked prefill),
+    # except in a disaggregated deployment, whose decode steps carry none (the prefill pool has them)
+    if role_name is not None:
+        mix = 0.0
+    elif prompt_per_output is not None:
         mix = _non_negative(prompt_per_output, "prompt per output")
     elif prompt is not None and output:
         mix = prompt / output
@@ -311,8 +316,10 @@ def predict(
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                      draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
     result["inputs"]["verifier"] = verifier_name
-    result["inputs"].update(ep=ep_degree, dp_attention=dp_attention)
+    result["inputs"].update(ep=ep_degree, dp_attention=dp_attention, role=role_name)
     result["inputs"]["prompt_per_output"] = mix
+    if role_name is not None:
+        _disaggregated(result, role_name, decision, prior, pricing, target, gpu_spec, tp_degree, prompt, output)
     result["inputs"]["max_num_batched_tokens"] = budget
     result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
     result["verdict"]["throughput_speedup"] = decision.throughput_speedup
@@ -475,6 +482,85 @@ def _refused(fit: MemoryFit, gpu_spec: GpuSpec, target: Target, prior: perf.Step
                      pricing, context_per_sequence, tree, cap, prompt, output)
     return {"schema": SCHEMA, "inputs": inputs, "verdict": verdict, "bound": perf.combine_bound([]).to_dict(),
             "details": details}
+
+
+# Where a disaggregated deployment's decode pool takes its prompts' KV from the prefill pool: over
+# the NIC, as the all-to-all past one node (Dynamo's NIXL, SGLang's Mooncake: RDMA).
+ROLES = ("decode", "prefill")
+
+
+def _check_role(role: str | None, prompt: float | None, output: float | None, prompt_per_output: Any,
+                budget: float | None) -> str | None:
+    """The pool of a disaggregated deployment asked about (None: aggregated), or one clear line."""
+    if role is None or str(role).lower() in ("aggregated", "none", ""):
+        return None
+    name = str(role).lower()
+    if name not in ROLES:
+        raise PredictInputError(f"unknown role {role!r}: decode or prefill (a disaggregated deployment's pools), "
+                                "or leave it out for an aggregated one")
+    if name == "prefill" and (prompt is None or output is None):
+        raise PredictInputError("--role prefill prices each request's prefill: give --prompt-tokens and "
+                                "--output-tokens")
+    if budget is not None or prompt_per_output is not None:
+        raise PredictInputError(f"a {name} pool's decode steps carry no prefill chunks: --max-num-batched-tokens "
+                                "and a prompt mix do not apply to it")
+    return name
+
+
+def _disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, prior: perf.StepTimePrior,
+                   pricing: perf.DraftPricing, target: Target, gpu_spec: GpuSpec, tp_degree: int,
+                   prompt: float | None, output: float | None) -> None:
+    """A disaggregated deployment's pools: the decode pool's steps carry no prefill, and each
+    request's prefill (the draft's too) and the KV handed from the prefill pool to the decode pool
+    are paid on the prefill pool and the wire, not in the decode steps. Adds `verdict.disaggregated`
+    and, where the request's shape is known, the reasons that price the prefill pool's share."""
+    verdict = result["verdict"]
+    block: dict[str, Any] = {"role": role}
+    words = ["disaggregated decode pool: its steps carry no prefill chunks (the prefill pool runs them)"
+             if role == "decode" else
+             "disaggregated prefill pool: what speculation costs it is the drafter's prefill of each prompt and "
+             "the drafter's KV it hands over; the verdict below is the decode pool's"]
+    if prompt is not None and output is not None and prompt > 0:
+        prefill = perf.prefill_time_s(prior, prompt)
+        if pricing.kind == "model" and pricing.model is not None:
+            draft_prefill = perf.prefill_time_s(pricing.model, prompt)
+            draft_kv = pricing.kv_bytes_per_token * tp_degree * prompt  # its whole cache, every rank's share
+        elif pricing.kind == "lookup":
+            draft_prefill, draft_kv = 0.0, 0.0
+        else:  # a head: its share of the target's prefill, and one layer's KV
+            draft_prefill = pricing.ratio * prefill
+            draft_kv = (target.kv_bytes_per_token or 0.0) / (target.layers or 32) * prompt
+        kv = (target.kv_bytes_per_token or 0.0) * prompt
+        link = perf.NIC_BANDWIDTH
+        handover, draft_handover = kv / link, draft_kv / link
+        tax = (draft_prefill + draft_handover) / (prefill + handover) if prefill + handover > 0 else 0.0
+        block.update(prefill_s=prefill, draft_prefill_s=draft_prefill, kv_handover_bytes=kv,
+                     draft_kv_handover_bytes=draft_kv, kv_handover_s=handover, draft_kv_handover_s=draft_handover,
+                     prefill_tax=tax)
+        speedup = decision.expected_speedup
+        if speedup is not None and output > 0:
+            # a plain step's time per token of each sequence: the step, at the batch the plain mode holds
+            plain_token = float(result["details"]["step_time_plain_s"])
+            plain = prefill + handover + output * plain_token
+            speculative = prefill + handover + draft_prefill + draft_handover + output * plain_token / speedup
+            block["request_speedup"] = plain / speculative
+            verdict["request_speedup"] = block["request_speedup"]
+        words.append(f"each request's prefill on the prefill pool: {prefill * 1e3:.0f} ms"
+                     + (f", {draft_prefill * 1e3:.0f} ms more for the drafter's" if draft_prefill > 0 else "")
+                     + f"; the KV handed to the decode pool: {kv / 1e6:.0f} MB ({handover * 1e3:.0f} ms at "
+                     f"{link / 1e9:.0f} GB/s)"
+                     + (f", {draft_kv / 1e6:.1f} MB more for the drafter's cache" if draft_kv > 0 else "")
+                     + (f": speculation taxes the prefill pool {tax:.1%}" if tax > 0 else
+                        ": speculation costs the prefill pool nothing (a lookup drafter)"))
+        if "request_speedup" in block:
+            words.append(f"end to end, the prefill paid on its pool: {block['request_speedup']:.2f}× a request")
+    verdict["disaggregated"] = block
+    if "request_speedup" in block:  # the aggregated end-to-end line left its handover out
+        verdict["reasons"] = [r for r in verdict["reasons"] if not r.startswith("end to end, with")]
+    if role == "prefill":
+        verdict["reasons"] = words + verdict["reasons"]
+    else:
+        verdict["reasons"].extend(words)
 
 
 def _expert_parallel_words(prior: perf.StepTimePrior, experts: int, tp_degree: int, plain_tokens: float | None,

@@ -61,6 +61,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--max-num-batched-tokens", "max_num_batched_tokens", "the engine's token budget per step (vLLM's "
                                                            "max_num_batched_tokens): prefill chunks and verified "
                                                            "positions share it (needs --prompt-tokens/--output-tokens)"),
+    ("--role", "role", "a disaggregated deployment's pool: decode (its steps carry no prefill) or prefill (what "
+                       "speculation adds to each request's prefill and KV handover; needs --prompt-tokens and "
+                       "--output-tokens); default: aggregated"),
     ("--verifier", "verifier", "how the engine verifies: multi-query (one KV read per sequence; default) or "
                                "batch-expansion (vLLM V0 before its multi-query scorer: a KV read per position)"),
 )
