@@ -182,3 +182,52 @@ def test_a_role_that_does_not_hold_together_is_one_clear_line(overrides, words):
     inputs.update(overrides)
     with pytest.raises(PredictInputError, match=words):
         predict("H100", **inputs)
+
+
+# -- k as the published sweeps choose it (issue 43, item 4) -------------------------------------------
+
+# TensorRT-LLM's batch-1 sweep above as vLLM's per-position rates: L(k) − L(k − 1) for k = 1..5.
+B200_PER_POSITION = (0.92, 0.66, 0.24, 0.17, 0.02)
+
+
+def test_tune_and_predict_pick_the_same_k_at_batch_1_and_say_the_speedup_at_each():
+    """The published sweep peaks at k = 3 (2.28×) and falls slowly after (2.21×, 2.15×): the best k
+    is 2–3 in tune's schedule and in predict, and both print the speedup at every k."""
+    from specwatch.advice.advisor import AdvisorInputs
+    from specwatch.advice.tune import format_tune, tune_report
+
+    model = MODELS["DeepSeek-R1"]
+    law = prior_for_model(GPUS["B200"], model, tp=8, dtype="w4a16")
+    pricing = perf.costs.head_pricing("mtp", model, "w4a16")
+    inputs = AdvisorInputs(step_model=law, draft_ratio=pricing.ratio, draft_ratio_known=True, method="mtp",
+                           per_position=B200_PER_POSITION, k=5, running=1, context_per_sequence=1500,
+                           stale_acceptance=False, prior_words="datasheet prior", pricing=pricing)
+    report = tune_report(inputs, observed_batch=(1, 1), k_max=5, max_batch=64)
+    tuned = report["schedule"][0]
+    assert tuned[0] == 1 and tuned[2] in (2, 3)
+    assert report["by_k"]["best_k"] == tuned[2] and [c["k"] for c in report["by_k"]["speedups"]] == [1, 2, 3, 4, 5]
+    text = format_tune(report)
+    assert "k=1 " in text and "k=5 " in text and "(best)" in text
+
+    predicted = predict("B200", model="DeepSeek-R1", tp=8, dtype="w4a16", method="mtp", k=5, batch=1, context=1500,
+                        acceptance_per_position=",".join(str(p) for p in B200_PER_POSITION))
+    assert predicted["details"]["best_k"]["k"] == tuned[2]
+    assert predicted["details"]["best_k"]["basis"] == "per-position"
+    assert any(r.startswith("speedup by k at this load") for r in predicted["verdict"]["reasons"])
+
+
+def test_a_longer_draft_is_chosen_only_where_it_gains_the_margin():
+    assert not perf.better_k(1.02, 1.0, best_k=3)  # within the margin: the shorter draft stays
+    assert perf.better_k(1.04, 1.0, best_k=3)
+    assert perf.better_k(1.001, 1.0, best_k=0)  # over speculation off, the caller's own margin applies
+
+
+@pytest.mark.parametrize("given, words", [
+    ("0.9,0.95", "cannot be accepted more often"),
+    ("0.9,1.2", "between 0 and 1"),
+    ("0.9", "gives 1 positions for k=2"),
+])
+def test_per_position_acceptance_that_cannot_be_is_one_clear_line(given, words):
+    from specwatch.advice.predict_inputs import PredictInputError
+    with pytest.raises(PredictInputError, match=words):
+        predict("H100", model="Llama-3.1-8B", k=2, batch=1, method="eagle", acceptance_per_position=given)

@@ -59,9 +59,11 @@ def test_schedule_follows_the_model(ramp_advisor):
     # requests bring into every step (1000 uncached prompt tokens per 300 output tokens: a step that
     # emits b·L tokens also prefills b·L·1000/300), written out here rather than asked of the model
     assert report["schedule"][-1][0] == pytest.approx(_true_off(NODE), rel=0.15)
-    # the speedup against the static k: never worse, better where k shrank
+    # the speedup against the static k: better where k shrank for the load, and never worse by more
+    # than the margin a longer draft must clear (a shorter one within it is kept: the safer choice)
     for r in report["ranges"]:
-        assert r["speedup_vs_current"][0] >= 1.0 - 1e-9
+        assert r["speedup_vs_current"][0] >= 1.0 / (1.0 + perf.LONGER_K_MARGIN) - 1e-9
+    assert any(r["speedup_vs_current"][1] > 1.05 for r in report["ranges"] if r["k"] > 0)
     assert report["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
                                             "num_speculative_tokens_per_batch_size": report["schedule"]}
     text = format_tune(report)

@@ -101,6 +101,32 @@ def _resolve_length(k: int, acceptance_length: Any, acceptance_rate: Any, alpha:
     return None
 
 
+def _per_position(given: Any, k: int, others: tuple[Any, ...]) -> tuple[float, ...]:
+    """The per-position acceptance (vLLM's per-position rates: the share of drafts whose position i
+    was accepted), from a sequence or "0.92,0.66,0.24"; () when not given. The best k is then
+    searched over every position given, on the measured L(k′) rather than an i.i.d. α."""
+    if given is None:
+        return ()
+    if any(value is not None for value in others):
+        raise PredictInputError("give the acceptance once: --acceptance-per-position, or a length, rate or alpha")
+    parts = given.split(",") if isinstance(given, str) else list(given)
+    try:
+        rates = tuple(parse_quantity(part, "acceptance at a position") for part in parts if str(part).strip())
+    except PredictInputError:
+        raise PredictInputError(f"--acceptance-per-position takes rates between 0 and 1, comma-separated "
+                                f"(position 1 first), got {given!r}") from None
+    if not rates or any(not 0.0 <= rate <= 1.0 for rate in rates):
+        raise PredictInputError(f"--acceptance-per-position takes rates between 0 and 1, comma-separated "
+                                f"(position 1 first), got {given!r}")
+    if any(later > earlier + 1e-9 for earlier, later in zip(rates, rates[1:])):
+        raise PredictInputError("--acceptance-per-position: a position cannot be accepted more often than the one "
+                                "before it (each needs all before it accepted)")
+    if len(rates) < k:
+        raise PredictInputError(f"--acceptance-per-position gives {len(rates)} positions for k={k}: give one for "
+                                "each draft position, at least")
+    return rates
+
+
 def _fmt(value: float) -> str:
     """Numbers for reasons: 2 decimals below 10, whole numbers above."""
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.0f}"
@@ -160,6 +186,7 @@ def predict(
     ep: Any = None,
     dp_attention: bool = False,
     role: str | None = None,
+    acceptance_per_position: Any = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -196,7 +223,9 @@ def predict(
     except ValueError as error:
         raise PredictInputError(str(error)) from None
     context_per_sequence = 0.0 if context is None else _non_negative(context, "context")
-    length = _resolve_length(draft_k, acceptance_length, acceptance_rate, alpha)
+    rates = _per_position(acceptance_per_position, draft_k, (acceptance_length, acceptance_rate, alpha))
+    length = (1.0 + sum(rates[:draft_k]) if rates
+              else _resolve_length(draft_k, acceptance_length, acceptance_rate, alpha))
     tree = None if tree_tokens is None else _positive_int(tree_tokens, "tree tokens")
     if tree is not None and tree < draft_k + 1:
         raise PredictInputError(f"--tree-tokens counts the positions verified per sequence: at least k+1 = "
@@ -308,13 +337,14 @@ def predict(
         step_model=prior if step_model is None else step_model, k=draft_k, fitted_on_speculative_steps=fitted, draft=pricing, running=batch_size, length=length,
         context_per_sequence=context_per_sequence, waiting=waiting_count, tree_tokens=tree, max_running=cap,
         kv_budget_bytes=kv_budget, target_kv_bytes_per_token=prior.kv_bytes_per_token,
+        rates=rates, k_max=len(rates) if rates else None,
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
         extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
         prompt_per_output=mix, token_budget=budget,
         token_budget_from=TokenBudget(int(budget), budget_from).words if budget_from == FROM_VLLM_DEFAULT else "",
     ))
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
-                     draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name)
+                     draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name, rates=rates)
     result["inputs"]["verifier"] = verifier_name
     result["inputs"].update(ep=ep_degree, dp_attention=dp_attention, role=role_name)
     result["inputs"]["prompt_per_output"] = mix
@@ -621,7 +651,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
             pricing: perf.DraftPricing, dtype_name: str, tp_degree: int, batch_size: float, waiting: float,
             draft_k: int, length: float | None, context_per_sequence: float, context: Any, tree: int | None,
             cap: int | None, prompt: float | None, output: float | None,
-            draft_note: str | None, method_name: str | None) -> dict[str, Any]:
+            draft_note: str | None, method_name: str | None, rates: tuple[float, ...] = ()) -> dict[str, Any]:
     terms = decision.terms
     positions = tree or draft_k + 1
     answered = _answered_batch(decision, batch_size, cap)
@@ -698,13 +728,19 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         if decision.carried_by == "token budget":
             reasons[-1] += perf.BUDGET_DECIDES_WORDS
         choice = decision.best_k
-        details["best_k"] = {"k": choice.k, "length": choice.length, "speedup": choice.speedup, "basis": "i.i.d. α"}
+        basis = "per-position" if rates else "i.i.d. α"
+        details["best_k"] = {"k": choice.k, "length": choice.length, "speedup": choice.speedup, "basis": basis}
+        details["by_k"] = [{"k": c.k, "length": c.length, "speedup": c.speedup, "extrapolated": c.extrapolated}
+                           for c in decision.by_k]
+        if len(decision.by_k) > 1:
+            reasons.append(perf.by_k_words(decision.by_k, choice.k,
+                                           "per-position rates" if rates else "i.i.d. α"))
         if choice.k != draft_k and choice.speedup > expected * 1.02:
             if choice.k == 0:
                 reasons.append("no shorter chain pays here either: turn speculation off at this load")
             else:
                 reasons.append(f"k={choice.k} would do better here: {choice.speedup:.2f}× "
-                               f"(L ≈ {choice.length:.2f} from the i.i.d. α)")
+                               f"(L ≈ {choice.length:.2f} from the {'per-position rates' if rates else 'i.i.d. α'})")
         if decision.state == "hold":
             reasons.append(hold_words(perf.BAND))
         reasons.append(f"the term that carries the answer: {decision.carried_by}")

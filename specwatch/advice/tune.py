@@ -9,6 +9,7 @@ and the draft cost r — the advisor's inputs. The schedule itself is `model.spe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -122,7 +123,9 @@ def tune_report(
         speedup_at=perf.speedup_function(decision_inputs),
     )
     try:
-        now = perf.decide(decision_inputs) if decision_inputs.length is not None else None
+        # at the running batch, the best k searched as far as the schedule's (the decision's by-k sweep)
+        now = perf.decide(dataclasses.replace(decision_inputs, k_max=schedule.k_max or None)) \
+            if decision_inputs.length is not None else None
     except ValueError:
         now = None  # the schedule above already stands on the same step times
     top_k = max(schedule.k_max, 1)
@@ -174,10 +177,22 @@ def tune_report(
         },
         "never_pays": schedule.never_pays,
         "expected_speedup": now.expected_speedup if now else None,  # at the running batch, as check says
+        # the speedup at each k at the running batch, and the k chosen there (predict's, for the same inputs)
+        "by_k": _by_k(now, inputs.running),
         "banner": banner,  # what watch and replay show for the same data
         "notes": notes,
         "validation": None,
     }
+
+
+def _by_k(now: perf.Decision | None, running: float) -> dict[str, Any] | None:
+    if now is None or not now.by_k:
+        return None
+    best = now.best_k.k if now.best_k else None
+    return {"running": running, "best_k": best,
+            "speedups": [{"k": c.k, "length": round(c.length, 4), "speedup": round(c.speedup, 4),
+                          "extrapolated": c.extrapolated} for c in now.by_k],
+            "words": perf.by_k_words(now.by_k, best or 0, "per-position rates")}
 
 
 def _banner(shown: Verdict | None, entries: list[list[int]], running: float,
@@ -256,6 +271,10 @@ def format_tune(report: dict[str, Any]) -> str:
         mark = " (extrapolated)" if r["extrapolated"] else ""
         lines.append(f"  {batch:>9}  {r['k']:>2}  {r['acceptance_length']:>5.2f}  {vs_off:>13}  {vs_cur:>13}  "
                      f"{r['evidence']}{mark}")
+    by_k = report.get("by_k")
+    if by_k:
+        lines.append("")
+        lines.append(f"at {by_k['running']:.0f} running, {by_k['words']}")
     trtllm = report.get("trtllm")
     if trtllm is not None:
         lines.append("")

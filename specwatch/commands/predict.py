@@ -45,6 +45,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--acceptance-length", "acceptance_length", "mean acceptance length L = 1 + accepted/drafts (1..k+1)"),
     ("--acceptance-rate", "acceptance_rate", "vLLM's draft acceptance rate, accepted/draft tokens (0..1): "
                                              "L = 1 + k·rate"),
+    ("--acceptance-per-position", "acceptance_per_position", "vLLM's per-position acceptance rates, comma-separated "
+                                                             "(position 1 first): L at every k′ measured, and the "
+                                                             "best k searched over all of them"),
     ("--alpha", "alpha", "the papers' per-token acceptance probability α (0..1): L = (1 − α^(k+1))/(1 − α)"),
     ("--method", "method", "ngram, suffix, mtp, eagle, eagle3, medusa or draft (default: priced as a draft head)"),
     ("--draft-model", "draft_model", "draft model architecture (method draft): its size and KV cache"),

@@ -32,7 +32,7 @@ from specwatch.perf.draft import (HEAD_ASSUMED_WORDS, HEAD_DRAFT_RATIO, HEAD_MET
                                   METHOD_WORDS, canonical_method, head_weights)
 from specwatch.perf.models import ModelSpec
 from specwatch.perf.steptime import (SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, WEIGHT_FORMATS, StepTimeModel,  # noqa: F401
-                                     StepTimePrior, step_overhead_s, weight_format_key)
+                                     StepTimePrior, step_overhead_s, weight_format_key, MOE_LAYER_FLOOR_S)
 
 
 __all__ = [
@@ -113,6 +113,9 @@ class DraftPricing:
     assumed: bool = False  # True when the method was not known
     scale: float = 1.0  # measured draft cost over the modelled one (a calibration), 1 when not measured
     target_overhead_s: float | None = None  # a derived head: the target step's fixed cost r leaves out
+    # a head's own fixed cost a forward: HEAD_FORWARD_OVERHEAD_S, and a MoE layer's expert-block floor
+    # where the head's layer routes over experts (an MTP module on a mixture of experts)
+    head_overhead_s: float = HEAD_FORWARD_OVERHEAD_S
 
     @property
     def words(self) -> str:
@@ -132,7 +135,7 @@ class DraftPricing:
         fixed = self.target_overhead_s
         if fixed:
             step = np.maximum(step - fixed, 0.0) if isinstance(step, np.ndarray) else max(step - fixed, 0.0)
-        return self.scale * (self.ratio * step + HEAD_FORWARD_OVERHEAD_S)
+        return self.scale * (self.ratio * step + self.head_overhead_s)
 
     def drafting_s(self, target: StepTimeModel, batch: float, k: int, positions: float, context_tokens: float,
                    draft_context_tokens: float | None = None) -> float:
@@ -191,9 +194,16 @@ def head_pricing(name: str, target: ModelSpec | None, dtype: str | None = None) 
     except ValueError:
         bytes_per_weight = WEIGHT_FORMATS[weight_format_key(target.weights)][0]
     fixed = step_overhead_s(target.layers)
-    basis = (f"{head.words(bytes_per_weight)}, plus {HEAD_FORWARD_OVERHEAD_S * 1e6:.0f} µs a forward of its own "
-             f"(the target's step: {fixed * 1e3:.2f} ms fixed)")
-    return DraftPricing(name, "head", head.ratio, basis, target_overhead_s=fixed)
+    own = HEAD_FORWARD_OVERHEAD_S
+    if head.method == "mtp" and head.layer_is_moe:
+        # its decoder layer is a MoE layer: its expert block has the floor every MoE layer of the
+        # target's has, however few tokens it drafts for
+        own += MOE_LAYER_FLOOR_S
+    basis = (f"{head.words(bytes_per_weight)}, plus {own * 1e6:.0f} µs a forward of its own"
+             + (f" ({MOE_LAYER_FLOOR_S * 1e6:.0f} µs of it its MoE layer's expert-block floor)" if own > HEAD_FORWARD_OVERHEAD_S
+                else "")
+             + f" (the target's step: {fixed * 1e3:.2f} ms fixed)")
+    return DraftPricing(name, "head", head.ratio, basis, target_overhead_s=fixed, head_overhead_s=own)
 
 
 def _draft_pricing(method, ratio, draft_model, draft_params, target_params, target=None, dtype=None) -> DraftPricing:

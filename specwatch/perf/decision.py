@@ -40,7 +40,7 @@ from specwatch.perf.costs import (
     verify_attention_s,
     VERIFY_ATTENTION_PER_POSITION,
 )
-from specwatch.perf.speedup import Crossover, KChoice, first_fall_through_one, first_rise_through_one
+from specwatch.perf.speedup import Crossover, KChoice, better_k, first_fall_through_one, first_rise_through_one
 from specwatch.perf.confidence import NOTHING_ACCEPTED_WORDS, direction_confidence, level_error
 from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
@@ -122,6 +122,8 @@ class Decision:
     # the decode steps' speedup (the prefill they carry in them): expected_speedup is this, or the
     # request throughput's where the token budget holds the prefill back and that is lower
     decode_speedup: float | None = None
+    # the speedup at each k′ the best k was chosen from (at this load), shortest first
+    by_k: tuple[KChoice, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -596,6 +598,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
     terms = {**parts, "plain_at_plain_batch_s": plain_here, "batch_plain": b_plain, "batch_speculative": b_spec}
 
     expected = decode = crossover = best = request = throughput = None
+    by_k: tuple[KChoice, ...] = ()
     sigma = level_error(inputs.step_model, (b_plain, b_spec * _positions(inputs, k)), inputs.extra_level_error)
     if inputs.length is None:
         state, confidence = "unknown", 0.0
@@ -642,7 +645,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         terms.update({_TERM_KEYS[name]: value for name, value in contributions.items()})
         if figures:
             crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
-            best = _best_k(inputs, model, k, length, steps_here, demand, waiting)
+            best, by_k = _best_k(inputs, model, k, length, steps_here, demand, waiting)
             request = _request_speedup(inputs, decode, plain_here)
     return Decision(
         state=state,
@@ -651,6 +654,7 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         low_load_break_even=low_load,
         crossover=crossover,
         best_k=best,
+        by_k=by_k,
         confidence=confidence,
         level_error=sigma,
         terms=terms,
@@ -665,10 +669,13 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
 
 
 def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
-            steps_here: tuple[float, float, float, float], demand: float, waiting: float) -> KChoice:
+            steps_here: tuple[float, float, float, float], demand: float,
+            waiting: float) -> tuple[KChoice, tuple[KChoice, ...]]:
     """The k′ in 1..k_max (or k) with the highest speedup at this load (k′ = 0, S = 1, when none
-    beats it); `steps_here` are k's own steps at this load."""
+    beats it; a longer k′ must beat a shorter one by LONGER_K_MARGIN), and every k′ priced;
+    `steps_here` are k's own steps at this load."""
     choice = KChoice(0, 1.0, 1.0, False)
+    priced: list[KChoice] = []
     lengths = _LengthsAtK(inputs)
     for candidate in range(1, (inputs.k_max or k) + 1):
         estimate = lengths.at(candidate) if candidate != k else (length, False)
@@ -676,9 +683,15 @@ def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
             continue
         value = _speedup(steps_here, estimate[0]) if candidate == k else \
             model.speedup(demand, waiting, candidate, estimate[0])
-        if value > choice.speedup:
-            choice = KChoice(candidate, estimate[0], value, estimate[1])
-    return choice
+        priced.append(KChoice(candidate, estimate[0], value, estimate[1]))
+        if better_k(value, choice.speedup, choice.k):
+            choice = priced[-1]
+    # the k running now stays the best where the one chosen does not beat it by the margin either:
+    # no change of k is worth advising inside the estimate's error (and none is shown that gains less)
+    current = next((c for c in priced if c.k == k), None)
+    if current is not None and choice.k != k and not better_k(choice.speedup, current.speedup, current.k):
+        choice = current
+    return choice, tuple(priced)
 
 
 def _request_speedup(inputs: DecisionInputs, expected: float, plain_here: float) -> float | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from specwatch.perf.acceptance import length_at_k
 from specwatch.perf.steptime import StepTimeModel
-from specwatch.perf.speedup import speedup
+from specwatch.perf.speedup import better_k, speedup
 
 
 __all__ = [
@@ -109,7 +109,7 @@ def speculation_schedule(
         best_k, best_s = 0, 1.0
         for k in range(1, top + 1):
             s = speedup_at(b, k, lengths[k].length)
-            if s > best_s:
+            if better_k(s, best_s, best_k):
                 best_k, best_s = k, s
         if best_s < 1.0 + margin:
             best_k, best_s = 0, 1.0

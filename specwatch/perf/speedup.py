@@ -22,6 +22,9 @@ from specwatch.perf.steptime import HingeParameters, StepTimeFit, StepTimeModel
 
 
 __all__ = [
+    "LONGER_K_MARGIN",
+    "better_k",
+    "by_k_words",
     "first_fall_through_one",
     "first_rise_through_one",
     "verify_ratio",
@@ -34,6 +37,23 @@ __all__ = [
     "best_k",
     "node_speedup",
 ]
+
+# A longer draft is chosen over a shorter one, and another k over the one running, only where it
+# gains this much more: the estimate's level error is common to both, but the cost of each extra
+# draft forward is not known to better than a factor of about 1.5 (measured MTP forwards on a
+# mixture of experts cost 1.4× the priced ones: benchmarks/published.py), a few % of the speedup
+# per extra position at a draft of about 5 % of a step. 2 %, the gain predict has long asked of
+# another k before it names it. Within it the shorter draft is the safer choice: it loses less when
+# the acceptance drops and when the load rises (published k sweeps on large MoEs peak at 2–3).
+LONGER_K_MARGIN = 0.02
+
+
+def better_k(speedup: float, best_speedup: float, best_k: int) -> bool:
+    """Whether a longer draft's speedup beats the best shorter one's: by LONGER_K_MARGIN over a
+    draft, by anything over speculation off (k = 0, whose own margin is the caller's)."""
+    return speedup > best_speedup * (1.0 + LONGER_K_MARGIN if best_k > 0 else 1.0)
+
+
 
 
 def node_speedup(engine_speedup: float, busy_share: float | None, *, speculating: bool,
@@ -322,6 +342,19 @@ class KChoice:
     extrapolated: bool
 
 
+def by_k_words(choices, best: int, basis: str = "") -> str:
+    """The speedup at each k′ priced, shortest first, with the one chosen marked, and why a longer
+    one within LONGER_K_MARGIN is not."""
+    parts = [f"k={c.k} {c.speedup:.2f}×" + (" (best)" if c.k == best else "") + ("*" if c.extrapolated else "")
+             for c in choices]
+    words = "speedup by k at this load: " + ", ".join(parts)
+    words += f" (a longer draft must gain {LONGER_K_MARGIN:.0%} more to be chosen"
+    words += (f"; L at each k from the {basis}" if basis else "") + ")"
+    if any(c.extrapolated for c in choices):
+        words += "; * L extrapolated past the positions measured"
+    return words
+
+
 def best_k(
     model: StepTimeModel,
     batch: float,
@@ -362,6 +395,6 @@ def best_k(
         else:
             estimate = length_at_k_iid(length, measured_k, candidate)
         value = speedup(model, batch, candidate, estimate.length, draft_ratio, context_per_sequence)
-        if value > best.speedup:
+        if better_k(value, best.speedup, best.k):
             best = KChoice(candidate, estimate.length, value, estimate.extrapolated)
     return best
