@@ -231,3 +231,27 @@ def test_per_position_acceptance_that_cannot_be_is_one_clear_line(given, words):
     from specwatch.advice.predict_inputs import PredictInputError
     with pytest.raises(PredictInputError, match=words):
         predict("H100", model="Llama-3.1-8B", k=2, batch=1, method="eagle", acceptance_per_position=given)
+
+
+def test_the_live_advisor_lays_the_prior_out_as_the_flags_say():
+    """check, watch, tune and export take --ep and --dp-attention: the datasheet prior the fit starts
+    from is predict's for the same layout, and a recording's header keeps them for its replay."""
+    import argparse
+
+    from specwatch.commands.options import UsageError, advisor_config, advisor_settings
+    from specwatch.advice.step_samples import StepSamples
+
+    args = argparse.Namespace(model_name="DeepSeek-V3", ep=96, dp_attention=True, tp=1, gpu="H100")
+    config = advisor_config(args)
+    assert config.ep == 96 and config.dp_attention is True
+    assert advisor_settings(args) == {"model": "DeepSeek-V3", "ep": 96, "dp_attention": True, "gpu": "H100"}
+    replayed = advisor_config(None, advisor_settings(args), recorded=True)
+    assert (replayed.ep, replayed.dp_attention) == (96, True)
+
+    samples = StepSamples(model=config.model, tp=1, dtype="fp8", ep=96, dp_attention=True)
+    model, words = samples.step_model(0.0, GPUS["H100-SXM"])  # no samples yet: the prior itself
+    assert "EP 96 with DP attention" in words
+    assert samples._datasheet_law().alltoall_count == 58
+
+    with pytest.raises(UsageError, match="needs a mixture of experts"):
+        advisor_config(argparse.Namespace(model_name="Llama-3.1-8B", ep=4, dp_attention=None, tp=1))

@@ -73,6 +73,10 @@ class AdvisorConfig:
     gpu: GpuSpec | None = None  # overrides the GPU read from NVML/DCGM
     model: ModelSpec | None = None  # enables the datasheet step-time prior
     tp: int = 1
+    # expert parallelism (--ep: the GPUs the routed experts are spread over) and DP attention: the
+    # datasheet prior lays the weights, the tokens and the all-to-all out as predict does
+    ep: int | None = None
+    dp_attention: bool = False
     # the operator's service-level targets: goodput is the share of requests within them
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -186,7 +190,7 @@ class Advisor:
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
                                       target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
                                       dtype=dtype, target=c.model)
-        self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=dtype,
+        self.step_samples = StepSamples(model=c.model, tp=c.tp, dtype=dtype, ep=c.ep, dp_attention=c.dp_attention,
                                         sample_interval_s=c.sample_interval_s, refit_interval_s=c.refit_interval_s,
                                         half_life_s=c.sample_half_life_s, max_samples=c.max_samples)
         self.hysteresis = Hysteresis()

@@ -41,11 +41,13 @@ class StepSamples:
     figures, then ask `step_model` for the model to judge with."""
 
     def __init__(self, *, model: ModelSpec | None = None, tp: int = 1, dtype: str = "bf16",
-                 sample_interval_s: float = 5.0, refit_interval_s: float = 60.0,
+                 ep: int | None = None, dp_attention: bool = False, sample_interval_s: float = 5.0, refit_interval_s: float = 60.0,
                  half_life_s: float = 600.0, max_samples: int = 240) -> None:
         self.model = model  # enables the datasheet prior
         self.tp = tp
         self.dtype = dtype
+        self.ep = ep
+        self.dp_attention = dp_attention
         self.sample_interval_s = sample_interval_s  # data time between samples
         self.refit_interval_s = refit_interval_s  # data time between refits of the hinge
         self.half_life_s = half_life_s  # old samples fade (model.md §5.2)
@@ -138,15 +140,19 @@ class StepSamples:
         there is a fit; the fit is a hinge regularised toward that law's hinge."""
         model = self.model
         if gpu is not None and model is not None:
-            # a pure function of the GPU, the model, tp and dtype: kept while they are the same objects
+            # a pure function of the GPU, the model and its layout: kept while they are the same objects
+            layout = (self.tp, self.dtype, self.ep, self.dp_attention)
             cached = self._datasheet_prior
-            if cached is None or cached[0] is not gpu or cached[1] is not model or cached[2] != (self.tp, self.dtype):
+            if cached is None or cached[0] is not gpu or cached[1] is not model or cached[2] != layout:
                 try:
-                    prior = perf.prior_for_model(gpu, model, tp=self.tp, dtype=self.dtype)
-                    cached = self._datasheet_prior = (gpu, model, (self.tp, self.dtype),
+                    prior = perf.prior_for_model(gpu, model, tp=self.tp, dtype=self.dtype, ep=self.ep,
+                                                 dp_attention=self.dp_attention)
+                    expert_parallel = (f", EP {self.ep}" + (" with DP attention" if self.dp_attention else "")
+                                       if self.ep else "")
+                    cached = self._datasheet_prior = (gpu, model, layout,
                                                       (prior, f"datasheet prior for {model.name}"
                                                              + ("" if self.dtype == "bf16" else f" in {self.dtype}")
-                                                             + f" on {gpu.name}"))
+                                                             + f" on {gpu.name}{expert_parallel}"))
                 except ValueError:
                     cached = None
             if cached is not None:

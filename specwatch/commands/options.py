@@ -336,6 +336,12 @@ def add_advisor_arguments(p: Any, overriding: str | None = None) -> None:
                    help="the served model's architecture (Llama-3.1-70B, Qwen2.5-7B, ...): "
                         f"enables the datasheet step-time prior{over}")
     p.add_argument("--tp", type=whole_number(1), metavar="N", help=f"tensor-parallel degree (default 1){over}")
+    p.add_argument("--ep", type=whole_number(1), metavar="N",
+                   help="expert-parallel degree of a mixture of experts, for the datasheet prior: the GPUs its "
+                        f"routed experts are spread over (with --dp-attention, the deployment's){over}")
+    p.add_argument("--dp-attention", action="store_true", default=None,
+                   help="attention data-parallel (SGLang's --enable-dp-attention, TensorRT-LLM's "
+                        f"enable_attention_dp): the running requests read are one rank's{over}")
     p.add_argument("--dtype", type=weight_format_name, metavar="FORMAT",
                    help="the served weights' format, for the datasheet prior: bf16, fp8, w8a16, w4a16, awq, gptq, "
                         f"... (default: the format the --model is released in, e.g. fp8 for DeepSeek-V3){over}")
@@ -415,7 +421,7 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 
 # flag attribute → the key a recording's header stores it under
 _ADVISOR_FLAGS = (("method", "method"), ("k", "k"), ("draft_ratio", "draft_ratio"), ("draft_params", "draft_params"),
-                  ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"),
+                  ("gpu", "gpu"), ("model_name", "model"), ("tp", "tp"), ("ep", "ep"), ("dp_attention", "dp_attention"),
                   ("slo_ttft", "slo_ttft_s"), ("slo_tpot", "slo_tpot_s"), ("token_budget", "max_num_batched_tokens"),
                   ("device", "device"), ("dtype", "dtype"))
 
@@ -424,7 +430,8 @@ def advisor_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The advisor flags that were given, as a recording's header stores them (so a replay judges as
     the live run did). A tensor-parallel degree of 1 is the default and is not stored."""
     settings = {key: getattr(args, attr, None) for attr, key in _ADVISOR_FLAGS}
-    return {k: v for k, v in settings.items() if v is not None and not (k == "tp" and v == 1)}
+    return {k: v for k, v in settings.items()
+            if v is not None and not (k == "tp" and v == 1) and not (k == "dp_attention" and not v)}
 
 
 def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | None = None,
@@ -436,6 +443,7 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     from specwatch.advice.advisor import AdvisorConfig
     from specwatch.perf.hardware import lookup, lookup_model
     from specwatch.advice.predict import parse_quantity
+    from specwatch.perf.steptime import parallel_layout
 
     settings = {k: v for k, v in (stored or {}).items() if v is not None}
     from_recording = frozenset(settings) if recorded else frozenset()
@@ -473,10 +481,15 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
         if device is not None and device not in ("cpu", "gpu"):
             raise ValueError(f"device must be cpu or gpu, not {device!r}")
         dtype = None if settings.get("dtype") is None else weight_format_name(str(settings["dtype"]))
+        ep = None if settings.get("ep") is None else whole_number(1)(str(settings["ep"]))
+        dp_attention = bool(settings.get("dp_attention"))
+        if ep is not None or dp_attention:  # a layout that does not hold together is one line now, not per poll
+            parallel_layout(tp, ep, dp_attention, model is None or model.is_moe, model.experts if model else None)
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(f"bad advisor setting: {exc}") from None
     return AdvisorConfig(method=settings.get("method"), k=k, draft_ratio=draft_ratio, draft_params=draft_params,
-                         gpu=gpu, model=model, tp=tp, token_budget=token_budget, device=device, dtype=dtype,
+                         gpu=gpu, model=model, tp=tp, ep=ep, dp_attention=dp_attention, token_budget=token_budget,
+                         device=device, dtype=dtype,
                          from_recording=from_recording, **slo)
 
 

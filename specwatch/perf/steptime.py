@@ -38,6 +38,7 @@ __all__ = [
     "NVLINK_ALLTOALL_EFFICIENCY",
     "GPUS_PER_NODE",
     "EP_IMBALANCE",
+    "parallel_layout",
     "SOFT_MAX_POWER",
     "DATASHEET_CONFIDENCE",
     "StepTimeModel",
@@ -425,7 +426,7 @@ def datasheet_prior(
     weight_only = precision == "bf16" and bytes_per_weight < 2.0
     gemm_rate = WEIGHT_ONLY_GEMM_EFFICIENCY if weight_only else 1.0
     moe = bool(experts and experts_per_token and active < params)
-    gpus, ranks = _parallel_layout(tp, ep, dp_attention, moe, experts)
+    gpus, ranks = parallel_layout(tp, ep, dp_attention, moe, experts)
     if moe:
         # Solve shared + routed/E·k_e = active, shared + routed = total for the routed share.
         routed_params = (params - active) / (1.0 - experts_per_token / experts)
@@ -479,7 +480,7 @@ def datasheet_prior(
     )
 
 
-def _parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
+def parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
                      experts: int | None) -> tuple[int, int]:
     """(GPUs the experts are spread over, data-parallel attention ranks whose tokens meet in them),
     or a ValueError naming what does not fit together."""
@@ -490,7 +491,7 @@ def _parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
     if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
         raise ValueError(f"ep must be an integer ≥ 1, got {ep!r}")
     if not moe:
-        raise ValueError("expert parallelism needs a mixture of experts (--experts and --experts-per-token)")
+        raise ValueError("expert parallelism needs a mixture of experts (a model with routed experts)")
     if experts is not None and ep > experts:
         raise ValueError(f"ep ({ep}) is more GPUs than the model has experts ({experts})")
     if dp_attention:
@@ -503,8 +504,10 @@ def _parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
     return tp, 1
 
 
-def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "bf16") -> StepTimePrior:
-    """The datasheet prior for a model from the architecture table."""
+def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "bf16", ep: int | None = None,
+                    dp_attention: bool = False) -> StepTimePrior:
+    """The datasheet prior for a model from the architecture table (with expert parallelism and DP
+    attention as `datasheet_prior` lays them out)."""
     return datasheet_prior(
         gpu,
         params=model.params,
@@ -518,6 +521,8 @@ def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str =
         experts=model.experts,
         experts_per_token=model.experts_per_token,
         moe_layers=model.moe_layers or None,
+        ep=ep,
+        dp_attention=dp_attention,
     )
 
 
