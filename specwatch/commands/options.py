@@ -443,7 +443,7 @@ def advisor_config(args: argparse.Namespace | None, stored: Mapping[str, Any] | 
     from specwatch.advice.advisor import AdvisorConfig
     from specwatch.perf.hardware import lookup, lookup_model
     from specwatch.advice.predict import parse_quantity
-    from specwatch.perf.steptime import parallel_layout
+    from specwatch.perf.layout import parallel_layout
 
     settings = {k: v for k, v in (stored or {}).items() if v is not None}
     from_recording = frozenset(settings) if recorded else frozenset()

@@ -686,8 +686,7 @@ def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
         priced.append(KChoice(candidate, estimate[0], value, estimate[1]))
         if better_k(value, choice.speedup, choice.k):
             choice = priced[-1]
-    # the k running now stays the best where the one chosen does not beat it by the margin either:
-    # no change of k is worth advising inside the estimate's error (and none is shown that gains less)
+    # the k running stays the best where the one chosen does not beat it by the margin either
     current = next((c for c in priced if c.k == k), None)
     if current is not None and choice.k != k and not better_k(choice.speedup, current.speedup, current.k):
         choice = current

@@ -18,6 +18,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from specwatch.perf.hardware import GpuSpec, ModelSpec
+from specwatch.perf.formats import WEIGHT_FORMATS, WEIGHT_ONLY_GEMM_EFFICIENCY, weight_format_key
+from specwatch.perf.layout import (ALLTOALL_LATENCY_S, EP_IMBALANCE, GPUS_PER_NODE, NIC_BANDWIDTH,
+                                   NVLINK_ALLTOALL_EFFICIENCY, parallel_layout)
 
 
 __all__ = [
@@ -33,12 +36,6 @@ __all__ = [
     "MOE_LAYER_FLOOR_S",
     "EXPERT_BANDWIDTH_EFFICIENCY",
     "ASSUMED_DEPTH",
-    "ALLTOALL_LATENCY_S",
-    "NIC_BANDWIDTH",
-    "NVLINK_ALLTOALL_EFFICIENCY",
-    "GPUS_PER_NODE",
-    "EP_IMBALANCE",
-    "parallel_layout",
     "SOFT_MAX_POWER",
     "DATASHEET_CONFIDENCE",
     "StepTimeModel",
@@ -116,20 +113,6 @@ EXPERT_BANDWIDTH_EFFICIENCY = 0.55
 # The depth a prior assumes where the layer count is not known (STEP_OVERHEAD_S is a 32-layer
 # model's): a custom MoE from --params pays 32 layers' expert floors.
 ASSUMED_DEPTH = 32
-# Expert parallelism: each MoE layer sends every token to the ranks holding its experts (dispatch,
-# FP8: one byte a hidden unit) and gathers their outputs back (combine, BF16: two), where tensor
-# parallelism all-reduces. DeepEP's low-latency kernels (its README: 128 tokens a rank, hidden 7168,
-# top-8, H800 with a 400 Gb/s CX7 NIC each) take 192 µs to dispatch and 369 µs to combine at EP 128,
-# 173 and 314 µs at EP 64: the volume over about 40 GB/s of RDMA, plus a few µs. Inside one node
-# the same kernels run over NVLink.
-ALLTOALL_LATENCY_S = 10.0e-6
-NIC_BANDWIDTH = 40.0e9
-NVLINK_ALLTOALL_EFFICIENCY = 0.8
-GPUS_PER_NODE = 8
-# The busiest rank sets an expert-parallel step's pace: routing is not uniform, and a load balancer
-# (DeepSeek's EPLB, redundant experts) narrows the gap without closing it. Assumed: the busiest rank
-# gets 1.3× the mean tokens (its expert math and what it receives).
-EP_IMBALANCE = 1.3
 # Soft maximum exponent for the weight-read vs GEMM-compute overlap (model.md §2: p ≈ 4).
 SOFT_MAX_POWER = 4.0
 # A datasheet prior is right in shape but 20–70 % off in level (model.md §0), so it earns a modest
@@ -345,37 +328,6 @@ class StepTimePrior:
         )
 
 
-# Weight-only quantised GEMMs (W8A16, W4A16: AWQ, GPTQ through Marlin-class kernels) dequantise
-# every weight in the main loop and, on Hopper, run on mma.sync rather than wgmma: past their knee
-# they reach about 0.7 of a BF16 GEMM's rate (Marlin's own curves fall back to FP16 speed only by
-# batch 128 on Ampere, below it on Hopper). Below the knee they are read-bound as any GEMM.
-WEIGHT_ONLY_GEMM_EFFICIENCY = 0.7
-
-# Bytes per weight and compute precision for the serving dtypes predict accepts. Weight-only
-# quantisation (w8a16, w4a16) reads fewer bytes but computes in bf16, so its knee moves left.
-WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
-    "bf16": (2.0, "bf16"),
-    "fp16": (2.0, "bf16"),
-    "fp8": (1.0, "fp8"),  # W8A8: FP8 weights and FP8 GEMMs
-    "w8a8": (1.0, "fp8"),
-    "int8": (1.0, "bf16"),  # W8A16
-    "w8a16": (1.0, "bf16"),
-    "int4": (0.5, "bf16"),  # W4A16: AWQ / GPTQ
-    "w4a16": (0.5, "bf16"),
-    "awq": (0.5, "bf16"),
-    "gptq": (0.5, "bf16"),
-}
-
-
-def weight_format_key(name: str, what: str = "dtype") -> str:
-    """`name` as a WEIGHT_FORMATS key (case aside); a name that is none is a ValueError saying
-    `what` was unknown and listing the formats priced."""
-    key = name.lower()
-    if key not in WEIGHT_FORMATS:
-        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(WEIGHT_FORMATS)}")
-    return key
-
-
 def datasheet_prior(
     gpu: GpuSpec,
     *,
@@ -478,30 +430,6 @@ def datasheet_prior(
         alltoall_bandwidth=alltoall_bandwidth,
         expert_gpus=gpus if expert_parallel else 1,
     )
-
-
-def parallel_layout(tp: int, ep: int | None, dp_attention: bool, moe: bool,
-                     experts: int | None) -> tuple[int, int]:
-    """(GPUs the experts are spread over, data-parallel attention ranks whose tokens meet in them),
-    or a ValueError naming what does not fit together."""
-    if ep is None:
-        if dp_attention:
-            raise ValueError("DP attention needs the experts' parallelism too (--ep: the GPUs of the deployment)")
-        return tp, 1
-    if isinstance(ep, bool) or not isinstance(ep, (int, np.integer)) or ep < 1:
-        raise ValueError(f"ep must be an integer ≥ 1, got {ep!r}")
-    if not moe:
-        raise ValueError("expert parallelism needs a mixture of experts (a model with routed experts)")
-    if experts is not None and ep > experts:
-        raise ValueError(f"ep ({ep}) is more GPUs than the model has experts ({experts})")
-    if dp_attention:
-        if ep % tp:
-            raise ValueError(f"with DP attention, tp ({tp}) is attention's parallelism inside each DP group: it "
-                             f"must divide ep ({ep}), the GPUs of the deployment")
-        return ep, ep // tp
-    if tp % ep:
-        raise ValueError(f"without DP attention the experts live on the tp GPUs: ep ({ep}) must divide tp ({tp})")
-    return tp, 1
 
 
 def prior_for_model(gpu: GpuSpec, model: ModelSpec, *, tp: int = 1, dtype: str = "bf16", ep: int | None = None,
