@@ -60,7 +60,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.collectors.engines import SGLANG, AdapterState, MetricsReading, claims
-from specwatch.telemetry.snapshot import FROM_SERVER_INFO, EngineSample, Histogram, SpeculationConfig, TargetSample
+from specwatch.telemetry.snapshot import (FROM_SERVER_INFO, EngineSample, Histogram, ParallelLayout, SpeculationConfig,
+                                          TargetSample, parallel_layout_from)
 from specwatch.telemetry.urls import beside
 from specwatch.readings.window import (
     ACCEPTED,
@@ -317,7 +318,21 @@ async def scrape_sglang(client: Any, target: Any, text: str, payload_bytes: int,
         payload_bytes=payload_bytes,
         speculation=resolved,
         engine=SGLANG,
+        parallel=parallel_from_server_info(info.server_info),
     )
+
+
+def parallel_from_server_info(args: object) -> ParallelLayout | None:
+    """How SGLang lays the model out, from its server arguments: tp_size GPUs; with
+    enable_dp_attention, attention in dp_size groups of tp_size/dp_size GPUs, each its own requests;
+    the MoE's experts spread over ep_size GPUs (above 1). None where tp_size is not given."""
+    if not isinstance(args, dict):
+        return None
+    tp, dp, ep = args.get("tp_size"), args.get("dp_size", 1), args.get("ep_size")
+    dp_attention = args.get("enable_dp_attention") is True
+    if dp_attention and isinstance(tp, int) and isinstance(dp, int) and dp >= 1 and tp % dp == 0:
+        return parallel_layout_from(tp // dp, ep, True, "/get_server_info")
+    return parallel_layout_from(tp, ep, False, "/get_server_info")
 
 
 async def probe_sglang_info(client: Any, target: Any) -> None:

@@ -50,8 +50,8 @@ from specwatch.collectors.engines import TRTLLM, MetricsReading, claims
 from specwatch.collectors.families import Series, read_series
 from specwatch.readings.health import DECODE, E2E, INFERENCE, PREFILL, QUEUE
 from specwatch.telemetry.urls import beside
-from specwatch.telemetry.snapshot import (FROM_CONFIG_METRIC, TARGET_OK, EngineSample, Histogram, SpeculationConfig,
-                                         TargetSample, resolve_speculation)
+from specwatch.telemetry.snapshot import (FROM_CONFIG_METRIC, TARGET_OK, EngineSample, Histogram, ParallelLayout,
+                                         SpeculationConfig, TargetSample, parallel_layout_from, resolve_speculation)
 from specwatch.readings.window import (
     ACCEPTED,
     DRAFT_TOKENS,
@@ -136,6 +136,7 @@ class TrtllmReading:
     spec_enabled: bool | None  # the configuration's word; None where it is not exported
     unjudged: str | None
     weights: str | None
+    parallel: ParallelLayout | None = None
 
 
 def speculation_from_config_info(series: Series) -> tuple[SpeculationConfig | None, bool | None]:
@@ -155,6 +156,18 @@ def speculation_from_config_info(series: Series) -> tuple[SpeculationConfig | No
     config = SpeculationConfig.known(FROM_CONFIG_METRIC, method=method, k=k,
                                      draft_model=draft if method not in ("ngram", "mtp") else None)
     return (None if config.empty else config), True
+
+
+PARALLEL_CONFIG_INFO = "trtllm_parallel_config_info"
+
+
+def parallel_from_config_info(series: Series) -> ParallelLayout | None:
+    """trtllm_parallel_config_info's tensor_parallel_size and expert_parallel_size (the experts
+    spread over that many of the TP GPUs); it does not say whether attention runs data-parallel.
+    None where the family or its tensor_parallel_size is missing."""
+    labels = series.labels_of(PARALLEL_CONFIG_INFO) or {}
+    return parallel_layout_from(labels.get("tensor_parallel_size"), labels.get("expert_parallel_size"), False,
+                                PARALLEL_CONFIG_INFO)
 
 
 def weights_from_config_info(series: Series) -> str | None:
@@ -246,7 +259,7 @@ def read_trtllm(text: str, declared_k: int | None = None) -> TrtllmReading:
     if unjudged is None and not series.has_family("trtllm_num_requests_running"):
         unjudged = NO_LOAD
     return TrtllmReading(MetricsReading(tuple(engines)), config, enabled, unjudged,
-                         weights_from_config_info(series))
+                         weights_from_config_info(series), parallel_from_config_info(series))
 
 
 def per_position_depth(engines: tuple[EngineSample, ...] | list[EngineSample]) -> int:
@@ -306,6 +319,7 @@ async def scrape_trtllm(client: Any, target: Any, text: str, payload_bytes: int,
         engine=TRTLLM,
         weights=read.weights,
         unjudged=read.unjudged,
+        parallel=read.parallel,
     )
 
 

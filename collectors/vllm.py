@@ -52,8 +52,10 @@ from specwatch.telemetry.snapshot import (
     FROM_SERVER_INFO,
     TARGET_OK,
     EngineSample,
+    ParallelLayout,
     SpeculationConfig,
     TargetSample,
+    parallel_layout_from,
     resolve_speculation,
 )
 
@@ -120,6 +122,8 @@ class TargetInfo:
     device: str | None = None
     # the served weights' format, from /server_info (weights_from_server_info), when read
     weights: str | None = None
+    # how the model is laid out over the GPUs, from /server_info (parallel_from_server_info)
+    parallel: ParallelLayout | None = None
 
 
 @dataclass
@@ -406,6 +410,7 @@ async def _scrape_target(
         device=target.info.device,
         weights=target.info.weights,
         unjudged=unjudged,
+        parallel=target.info.parallel,
     ))
 
 
@@ -442,7 +447,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
         target.info.probed = False  # try again on a later poll
         return
     target.info.speculative_config = target.info.speculation = target.info.token_budget = None
-    target.info.device = target.info.weights = None
+    target.info.device = target.info.weights = target.info.parallel = None
     try:
         # the whole vllm_config with the environment: ~30 KB, bounded like /metrics all the same
         r = await _get_bounded(client, beside(target.request_base or target.url, "/server_info?config_format=json",
@@ -454,6 +459,7 @@ async def _probe_target_info(client: httpx.AsyncClient, target: VllmTarget) -> N
             target.info.token_budget = token_budget_from_server_info(info)
             target.info.device = device_from_server_info(info)
             target.info.weights = weights_from_server_info(info)
+            target.info.parallel = parallel_from_server_info(info)
     except ValueError:
         pass  # a 200 that is not JSON: not vLLM's /server_info, and asking again will not change it
     except (httpx.HTTPError, OSError, PayloadTooLarge):
@@ -509,6 +515,21 @@ def device_from_server_info(info: object) -> str | None:
     if not isinstance(device, str) or not device.strip() or device.strip().lower() == "auto":
         return None
     return device.strip().lower()
+
+
+def parallel_from_server_info(info: object) -> ParallelLayout | None:
+    """How vLLM lays the model out, from /server_info's parallel_config: tensor_parallel_size and,
+    with enable_expert_parallel, experts spread over TP × DP GPUs (vLLM's EP size); data_parallel_size
+    above 1 runs attention data-parallel (each DP rank its own requests). None where tp is not given."""
+    config = _vllm_config_from_server_info(info)
+    parallel = config.get("parallel_config") if config is not None else None
+    if not isinstance(parallel, dict):
+        return None
+    tp, dp = parallel.get("tensor_parallel_size"), parallel.get("data_parallel_size", 1)
+    dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp >= 1 else 1
+    expert_parallel = parallel.get("enable_expert_parallel") is True
+    ep = tp * dp if expert_parallel and isinstance(tp, int) and not isinstance(tp, bool) else None
+    return parallel_layout_from(tp, ep, dp > 1, "/server_info")
 
 
 # vLLM's quantisation methods (model_config.quantization) whose name tells the weights' format, as

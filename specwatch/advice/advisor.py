@@ -296,6 +296,11 @@ class Advisor:
         self.weights = (target.weights, FROM_SERVER_INFO) if target.weights in perf.WEIGHT_FORMATS \
             else self._weights
         self.step_samples.dtype = self.weights[0]
+        # how the server says it lays the model out wins over the operator's --tp/--ep/--dp-attention
+        layout = target.parallel
+        c = self._config
+        self.step_samples.tp, self.step_samples.ep, self.step_samples.dp_attention = (
+            (layout.tp, layout.ep, layout.dp_attention) if layout is not None else (c.tp, c.ep, c.dp_attention))
         step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
         mig_unscaled = identity.mig_unscaled if gpu is None else None
         ttft_note = self.ttft.check(figures)

@@ -274,6 +274,47 @@ def _words(value: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ParallelLayout:
+    """How a server lays its model out, as its own config says: tensor parallelism, expert
+    parallelism (the GPUs its routed experts are spread over; None: none) and DP attention."""
+
+    tp: int = 1
+    ep: int | None = None
+    dp_attention: bool = False
+    source: str = ""  # where it was read, in words ("/server_info", "trtllm_parallel_config_info", ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "ep": self.ep, "dp_attention": self.dp_attention, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ParallelLayout | None:
+        """A target's "parallel" entry: absent in Snapshots written before it existed."""
+        if d is None:
+            return None
+        if not isinstance(d, dict):
+            raise ValueError(f"a target's parallel layout must be an object, not {type(d).__name__}")
+        tp, ep = d.get("tp", 1), d.get("ep")
+        if not (isinstance(tp, int) and tp >= 1) or not (ep is None or (isinstance(ep, int) and ep >= 1)):
+            raise ValueError(f"a target's parallel layout has tp {tp!r} and ep {ep!r}: whole numbers ≥ 1")
+        return cls(tp, ep, bool(d.get("dp_attention")), str(d.get("source", "")))
+
+
+def parallel_layout_from(tp: Any, ep: Any, dp_attention: Any, source: str) -> ParallelLayout | None:
+    """A server's layout from its own figures, where they are whole numbers ≥ 1 (an ep of 1 is no
+    expert parallelism); None where tp is not usable, not guessed."""
+    def whole(value: Any) -> int | None:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    tp_value, ep_value = whole(tp), whole(ep)
+    if tp_value is None:
+        return None
+    ep_value = ep_value if ep_value is not None and ep_value > 1 else None
+    return ParallelLayout(tp_value, ep_value, bool(dp_attention) and ep_value is not None, source)
+
+
+@dataclass(frozen=True, slots=True)
 class TargetSample:
     """One vLLM server (one /metrics URL) in one poll: its state, and its engines when readable."""
 
@@ -323,6 +364,10 @@ class TargetSample:
     # The workers a Dynamo frontend's own metrics list (worker_id, and its worker_type where
     # labelled as "ID (type)"), so that the workers not being read can be named.
     workers: tuple[str, ...] = ()
+    # How the server lays the model out over its GPUs, as its own config says (vLLM's parallel_config,
+    # SGLang's server arguments, TensorRT-LLM's trtllm_parallel_config_info): what the advisor's
+    # datasheet prior is laid out by, over the operator's --tp/--ep/--dp-attention. None where not said.
+    parallel: ParallelLayout | None = None
 
     @property
     def ok(self) -> bool:
@@ -358,6 +403,8 @@ class TargetSample:
                 d[name] = getattr(self, name)
         if self.workers:
             d["workers"] = list(self.workers)
+        if self.parallel is not None:
+            d["parallel"] = self.parallel.to_dict()
         return d
 
     @classmethod
@@ -380,6 +427,7 @@ class TargetSample:
             role=server_word_from_dict(d.get("role")),
             unjudged=server_word_from_dict(d.get("unjudged")),
             workers=workers_from_dict(d.get("workers")),
+            parallel=ParallelLayout.from_dict(d.get("parallel")),
         )
 
 
