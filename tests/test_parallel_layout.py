@@ -93,3 +93,23 @@ def test_the_advisor_lays_its_prior_out_as_the_server_says():
 from specwatch.perf.hardware import MODELS  # noqa: E402
 
 MODELS_DS = MODELS["DeepSeek-V3"]
+
+
+def test_a_recording_keeps_the_layout_and_replays_it(tmp_path):
+    """Written by the recorder, read back by the reader's own fast path (which lays TargetSample's
+    fields out in order): the layout survives, and a target without one reads as None."""
+    import dataclasses
+
+    from specwatch.recording import RecordingHeader, open_snapshots, write_recording
+    from specwatch.collectors.synthetic import SyntheticNode, generate
+    from specwatch.perf import HingeParameters
+
+    step = HingeParameters(base_s=0.03, knee=400.0, slope_s_per_token=0.03 / 400, kv_s_per_token=0.0, per_token_s=0.0)
+    node = SyntheticNode(step=step, gpu_name="NVIDIA H100 80GB HBM3", k=2, per_position=(0.8, 0.5))
+    layout = ParallelLayout(1, 96, True, "/get_server_info")
+    snaps = list(generate(node, [4.0] * 3, seed=0))
+    snaps[1] = dataclasses.replace(snaps[1], targets=(dataclasses.replace(snaps[1].targets[0], parallel=layout),))
+    path = tmp_path / "layout.swrec"
+    write_recording(path, RecordingHeader(data="synthetic", host="node-1", interval_s=1.0), snaps)
+    _, read = open_snapshots(path)
+    assert [s.targets[0].parallel for s in read] == [None, layout, None]

@@ -30,6 +30,7 @@ from specwatch.telemetry.snapshot import (
     Snapshot,
     SnapshotFormatError,
     SourceStatus,
+    ParallelLayout,
     TargetSample,
     server_word_from_dict,
     workers_from_dict,
@@ -445,6 +446,7 @@ class _SnapshotDecoderV2(_SnapshotDecoderV1):
             server_word_from_dict(d.get("role")),
             server_word_from_dict(d.get("unjudged")),
             workers_from_dict(d.get("workers")),
+            ParallelLayout.from_dict(d.get("parallel")),  # absent before it was read: None
         )
 
     def _speculation_of(self, url: str, written: Any) -> Any:
