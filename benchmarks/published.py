@@ -508,15 +508,16 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
   the experts, are what bring them down.
 - **Mixtures of experts, high load: still priced too cheap.** From a few dozen tokens a step every
   expert is read whatever the tokens, so the law makes a speculative step at 16–64 running cost
-  little more than a plain one: AMD's MI300X rows are 18–76 % over from concurrency 8 on (the
+  little more than a plain one: AMD's MI300X rows are 20–66 % over from concurrency 8 on (the
   published fall, 2.11× to 1.25×, is steady; the predicted one dips at 2–4, where the prefill chunks
   a speculative step carries wake experts, and rises again; SGLang's cap of 48 running under MTP,
-  priced, takes concurrency 64 from 2.20× to 1.79×), and TensorRT-LLM's Llama-4-Scout n-gram row at
-  batch 32 is 40 % over. The old law missed them as much (the same rows 27–79 % and 54 % over). Neither weight reads, GEMM math, MLA attention nor the all-reduce payload can make a step
-  of 192 tokens cost twice one of 64 on these nodes; what can is the engine's: SGLang runs MTP
-  without its overlap scheduler, caps MTP's running requests (32 by default in its DeepSeek docs)
-  and its CUDA graphs' batch, and TensorRT-LLM's n-gram matching runs on the CPU per request. Those
-  are not priced yet.
+  priced, takes concurrency 64 from 2.24× to 1.82×), and TensorRT-LLM's Llama-4-Scout n-gram row at
+  batch 32 is 40 % over. The old law missed them as much (the same rows, the cap not priced, 27–79 %
+  and 54 % over). Neither weight reads, GEMM math, MLA attention nor the all-reduce payload can make
+  a step of 192 tokens cost twice one of 64 on these nodes; what can is the engine's: SGLang runs
+  MTP without its overlap scheduler and caps its CUDA graphs' batch, ROCm's kernels are not
+  Hopper's, and TensorRT-LLM's n-gram matching runs on the CPU per request. Those are not priced
+  yet.
 
 Points found but not scored (a needed input is not published, or the model has no term for them):
 
