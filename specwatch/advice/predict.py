@@ -499,8 +499,7 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
         words = (f"MoE: a step of N tokens reads E·(1 − (1 − t/E)^N) of the E = {experts} experts per layer "
                  f"(t = {top_k} routed experts per token, uniform routing)")
         if plain_tokens is not None and verify_tokens is not None:
-            touched = [1.0 - (1.0 - top_k / experts) ** (max(n, 1.0) * prior.expert_token_scale)
-                       for n in (plain_tokens, verify_tokens)]
+            touched = [float(prior.expert_bytes(n)) / prior.expert_weight_bytes for n in (plain_tokens, verify_tokens)]
             plain_s, verify_s = (float(prior.expert_read_s(n)) for n in (plain_tokens, verify_tokens))
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
                       f"{verify_tokens:.0f}; the {prior.moe_layers} MoE layers' expert blocks take "
@@ -603,19 +602,18 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         if decision.carried_by == "token budget":
             reasons[-1] += perf.BUDGET_DECIDES_WORDS
         choice = decision.best_k
-        basis = "per-position" if rates else "i.i.d. α"
+        basis, lengths_from = ("per-position", "per-position rates") if rates else ("i.i.d. α", "i.i.d. α")
         details["best_k"] = {"k": choice.k, "length": choice.length, "speedup": choice.speedup, "basis": basis}
         details["by_k"] = [{"k": c.k, "length": c.length, "speedup": c.speedup, "extrapolated": c.extrapolated}
                            for c in decision.by_k]
         if len(decision.by_k) > 1:
-            reasons.append(perf.by_k_words(decision.by_k, choice.k,
-                                           "per-position rates" if rates else "i.i.d. α"))
+            reasons.append(perf.by_k_words(decision.by_k, choice.k, lengths_from))
         if choice.k != draft_k and choice.speedup > expected * 1.02:
             if choice.k == 0:
                 reasons.append("no shorter chain pays here either: turn speculation off at this load")
             else:
                 reasons.append(f"k={choice.k} would do better here: {choice.speedup:.2f}× "
-                               f"(L ≈ {choice.length:.2f} from the {'per-position rates' if rates else 'i.i.d. α'})")
+                               f"(L ≈ {choice.length:.2f} from the {lengths_from})")
         if decision.state == "hold":
             reasons.append(hold_words(perf.BAND))
         reasons.append(f"the term that carries the answer: {decision.carried_by}")

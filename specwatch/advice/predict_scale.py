@@ -40,8 +40,7 @@ def per_position(given: Any, k: int, others: tuple[Any, ...]) -> tuple[float, ..
     return rates
 
 
-# Where a disaggregated deployment's decode pool takes its prompts' KV from the prefill pool: over
-# the NIC, as the all-to-all past one node (Dynamo's NIXL, SGLang's Mooncake: RDMA).
+# The pools of a disaggregated deployment predict prices (--role).
 ROLES = ("decode", "prefill")
 
 
@@ -87,6 +86,8 @@ def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, pr
             draft_prefill = pricing.ratio * prefill
             draft_kv = (target.kv_bytes_per_token or 0.0) / (target.layers or 32) * prompt
         kv = (target.kv_bytes_per_token or 0.0) * prompt
+        # the decode pool takes its prompts' KV from the prefill pool over the NIC, as the all-to-all
+        # past one node (Dynamo's NIXL, SGLang's Mooncake: RDMA)
         link = perf.NIC_BANDWIDTH
         handover, draft_handover = kv / link, draft_kv / link
         tax = (draft_prefill + draft_handover) / (prefill + handover) if prefill + handover > 0 else 0.0
