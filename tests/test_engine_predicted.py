@@ -70,8 +70,11 @@ def test_the_predicted_curve_rests_on_the_engines_own_timing(measured):
         c, base, spec = tier["concurrency"], tier["baseline"], tier["speculative"]
         assert base["step_period_s"] > 0 and spec["step_period_s"] > 0
         assert 0 < base["busy_share"] <= 1 and 0 < spec["busy_share"] <= 1
-        # a speculative step computes more positions than a plain one, and takes longer on a CPU
-        assert spec["computed_tokens_per_step"] > base["computed_tokens_per_step"]
+        # Per sequence a speculative decode step verifies at least the one position a plain step
+        # decodes. The positions a whole step computed are not compared across the two servers: they
+        # count the sequences each batched, and the faster server drains a tier's requests sooner (at
+        # c = 4 one run measured 3.36 positions a verify step against 4.17 a plain one).
+        assert spec["computed_tokens_per_step"] > 0 and base["computed_tokens_per_step"] > 0
         # n-gram misses: a decode step emits fewer tokens than a draft gives, and verifies at most k+1
         assert 1 <= spec["emitted_per_sequence_step"] <= spec["acceptance_length"] + 1e-9
         assert spec["emitted_per_sequence_step"] <= spec["verified_per_sequence_step"] <= k + 1 + 1e-9
@@ -107,10 +110,14 @@ def test_a_cpu_engines_prior_beside_the_plain_step_the_baseline_measured(measure
         print(f"c={tier['concurrency']}: plain step measured {plain * 1e3:.2f} ms; priced {with_fixed * 1e3:.2f} ms "
               f"with vLLM's fixed step cost, {proportional * 1e3:.2f} ms without; the verify step "
               f"{spec['step_period_s'] * 1e3:.2f} ms at {spec['computed_tokens_per_step']:.2f} positions")
-        # what the prior needs of the measurement: step periods, and a plain step computing fewer
-        # positions than a verify step (how close each law comes is timing: printed, not held)
+        # what the prior needs of the measurement: step periods and positions (how close each law
+        # comes is timing: printed, not held). Where the baseline batched more sequences than the
+        # speculative server (its requests drain slower), its plain step computes more positions
+        # than the verify step anchoring the prior, and the law extrapolates: said, not refused.
         assert plain > 0 and verify[1] > 0
-        assert 0 < base["computed_tokens_per_step"] < verify[0]
+        assert base["computed_tokens_per_step"] > 0 and verify[0] > 0
+        if base["computed_tokens_per_step"] >= verify[0]:
+            print("  the plain step computed more positions than the verify step: the law extrapolates")
         print(f"  priced / measured: {with_fixed / plain:.2f} with the fixed cost, {proportional / plain:.2f} without")
 
 
