@@ -150,7 +150,7 @@ def test_unknown_method_lowers_confidence_and_says_so():
 
 
 def test_power_capped_clock_lowers_the_knee():
-    from specwatch.advice.gpu_identity import throttled_spec
+    from specwatch.advice.node import throttled_spec
     from specwatch.perf.hardware import lookup
     from specwatch.telemetry.snapshot import GpuSample
 

@@ -14,9 +14,10 @@ How a verdict is reached (reference/model.md §5):
    the state it points to against the band 1 ± δ (how long it must hold before the banner shows it
    is specwatch.advice.shown's).
 
-The Advisor composes the parts that decide, each in its own module: `gpu_identity` (which GPU),
-`drafter_pricing` (step 2), `step_samples` (step 3), `judging` (health first, the bound, step 5 and
-the confidence) and `reasons` (the words of the verdict). `perf.decide` does step 4.
+The Advisor composes the parts that decide, each in its own module: `node` (which GPU, what the
+engine runs on, its token budget, weights and layout), `drafter_pricing` (step 2), `step_samples`
+(step 3), `judging` (the bound, step 5 and the confidence) and `reasons` (health first: a window
+with no usable reading; and the words of the verdict). `perf.decide` does step 4.
 """
 
 from __future__ import annotations
@@ -29,21 +30,20 @@ from typing import Any, Callable, Sequence
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, ModelSpec
 from specwatch.perf.models import weight_format
-from specwatch.telemetry.snapshot import (FROM_SERVER_INFO, GpuSample, SourceStatus, SpeculationConfig, inferred_device,
-                                          resolve_device)
+from specwatch.telemetry.snapshot import GpuSample, SourceStatus, SpeculationConfig
 from specwatch.advice.drafter_pricing import DrafterPricing
-from specwatch.advice.gpu_identity import GpuIdentity
+from specwatch.advice.node import GpuIdentity, ToldOfNode, identify_node
 from specwatch.advice.judging import (
-    UNCONFIGURED_K, Hysteresis, Judged, bound_estimate, engine_stall, extra_level_error, hold_settle,
-    node_level_error,
+    UNCONFIGURED_K, Hysteresis, Judged, extra_level_error, hold_settle, node_level_error,
 )
 from specwatch.advice.reasons import (
-    TtftWatch, explain, explain_unconfigured, make_verdict, opening, sweep_not_this_target,
+    TtftWatch, explain, explain_unconfigured, make_verdict, opening, sweep_not_this_target, unread_verdict,
 )
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
-from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, resolve_token_budget, vllm_default_token_budget
+from specwatch.advice.token_budget import NO_BUDGET, TokenBudget
 from specwatch.advice.verdict import HOLD, OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
+from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
 
 # The public face. GENERIC_KNEE_TOKENS (step_samples) and UNCONFIGURED_K (judging) live with the parts
@@ -162,6 +162,18 @@ def _per_request(figures: EngineFigures) -> tuple[float | None, float | None]:
             figures.generation_tokens_per_s * figures.seconds / finished)
 
 
+def _acceptance(tw: TargetWindow, figures: EngineFigures) -> tuple[Acceptance | None, bool]:
+    """The acceptance judged: the window's, else the target's lifetime standing in for it (stale: it
+    may have drifted), else None (no draft verified yet)."""
+    acc = figures.acceptance
+    if acc is not None and acc.acceptance_length is not None:
+        return acc, False
+    life = tw.lifetime.acceptance if tw.lifetime else None  # computed only when needed
+    if life is not None and life.acceptance_length is not None:
+        return life, True
+    return None, False
+
+
 def _kv_limit(figures: EngineFigures) -> float | None:
     """The KV cache's size in tokens when it is what limits the batch (requests waiting and the cache
     near full): then speculation's lookahead slots cost running sequences. None otherwise, when the
@@ -187,6 +199,9 @@ class Advisor:
         self.weights: tuple[str, str] = self._weights
         dtype = self._weights[0]
         self.gpu_identity = GpuIdentity(c.gpu)
+        # the operator's word on the node, which the server's own overrides (node.identify_node)
+        self._told = ToldOfNode(device=c.device, token_budget=c.token_budget, weights=self._weights,
+                                layout=(c.tp, c.ep, c.dp_attention))
         self.drafter = DrafterPricing(method=c.method, draft_ratio=c.draft_ratio, draft_params=c.draft_params,
                                       target_params=c.model.params if c.model else None, k=c.k, tp=c.tp,
                                       dtype=dtype, target=c.model)
@@ -248,40 +263,25 @@ class Advisor:
 
     def _judge(self, tw: TargetWindow | None, gpus: Sequence[GpuSample], explained: bool,
                sources: Sequence[SourceStatus] = ()) -> tuple[Verdict, Callable[[], Verdict] | None]:
-        """What moves the advisor's state, in the order `update` has always moved it, then the
-        explanation (`reasons.explain`), at once or when asked. Verdicts that end the judging early (no
-        reading, no traffic, no drafts, no decision) are explained at once: they are cheap."""
-        time = None
+        """One evaluation, in the order its data flows: the node the window was read from
+        (`node.identify_node`) and whether the window holds a usable reading (`reasons.unread_verdict`);
+        the price of a step (the drafter's cost, the step-time samples and the law they give); the
+        decision and its evidence interval (`perf.decide`, then the hysteresis), or why there is none;
+        then the words (`reasons.explain`), at once or when asked. Verdicts that end the judging early
+        (no reading, no traffic, no drafts, no decision) are explained at once: they are cheap."""
         self._judged_count += 1
-        identity = self.gpu_identity
         if tw is None:
             return unknown_verdict("the target has not been read yet"), None
+        # 1. the node, and whether the window can be judged at all
         target = tw.latest
-        if not target.ok:
-            return unknown_verdict(f"cannot read the target: {target.message or target.state}",
-                                   gpu_spec=identity.identify(gpus)), None
-        figures = tw.total
-        if figures is None:
-            return unknown_verdict(
-                "one reading so far: rates need two scrapes a window apart", bound=bound_estimate(None, gpus, None, None),
-                gpu_spec=identity.identify(gpus),
-            ), None
-        time = tw.time
-        stalled = engine_stall(tw, figures)
-        if stalled is not None:
-            # frozen counters while requests run: no reading of acceptance or step time is usable,
-            # and the lifetime acceptance must not stand in for it
-            return make_verdict(UNKNOWN, 0.0, time, [stalled], bound_estimate(None, gpus, None, None),
-                                ["engine_stalled"], tw, gpu_spec=identity.in_use, running=figures.running), None
-        gpu = identity.identify(gpus)
-        # an engine that says it runs on the CPU has a known shape, where no GPU is identified; so has
-        # a loopback server on a host with no NVIDIA driver, which no GPU's roofline may price
-        device = resolve_device(target.device, self._config.device, inferred_device(target.url, sources, gpus))
-        cpu_engine = gpu is None and device[0] == "cpu"
-        # vLLM's default budget where the hardware is known and neither the server nor the flag says it
-        default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
-            and (gpu is not None or cpu_engine) else None
-        budget = resolve_token_budget(target, self._config.token_budget, default_budget)
+        identity = self.gpu_identity
+        node = identify_node(identity, target, gpus, sources, self._told)
+        unread = unread_verdict(tw, gpus, identity.in_use)
+        if unread is not None:
+            return unread, None
+        figures, time, gpu = tw.total, tw.time, node.gpu
+        assert figures is not None  # unread_verdict answers a window without its figures
+        # 2. the price of a step
         k = tw.k
         drafter = self.drafter
         cost, method = drafter.draft_cost(target.speculation, counted_k=k)
@@ -290,25 +290,20 @@ class Advisor:
             k = drafter.speculation.k if drafter.speculation is not None else None
         r = cost.ratio if cost else perf.HEAD_DRAFT_RATIO
         pricing = drafter.pricing(cost, gpu)
-        self.step_samples.record(time, figures, k if tw.speculation_configured else None, r, pricing)
-        # the weights' format the server says it serves (its /server_info) wins, as its device does
-        # (a recording's word that no law prices is not taken)
-        self.weights = (target.weights, FROM_SERVER_INFO) if target.weights in perf.WEIGHT_FORMATS \
-            else self._weights
-        self.step_samples.dtype = self.weights[0]
-        # how the server says it lays the model out wins over the operator's --tp/--ep/--dp-attention
-        layout = target.parallel
-        c = self._config
-        self.step_samples.tp, self.step_samples.ep, self.step_samples.dp_attention = (
-            (layout.tp, layout.ep, layout.dp_attention) if layout is not None else (c.tp, c.ep, c.dp_attention))
-        step_model, prior_words = self.step_samples.step_model(time, gpu, cpu_engine)
-        mig_unscaled = identity.mig_unscaled if gpu is None else None
+        samples = self.step_samples
+        samples.record(time, figures, k if tw.speculation_configured else None, r, pricing)
+        self.weights = node.weights
+        samples.dtype = node.weights[0]
+        samples.tp, samples.ep, samples.dp_attention = node.layout
+        step_model, prior_words = samples.step_model(time, gpu, node.cpu_engine)
         ttft_note = self.ttft.check(figures)
 
         def opened() -> tuple[perf.BoundEstimate, list[str], list[str]]:
-            return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, mig_unscaled, ttft_note,
-                           budget_note=budget.note)
+            return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, node.mig_unscaled,
+                           ttft_note, budget_note=node.budget.note)
 
+        # 3. the decision, or why there is none: (its words, flags, whether a saved sweep is named)
+        why: tuple[str, tuple[str, ...], bool] | None = None
         # the window's time-averaged load where it is measured: the running gauge is read at an
         # instant, and with short requests it reads 0 at most scrapes while work flows
         running, _ = figures.judged_running()
@@ -316,75 +311,60 @@ class Advisor:
             # read, but not a target whose metrics can say whether speculation pays (Triton's backend,
             # a TensorRT-LLM without its counters, a Dynamo frontend, a prefill worker): no verdict on
             # guesses, and the reason says what would let it be judged
-            bound, reasons, flags = opened()
-            reasons.insert(0, target.unjudged)
-            return make_verdict(UNKNOWN, 0.0, time, reasons, bound, [*flags, "not_judged"], tw,
-                                gpu_spec=identity.in_use, running=running), None
-        if running is None or running < 1:
-            if figures.generation_tokens_per_s:
-                running = max(1.0, running or 0.0)
-            else:
+            why = (target.unjudged, ("not_judged",), False)
+        elif (running is None or running < 1) and not figures.generation_tokens_per_s:
+            why = ("no requests running in the window: nothing to judge until traffic arrives", (), True)
+        else:
+            running = max(1.0, running or 0.0)  # tokens flowed: at least one request ran
+            if not tw.speculation_configured:
                 bound, reasons, flags = opened()
-                reasons.insert(0, "no requests running in the window: nothing to judge until traffic arrives")
-                return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
-                                    running=running,
-                                    details=sweep_not_this_target(self.sweep, target, method, k, time, reasons,
-                                                                  flags)), None
-        context_per_seq = (figures.context_tokens or 0.0) / running if running else 0.0
-
-        if not tw.speculation_configured:
+                return self._unconfigured(tw, figures, step_model, running, cost, reasons, bound, flags, time, gpu,
+                                          prior_words), None
+        acc, stale_acceptance = (None, False) if why is not None else _acceptance(tw, figures)
+        if why is None and acc is None:
+            why = ("speculation is configured but no drafts have been verified yet", (), True)
+        elif acc is not None:
+            k = k or len(acc.per_position)
+            if not k:
+                # an old engine without per-position or draft-token counters: judging with a guessed k
+                # could set L against an impossible k+1, so say it cannot be judged
+                why = (K_UNKNOWN_WORDS, (), False)
+        decision = inputs = None
+        if why is None:
+            assert acc is not None and running is not None and k
+            context_per_seq = (figures.context_tokens or 0.0) / running
+            self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
+                                             running, context_per_seq, stale_acceptance, prior_words,
+                                             pricing=pricing, waiting=figures.waiting or 0.0,
+                                             kv_capacity_tokens=_kv_limit(figures),
+                                             prompt_per_output=_prompt_per_output(figures), token_budget=node.budget)
+            # the requests the window's drafts came from: those that finished in it and those running at its end
+            requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
+            acceptance_error = perf.acceptance_error(acc.acceptance_length, acc.per_position, acc.drafts, requests)
+            # the model's error (what no reading of this node removes) and the acceptance's sampling
+            # error, in quadrature: the confidence's σ beside the step-time law's level error
+            extra = math.hypot(extra_level_error(gpu, stale_acceptance, pricing.assumed, moe=self._moe),
+                               acceptance_error)
+            prompt, output = _per_request(figures)
+            inputs = self.last_inputs.decision_inputs(length=acc.acceptance_length, extra_level_error=extra,
+                                                      prompt_tokens=prompt, output_tokens=output)
+            # Without its figures the decision fails where the whole one does only when the model
+            # prices every batch and k they search: otherwise it is whole now, so the verdict is the same.
+            with_figures = explained or not perf.figures_priced_everywhere(inputs)
+            try:
+                decision = perf.decide(inputs, figures=with_figures)
+            except ValueError as exc:
+                why = (f"no decision from these readings: {exc}", (), False)
+        if why is not None:
+            words, why_flags, names_sweep = why
             bound, reasons, flags = opened()
-            return self._unconfigured(tw, figures, step_model, running, context_per_seq, cost, reasons,
-                                      bound, flags, time, gpu, prior_words), None
-
-        acc = figures.acceptance
-        stale_acceptance = False
-        if acc is None or acc.acceptance_length is None:
-            life = tw.lifetime.acceptance if tw.lifetime else None  # computed only when needed
-            if life is not None and life.acceptance_length is not None:
-                acc = life
-                stale_acceptance = True
-            else:
-                bound, reasons, flags = opened()
-                reasons.insert(0, "speculation is configured but no drafts have been verified yet")
-                return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
-                                    running=running,
-                                    details=sweep_not_this_target(self.sweep, target, method, k, time, reasons,
-                                                                  flags)), None
-        length = acc.acceptance_length
-        k = k or len(acc.per_position)
-        if not k:
-            # an old engine without per-position or draft-token counters: judging with a guessed k
-            # could set L against an impossible k+1, so say it cannot be judged
-            bound, reasons, flags = opened()
-            reasons.insert(0, K_UNKNOWN_WORDS)
+            reasons.insert(0, words)
+            flags = [*flags, *why_flags]
+            details = sweep_not_this_target(self.sweep, target, method, k, time, reasons, flags) if names_sweep \
+                else None
             return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
-                                running=running), None
-        self.last_inputs = AdvisorInputs(step_model, r, cost is not None, method, tuple(acc.per_position), k,
-                                         running, context_per_seq, stale_acceptance, prior_words,
-                                         pricing=pricing, waiting=figures.waiting or 0.0,
-                                         kv_capacity_tokens=_kv_limit(figures),
-                                         prompt_per_output=_prompt_per_output(figures), token_budget=budget)
-        # the requests the window's drafts came from: those that finished in it and those running at its end
-        requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
-        acceptance_error = perf.acceptance_error(length, acc.per_position, acc.drafts, requests)
-        # the model's error (what no reading of this node removes) and the acceptance's sampling error,
-        # in quadrature: the confidence's σ beside the step-time law's level error
-        extra = math.hypot(extra_level_error(gpu, stale_acceptance, pricing.assumed, moe=self._moe),
-                           acceptance_error)
-        prompt, output = _per_request(figures)
-        inputs = self.last_inputs.decision_inputs(length=length, extra_level_error=extra, prompt_tokens=prompt,
-                                                  output_tokens=output)
-        # Without its figures the decision fails where the whole one does only when the model prices
-        # every batch and k they search: otherwise it is whole now, so the verdict is the same.
-        with_figures = explained or not perf.figures_priced_everywhere(inputs)
-        try:
-            decision = perf.decide(inputs, figures=with_figures)
-        except ValueError as exc:
-            bound, reasons, flags = opened()
-            reasons.insert(0, f"no decision from these readings: {exc}")
-            return make_verdict(UNKNOWN, 0.0, time, reasons, bound, flags, tw, gpu_spec=identity.in_use,
-                                running=running), None
+                                running=running, details=details), None
+        assert decision is not None and inputs is not None and acc is not None and running is not None and k
         # the engine's speedup reaches the node through the share of the time the engine decodes
         busy = figures.busy_share
         s_now = perf.node_speedup(decision.expected_speedup, busy, speculating=True)
@@ -395,14 +375,14 @@ class Advisor:
         rate = figures.requests_finished / figures.seconds if figures.requests_finished and figures.seconds else None
         hold_note, settle = hold_settle(evidence, acc.drafts, requests, rate, tw.window_s, figures.seconds)
         state, hysteresis_note = self.hysteresis.move(evidence, hold_note)
-        judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, mig_unscaled, ttft_note,
+        judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, node.mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note, busy, budget.note, device,
-                        evidence=evidence, settle=settle if state == HOLD else None)
+                        decision if with_figures else None, state, hysteresis_note, busy, node.budget.note,
+                        node.device, evidence=evidence, settle=settle if state == HOLD else None)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None
         return Verdict(state, 0.0, s_now, decision.break_even_length, None, state == OFF, (UNEXPLAINED,),
-                       UNKNOWN_BOUND, time=time, configured=True, acceptance_length=length,
+                       UNKNOWN_BOUND, time=time, configured=True, acceptance_length=acc.acceptance_length,
                        low_load_break_even=decision.low_load_break_even, running=running,
                        gpu_spec=identity.in_use, details={"evidence": evidence}), \
             partial(self._explain_now, judged, self._judged_count)
@@ -415,13 +395,14 @@ class Advisor:
         return explain(j, self._config, self.sweep, self.drafter.speculation, self.gpu_identity.in_use)
 
     def _unconfigured(self, tw: TargetWindow, figures: EngineFigures, step_model: perf.StepTimeModel,
-                      running: float, context_per_seq: float, cost: perf.DraftCost | None, reasons: list[str],
+                      running: float, cost: perf.DraftCost | None, reasons: list[str],
                       bound: perf.BoundEstimate, flags: list[str], time: float, gpu: GpuSpec | None,
                       prior_words: str) -> Verdict:
         """A node without speculation: the acceptance length speculation would need here at
         UNCONFIGURED_K, against what typical drafters reach (`reasons.explain_unconfigured`)."""
         k = UNCONFIGURED_K
         pricing = self.drafter.pricing(cost, gpu)
+        context_per_seq = (figures.context_tokens or 0.0) / running
         try:
             decision = perf.decide(perf.DecisionInputs(
                 step_model=step_model, k=k, draft=pricing, running=running, context_per_sequence=context_per_seq,

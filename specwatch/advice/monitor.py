@@ -150,10 +150,12 @@ class Monitor:
             explain = None
             if tw is None:
                 verdict = unknown_verdict("no reading yet", snapshot.time)
-            elif self.changes_only:
-                verdict, explain = self._advisor(target.url).assess(tw, snapshot.gpus, snapshot.sources)
             else:
-                verdict = self._advisor(target.url).update(tw, snapshot.gpus, snapshot.sources)
+                advisor = self._advisor(target.url)
+                if self.changes_only:
+                    verdict, explain = advisor.assess(tw, snapshot.gpus, snapshot.sources)
+                else:
+                    verdict = advisor.update(tw, snapshot.gpus, snapshot.sources)
             shown = self._shown.get(target.url)
             if shown is None:
                 band = self.target_configs.get(target.url, self.advisor_config).hysteresis

@@ -21,11 +21,11 @@ from specwatch.telemetry.snapshot import FROM_HOST, FROM_SERVER_INFO, GpuSample,
 from specwatch.advice.drafter_pricing import METHOD_ASSUMED_WORDS
 from specwatch.advice.judging import (
     EASY_LENGTH, HARD_LENGTH, MAX_CONFIDENCE, SHAPE_ASSUMED_CONFIDENCE, UNCONFIGURED_CONFIDENCE_CAP, Judged,
-    band_confidence, bound_estimate, capped_confidence, judge_unconfigured, node_level_error,
+    band_confidence, bound_estimate, capped_confidence, engine_stall, judge_unconfigured, node_level_error,
 )
 from specwatch.advice.step_samples import shape_measured
 from specwatch.advice.sweep_evidence import SweepIdentity, reconcile_crossover
-from specwatch.advice.verdict import HOLD, OFF, ON, QuotedFigures, Verdict
+from specwatch.advice.verdict import HOLD, OFF, ON, UNKNOWN, QuotedFigures, Verdict, unknown_verdict
 from specwatch.readings.health import PREFILL_HEAVY_RATIO, Goodput, goodput, prefill_heavy_share, prefill_heavy_share_words
 from specwatch.readings.window import EngineFigures, TargetWindow
 
@@ -79,6 +79,25 @@ class TtftWatch:
                 note = f"TTFT p95 is rising: {p95 * 1000:.0f} ms against a recent median of {median * 1000:.0f} ms"
         self._history.append(p95)
         return note
+
+
+def unread_verdict(tw: TargetWindow, gpus: Sequence[GpuSample], gpu_spec: GpuSpec | None) -> Verdict | None:
+    """The verdict of a window that holds no usable reading, or None where it does: its target could
+    not be read, one reading so far (rates need two), or a stalled engine (frozen counters while
+    requests run: no acceptance or step time is usable, and the lifetime acceptance must not stand
+    in for it). The bound is the GPU counters' alone."""
+    target = tw.latest
+    if not target.ok:
+        return unknown_verdict(f"cannot read the target: {target.message or target.state}", gpu_spec=gpu_spec)
+    figures = tw.total
+    if figures is None:
+        return unknown_verdict("one reading so far: rates need two scrapes a window apart",
+                               bound=bound_estimate(None, gpus, None, None), gpu_spec=gpu_spec)
+    stalled = engine_stall(tw, figures)
+    if stalled is None:
+        return None
+    return make_verdict(UNKNOWN, 0.0, tw.time, [stalled], bound_estimate(None, gpus, None, None), ["engine_stalled"],
+                        tw, gpu_spec=gpu_spec, running=figures.running)
 
 
 def opening(tw: TargetWindow, figures: EngineFigures, gpus: Sequence[GpuSample], gpu: GpuSpec | None,

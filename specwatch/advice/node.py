@@ -1,14 +1,21 @@
-"""Which GPU the advisor reasons about: the datasheet spec read from NVML or DCGM names (or told),
-a MIG slice's share of its parent, and the clock a power or thermal cap holds it to. Pure: no I/O.
+"""An evaluation's first step: the node the window was read from. Which GPU the advisor reasons
+about (the datasheet spec read from NVML or DCGM names, or told; a MIG slice's share of its parent;
+the clock a power or thermal cap holds it to), what the engine runs on, its token budget per step,
+the weights' format and how the model is laid out: each from the server's own word first, then the
+operator's flags, then what the host shows. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
+from specwatch import perf
 from specwatch.perf.hardware import GpuSpec, lookup, scale_for_clock, scale_to_mig
 from specwatch.telemetry.gpu_events import is_performance_limited
-from specwatch.telemetry.snapshot import GpuSample
+from specwatch.telemetry.snapshot import (FROM_SERVER_INFO, GpuSample, SourceStatus, TargetSample, inferred_device,
+                                          resolve_device)
+from specwatch.advice.token_budget import TokenBudget, resolve_token_budget, vllm_default_token_budget
 
 _UNSEEN = object()
 
@@ -82,3 +89,50 @@ class GpuIdentity:
         if spec is None and self.mig_unscaled is None and lookup(mig.parent_name) is not None:
             self.mig_unscaled = g
         return spec
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What an evaluation knows of the node before it prices a step."""
+
+    gpu: GpuSpec | None  # None: no GPU identified (or a CPU engine)
+    mig_unscaled: GpuSample | None  # a MIG slice whose share of its GPU NVML did not give (gpu is None)
+    # what the engine runs on and where that was said (snapshot.resolve_device): (None, None) unsaid
+    device: tuple[str | None, str | None]
+    budget: TokenBudget
+    weights: tuple[str, str]  # the format priced, and where it came from
+    layout: tuple[int, int | None, bool]  # tp, ep, dp_attention
+
+    @property
+    def cpu_engine(self) -> bool:
+        """An engine that says it runs on the CPU has a known shape where no GPU is identified; so has
+        a loopback server on a host with no NVIDIA driver, which no GPU's roofline may price."""
+        return self.gpu is None and self.device[0] == "cpu"
+
+
+@dataclass(frozen=True, slots=True)
+class ToldOfNode:
+    """The operator's word on the node (the advisor's config), which the server's own word overrides."""
+
+    device: str | None = None
+    token_budget: int | None = None
+    weights: tuple[str, str] = ("bf16", "default")
+    layout: tuple[int, int | None, bool] = (1, None, False)
+
+
+def identify_node(identity: GpuIdentity, target: TargetSample, gpus: Sequence[GpuSample],
+                  sources: Sequence[SourceStatus], told: ToldOfNode) -> Node:
+    """The node this evaluation reads: `identity.identify` moves the GPU in use (carried on the verdict)."""
+    gpu = identity.identify(gpus)
+    device = resolve_device(target.device, told.device, inferred_device(target.url, sources, gpus))
+    cpu_engine = gpu is None and device[0] == "cpu"
+    # vLLM's default budget where the hardware is known and neither the server nor the flag says it
+    default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
+        and (gpu is not None or cpu_engine) else None
+    # the weights' format the server says it serves (its /server_info) wins, as its device does (a
+    # recording's word that no law prices is not taken); and how it says it lays the model out
+    weights = (target.weights, FROM_SERVER_INFO) if target.weights in perf.WEIGHT_FORMATS else told.weights
+    parallel = target.parallel
+    layout = (parallel.tp, parallel.ep, parallel.dp_attention) if parallel is not None else told.layout
+    return Node(gpu, identity.mig_unscaled if gpu is None else None, device,
+                resolve_token_budget(target, told.token_budget, default_budget), weights, layout)
