@@ -31,7 +31,8 @@ own acceptance, each draft's accepted count, step-time noise, scrape jitter), on
 - calibration: every evaluation whose banner is on or off, binned by its confidence, and the share
   right (on where the law's speedup at the tier wanted then is above 1, off where below); again
   without the tiers within 5 % of parity and the first 30 s after a load change, and where the
-  wrong calls fall.
+  wrong calls fall; again with each situation (a node, seed, leg and stay at one load) weighing one,
+  shared by its calls, with and without the legs held ten minutes at the crossover.
 Prints a table (stderr with --json, which prints one JSON object on stdout). The shares come from
 one run: seeded and reproducible against the same specwatch, but 5 seeds are 15 legs a node, so a
 node's share moves by a leg (7 points) on another seed set; read the totals, and the misses' words.
@@ -99,15 +100,16 @@ NEAR_PARITY = 0.05  # a tier where the law's speedup is within 5 % of 1: a call 
 SETTLED_S = 30.0  # a window's length after the load wanted changed
 
 
-def _table(calls: list) -> list[dict]:
-    return [dict(row, right=None if row["right"] is None else round(row["right"], 3)) for row in calibration(calls)]
+def _table(calls: list, by_situation: bool = False) -> list[dict]:
+    return [dict(row, calls=round(row["calls"], 1), right=None if row["right"] is None else round(row["right"], 3))
+            for row in calibration(calls, by_situation)]
 
 
-def _print_table(title: str, table: list[dict], text) -> None:
+def _print_table(title: str, table: list[dict], text, noun: str = "calls") -> None:
     print(title, file=text)
     for row in table:
         right = "—" if row["right"] is None else f"{100 * row['right']:.1f} %"
-        print(f"  confidence {row['bin']:>7s}: {row['calls']:6d} calls, right {right}", file=text)
+        print(f"  confidence {row['bin']:>7s}: {row['calls']:8,.0f} {noun}, right {right}", file=text)
 
 
 def noisy(seeds: int, dwell: int, hold: int, as_json: bool) -> int:
@@ -155,6 +157,8 @@ def noisy(seeds: int, dwell: int, hold: int, as_json: bool) -> int:
                   "held_max_changes_per_5_min": max(n["held_max_changes_per_5_min"] for n in nodes.values())},
         "calibration": _table(calls),
         "calibration_clear_and_settled": _table(clear),
+        "calibration_by_situation": _table(calls, by_situation=True),
+        "calibration_by_situation_without_held": _table([c for c in calls if c.leg != "held"], by_situation=True),
         "wrong_calls": {"all": len(wrong), "near_parity": sum(not c.right for c in near),
                         "within_a_window_of_a_load_change": sum(not c.right for c in lagging),
                         "clear_and_settled": sum(not c.right for c in clear)},
@@ -182,6 +186,11 @@ def noisy(seeds: int, dwell: int, hold: int, as_json: bool) -> int:
                  "wanted is > 1 for on, < 1 for off):", out["calibration"], text)
     _print_table(f"  the same, at tiers where the law's speedup is {100 * NEAR_PARITY:.0f} % or more from 1, "
                  f"{SETTLED_S:.0f} s or more after the load changed:", out["calibration_clear_and_settled"], text)
+    _print_table("  each situation (a node, seed, leg and stay at one load) weighing one, shared by its calls "
+                 "(the calls of one stay share its window and its fit: they are not independent):",
+                 out["calibration_by_situation"], text, "situations")
+    _print_table("  the same without the legs held ten minutes at the crossover tier:",
+                 out["calibration_by_situation_without_held"], text, "situations")
     w = out["wrong_calls"]
     print(f"wrong calls: {w['all']}; at tiers within {100 * NEAR_PARITY:.0f} % of parity {w['near_parity']}, "
           f"within {SETTLED_S:.0f} s of a load change {w['within_a_window_of_a_load_change']}, otherwise "

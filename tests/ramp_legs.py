@@ -190,6 +190,9 @@ class Call:
     tier: float = 0.0
     speedup: float = 1.0  # the law's at the tier
     since_change_s: float = 0.0  # data seconds since the load wanted last changed (or since the start)
+    # the situation the call was made in: (node, seed, leg, visit), a visit being one stay at one load
+    # wanted. A situation's evaluations share its window and its fit, so they are not independent calls.
+    situation: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -235,16 +238,20 @@ class NoisyLegs:
         return max((sum(1 for u in times if t <= u < t + CHANGE_SPACING_S) for t in times), default=0)
 
 
-def _calls(node: LawNode, leg: str, run: NoisyRun) -> list[Call]:
+def _calls(node: LawNode, leg: str, run: NoisyRun, where: tuple = ()) -> list[Call]:
     changed = [0] * len(run.load)  # the Snapshot at which the load wanted last changed
+    visit = [0] * len(run.load)  # and how many changes came before it
     for j in range(1, len(run.load)):
-        changed[j] = j if run.load[j] != run.load[j - 1] else changed[j - 1]
+        moved = run.load[j] != run.load[j - 1]
+        changed[j] = j if moved else changed[j - 1]
+        visit[j] = visit[j - 1] + moved
     calls = []
     for i, state, confidence in run.evaluations:
         if state in ("on", "off"):
             speedup = node.speedup(run.load[i])
             calls.append(Call(state, confidence, speedup > 1.0 if state == "on" else speedup < 1.0, leg,
-                              run.load[i], speedup, run.times[i] - run.times[changed[i]]))
+                              run.load[i], speedup, run.times[i] - run.times[changed[i]],
+                              (*where, leg, visit[i])))
     return calls
 
 
@@ -279,7 +286,7 @@ def noisy_legs(name: str, seed: int, dwell_s: int = 60, hold_s: int = HOLD_S,
                  f" seed {seed}")
     low = noisy_run(node, config, tiers_load([LOW_START_TIER], dwell_s), (seed, place, 3), noise)
     calls = [call for leg, run in (("round_trip", round_trip), ("cold", cold), ("held", held), ("low_start", low))
-             for call in _calls(node, leg, run)]
+             for call in _calls(node, leg, run, (name, seed))]
 
     def first(run: NoisyRun) -> str | None:
         index = run.first_committed(dwell_s)
@@ -299,16 +306,29 @@ def noisy_legs(name: str, seed: int, dwell_s: int = 60, hold_s: int = HOLD_S,
 CONFIDENCE_BINS = ((0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0))
 
 
-def calibration(calls: list[Call]) -> list[dict]:
+def calibration(calls: list[Call], by_situation: bool = False) -> list[dict]:
     """Per confidence bin (the last closed above): the calls, and the share of them that were right.
-    Calls below 0.5 are counted in a bin of their own."""
+    Calls below 0.5 are counted in a bin of their own. `by_situation`: each situation (Call.situation)
+    weighs one, shared by its calls, and "calls" counts situations (fractions where a situation's calls
+    fall in several bins): a ten-minute hold at one load is one situation judged, not 120 calls."""
+    weight: dict[tuple, float] = {}
+    if by_situation:
+        for c in calls:
+            weight[c.situation] = weight.get(c.situation, 0.0) + 1.0
+
+    def counted(inside: list[Call]) -> tuple[float, float]:
+        if not by_situation:
+            return len(inside), sum(c.right for c in inside)
+        weights = [1.0 / weight[c.situation] for c in inside]
+        return sum(weights), sum(w for w, c in zip(weights, inside) if c.right)
+
     rows = []
     below = [c for c in calls if c.confidence < CONFIDENCE_BINS[0][0]]
     if below:
-        rows.append({"bin": f"<{CONFIDENCE_BINS[0][0]:.1f}", "calls": len(below),
-                     "right": sum(c.right for c in below) / len(below)})
+        n, right = counted(below)
+        rows.append({"bin": f"<{CONFIDENCE_BINS[0][0]:.1f}", "calls": n, "right": right / n})
     for low, high in CONFIDENCE_BINS:
         inside = [c for c in calls if low <= c.confidence < high or (high == 1.0 and c.confidence == 1.0)]
-        rows.append({"bin": f"{low:.1f}-{high:.1f}", "calls": len(inside),
-                     "right": sum(c.right for c in inside) / len(inside) if inside else None})
+        n, right = counted(inside)
+        rows.append({"bin": f"{low:.1f}-{high:.1f}", "calls": n, "right": right / n if inside else None})
     return rows

@@ -113,3 +113,23 @@ def test_counters_never_decrease_and_keep_vllm_v1_semantics():
     idle = _running(snaps[-10:])
     assert (idle == 0).all()  # the load went away and the running set drained
     assert _engine(snaps[-1]).counters == _engine(snaps[-2]).counters
+
+
+def test_calibration_counts_a_situation_once_when_asked():
+    """The benchmark's calibration by situation: a stay at one load judged 3 times (wrong each time)
+    and another judged once (right) are one wrong and one right judgement, where per evaluation they
+    are 1 right in 4; calls split across bins carry their share of their situation."""
+    from ramp_legs import Call, calibration
+
+    stay = ("ngram", 0, "held", 0)
+    calls = [Call("on", 0.65, False, situation=stay) for _ in range(3)]
+    calls += [Call("off", 0.62, True, situation=("ngram", 0, "cold", 1))]
+    calls += [Call("on", 0.95, True, situation=("ngram", 0, "cold", 2)),
+              Call("on", 0.55, False, situation=("ngram", 0, "cold", 2))]
+    per_call = {row["bin"]: row for row in calibration(calls)}
+    per_situation = {row["bin"]: row for row in calibration(calls, by_situation=True)}
+    assert per_call["0.6-0.7"] == {"bin": "0.6-0.7", "calls": 4, "right": 0.25}
+    assert per_situation["0.6-0.7"] == {"bin": "0.6-0.7", "calls": 2.0, "right": 0.5}
+    assert per_situation["0.9-1.0"]["calls"] == per_situation["0.5-0.6"]["calls"] == 0.5
+    assert (per_situation["0.9-1.0"]["right"], per_situation["0.5-0.6"]["right"]) == (1.0, 0.0)
+    assert per_situation["0.7-0.8"] == {"bin": "0.7-0.8", "calls": 0.0, "right": None}
