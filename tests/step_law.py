@@ -284,7 +284,8 @@ def generate_noisy(node: LawNode, load: Sequence[float], seed: int | Sequence[in
       the gauges those of the step under way.
 
     The counters keep vLLM V1's semantics as `generate` counts them (module docstring): one draft of
-    k tokens a decoding request a step, accepted counts truncated where a request's output ends,
+    k tokens a decoding request a step, accepted counts as the verifier accepted them (vLLM counts
+    them before it cuts a step's output at the request's end; generation counts what was kept),
     `vllm:iteration_tokens_total` observed per step with the prompt tokens it prefilled and the
     tokens it emitted (the first tokens of the requests it prefilled included), `request_success`
     when a request finishes. The Snapshot carries the same families as `generate`'s. The node starts
@@ -406,13 +407,16 @@ def generate_noisy(node: LawNode, load: Sequence[float], seed: int | Sequence[in
             u = rng.random((decoding, k))
             accept = u < conditional
             accept[:, 0] = u[:, 0] < x
-            accepted = np.minimum(np.logical_and.accumulate(accept, axis=1).sum(axis=1), rem - 1)
-            counts = np.bincount(accepted, minlength=k + 1)
+            # vLLM counts what the verifier accepted, then cuts the step's output at the request's
+            # end: the spec-decode counters count the accepted tokens past it, generation does not
+            verified = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
+            accepted = np.minimum(verified, rem - 1)
+            counts = np.bincount(verified, minlength=k + 1)
             per_pos += counts[::-1].cumsum()[::-1][1:]  # position j is accepted where accepted > j
             total = float(accepted.sum())
             c["drafts"] += decoding
             c["draft_tokens"] += decoding * k
-            c["accepted"] += total
+            c["accepted"] += float(verified.sum())
             c["generation"] += decoding + total
             observed += decoding + total
             rem = rem - 1 - accepted

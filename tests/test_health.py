@@ -152,9 +152,14 @@ def test_health_report_from_the_capture_by_hand(capture_increases):
     e = block["energy"]
     assert e["joules_per_token"] == pytest.approx(0.5)
     assert e["joules_per_token_if_toggled"] == pytest.approx(0.5 * 1.25)  # off: each token 1.25× longer
-    # decode positions: verified 1037 draft tokens + 301 drafts, plain 1144 − (301 + 272) − 20 first
-    # tokens = 551; over 1144 output tokens
-    assert e["computed_per_emitted"] == pytest.approx((1037 + 301 + 551) / 1144)
+    # decode positions: verified 1037 draft tokens + 301 drafts, plain 1144 − (301 + 272 − cut) − 20
+    # first tokens = 551 + cut, the cut being the accepted tokens vLLM counted past the 20 requests'
+    # ends (0 to 4 a request: estimated, figures.tokens_cut); over 1144 output tokens
+    from specwatch.readings.figures import step_tokens
+
+    cut = step_tokens(capture_increases).cut
+    assert 0 < cut <= 20 * 4
+    assert e["computed_per_emitted"] == pytest.approx((1037 + 301 + 551 + cut) / 1144)
     assert block["goodput"]["ttft_share"] == pytest.approx(0.4)
     assert block["goodput"]["estimate"] == "from histogram bucket boundaries"
     assert block["finish_reasons"] == {"length": 20.0} and block["truncated_share"] == 1.0

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from specwatch.telemetry.snapshot import EngineSample, Histogram
+from specwatch.readings.cut import tokens_cut
 
 
 __all__ = [
@@ -510,10 +511,15 @@ class StepTokens:
       n-gram miss) is not counted in drafts and decodes one position plainly; an n-gram proposal
       shorter than k counts only its own tokens in draft_tokens. So draft_tokens, not drafts·k, is the
       right count, and drafts·(k+1) holds only when every proposal is full length (a draft model);
-    - plain decode: Δgeneration − (Δdrafts + Δaccepted) − first tokens. A verify step emits
+    - plain decode: Δgeneration − (Δdrafts + Δaccepted − cut) − first tokens. A verify step emits
       1 + accepted per draft; the first token of each request comes from its prefill, whose
       positions are the prompt's (counted once per request by the TTFT histogram's _count; without
-      it, by finished requests).
+      it, by finished requests);
+    - cut: vLLM counts a draft's accepted tokens before it cuts the step's output at the request's
+      end (max_tokens or a stop string or token: Scheduler.update_from_output takes the accepted
+      count from the sampled tokens, then _update_request_with_output trims them), so Δaccepted
+      holds tokens no one received, and without them the plain decodes come out short by as many.
+      No counter gives the cut: it is estimated (readings.cut.tokens_cut).
     Not visible in any counter: the positions a preempted request recomputes when it resumes.
     """
 
@@ -524,6 +530,8 @@ class StepTokens:
     plain_decode: float
     emitted: float  # output tokens (vllm:generation_tokens)
     prompt_and_emitted: float  # what iteration_tokens_total sums: prompt computed + emitted
+    verify_emitted: float = 0.0  # tokens the verify steps emitted: Δdrafts + Δaccepted − cut
+    cut: float = 0.0  # accepted tokens counted past the requests' ends (estimated: cut.tokens_cut)
 
     @property
     def computed_per_step(self) -> float | None:
@@ -548,12 +556,15 @@ def _step_tokens(inc: Increases, acc: Acceptance | None) -> StepTokens | None:
     if steps_h is None or generation is None or prompt is None:
         return None
     prompt_computed = max(0.0, prompt - (inc.counter(PROMPT_TOKENS_CACHED) or 0.0))
-    verified = verify_emitted = 0.0
+    ttft = inc.histogram(TTFT)
+    finished = inc.counter(REQUEST_SUCCESS)
+    first_tokens = ttft.count if ttft is not None else (finished or 0.0)
+    verified = verify_emitted = cut = 0.0
     if acc is not None:
         verified = acc.draft_tokens + acc.drafts
-        verify_emitted = acc.drafts + acc.accepted_tokens
-    ttft = inc.histogram(TTFT)
-    first_tokens = ttft.count if ttft is not None else (inc.counter(REQUEST_SUCCESS) or 0.0)
+        cut = tokens_cut(acc.drafts, acc.accepted_tokens, acc.per_position, generation - first_tokens,
+                         finished or 0.0)
+        verify_emitted = acc.drafts + acc.accepted_tokens - cut
     plain = max(0.0, generation - verify_emitted - first_tokens)
     return StepTokens(
         steps=float(steps_h.count),
@@ -563,6 +574,8 @@ def _step_tokens(inc: Increases, acc: Acceptance | None) -> StepTokens | None:
         plain_decode=plain,
         emitted=generation,
         prompt_and_emitted=prompt_computed + generation,
+        verify_emitted=verify_emitted,
+        cut=cut,
     )
 
 
@@ -640,8 +653,7 @@ class EngineFigures:
         if tokens is None or acc is None or acc.drafts <= 0:
             return None
         steps = acc.drafts + tokens.plain_decode
-        return ((acc.drafts + acc.accepted_tokens + tokens.plain_decode) / steps,
-                (tokens.verified + tokens.plain_decode) / steps)
+        return ((tokens.verify_emitted + tokens.plain_decode) / steps, (tokens.verified + tokens.plain_decode) / steps)
 
 
 def engine_figures(inc: Increases, gauges: Sequence[dict[str, float]]) -> EngineFigures:
