@@ -964,3 +964,27 @@ def test_a_near_zero_tpot_does_not_squash_the_speedup_panel():
               if "|" in line and line.split("|")[0].strip().replace(".", "").isdigit()]
     assert max(labels) < 5  # the speedup panel's top label, not 1000
     assert "predicted: none (k is unknown)" in text
+
+
+def test_the_table_says_the_batch_each_engine_ran_and_where_the_client_outran_it():
+    """The tiers of a real CPU sweep (n-gram, the tiny Llama): at client concurrency 4 to 16 the
+    baseline engine ran 2.1 to 6.9 requests at once (the client, the API server and the tokenizer
+    share two cores with it). The table gives each side's, and one line names the tiers held back;
+    a tier whose engine ran the client's concurrency is not named."""
+    ran = {1: (0.88, 0.85), 2: (0.94, 1.23), 4: (2.12, 1.84), 8: (2.12, 3.3), 16: (6.93, 1.3), 32: (30.0, 29.0)}
+    tiers = []
+    for c, (b_ran, s_ran) in ran.items():
+        entry = {"concurrency": c, "baseline": dict(side(800 + 30 * c, 1.0), running_mean=b_ran),
+                 "speculative": dict(side(900 + 30 * c, 0.8, 3.3), running_mean=s_ran)}
+        entry["speedup"] = sw.tier_speedups(entry)
+        tiers.append(entry)
+    values, states = sw.crossings(tiers)
+    text = sw.render_plot({"tiers": tiers, "crossing": values, "crossing_state": states, "predicted": None,
+                           "predicted_note": "", "errors": [], "stopped": None}, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    table = text.split(" conc ", 1)[1].splitlines()
+    assert table[0].rstrip().endswith("ran b/s")
+    assert table[3].rstrip().endswith("2.1/1.8") and table[6].rstrip().endswith("30.0/29.0")
+    held = " ".join(text.split("the baseline engine ran well under", 1)[1].split()[:12])
+    assert held.startswith("the client's concurrency at 2 (0.9), 4 (2.1), 8 (2.1), 16 (6.9):")
+    assert "32 (" not in held

@@ -211,10 +211,16 @@ def _crossing_words(report: dict, key: str, what: str) -> str:
     return f"{what}: not enough data for a crossing"
 
 
+# A tier whose baseline engine ran fewer than this share of the client's concurrency is said to have
+# been held back (the sweep's concurrency axis then overstates the batch the engine stepped).
+ENGINE_BATCH_SHORT = 0.75
+
+
 def summary_lines(report: dict) -> list[str]:
     """The table of tiers and the crossings, in plain words."""
     lines = [f"{'conc':>5} {'base tok/s':>10} {'spec tok/s':>10} {'speedup':>7} "
-             f"{'TPOT b/s ms':>13} {'accept L':>8} {'failed':>7}"]
+             f"{'TPOT b/s ms':>13} {'accept L':>8} {'failed':>7} {'ran b/s':>9}"]
+    held_back = []
     for t in report["tiers"]:
         base, spec = t.get("baseline") or {}, t.get("speculative") or {}
 
@@ -225,10 +231,19 @@ def summary_lines(report: dict) -> list[str]:
         tpot_s = None if spec.get("tpot_p50_s") is None else spec["tpot_p50_s"] * 1000
         tpot_format = ".2f" if max(tpot_b or 0, tpot_s or 0) < 10 else ".1f"
         failed = (base.get("requests_failed") or 0) + (spec.get("requests_failed") or 0)
+        # the requests each engine ran at once over the tier: the client keeps `conc` in flight, but
+        # the engine batches only those inside it
+        ran_b, ran_s = base.get("running_mean"), spec.get("running_mean")
         lines.append(f"{t['concurrency']:>5} {num(base.get('output_tokens_per_s'), '.1f'):>10} "
                      f"{num(spec.get('output_tokens_per_s'), '.1f'):>10} {num(t['speedup']['throughput'], '.2f'):>7} "
                      f"{num(tpot_b, tpot_format) + '/' + num(tpot_s, tpot_format):>13} {num(spec.get('acceptance_length'), '.2f'):>8} "
-                     f"{failed:>7}")
+                     f"{failed:>7} {num(ran_b, '.1f') + '/' + num(ran_s, '.1f'):>9}")
+        if ran_b is not None and t["concurrency"] >= 2 and ran_b < ENGINE_BATCH_SHORT * t["concurrency"]:
+            held_back.append(f"{t['concurrency']} ({ran_b:.1f})")
+    if held_back:
+        lines.append(f"the baseline engine ran well under the client's concurrency at {', '.join(held_back)}: the "
+                     "client, the API server or a cap on running requests held the rest, so a tier's speedup is "
+                     "that of the smaller batch")
     lines += interval_lines(report)
     lines.append(_crossing_words(report, "throughput", "tokens/s"))
     lines.append(_crossing_words(report, "tpot", "TPOT"))
