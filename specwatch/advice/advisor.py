@@ -123,6 +123,7 @@ class AdvisorInputs:
     kv_capacity_tokens: float | None = None  # only when the KV cache limits the batch (full, requests waiting)
     prompt_per_output: float = 0.0  # prompt tokens the steps prefilled per token they emitted (chunked prefill)
     token_budget: TokenBudget = NO_BUDGET  # the step's token budget that prefill gets what is left of
+    prefill_apart: bool = False  # the engine prefills apart from its decode steps (SGLang)
 
     def decision_inputs(self, *, length: float | None = None, running: float | None = None,
                         extra_level_error: float = 0.0, **overrides: Any) -> perf.DecisionInputs:
@@ -137,6 +138,7 @@ class AdvisorInputs:
             observed_with_speculation=True, fitted_on_speculative_steps=fitted,
             extra_level_error=extra_level_error, prompt_per_output=self.prompt_per_output,
             token_budget=self.token_budget.tokens, token_budget_from=self.token_budget.words,
+            prefill_apart=self.prefill_apart,
         )
         values.update(overrides)
         return perf.DecisionInputs(**values)
@@ -337,7 +339,8 @@ class Advisor:
                                              running, context_per_seq, stale_acceptance, prior_words,
                                              pricing=pricing, waiting=figures.waiting or 0.0,
                                              kv_capacity_tokens=_kv_limit(figures),
-                                             prompt_per_output=_prompt_per_output(figures), token_budget=node.budget)
+                                             prompt_per_output=_prompt_per_output(figures), token_budget=node.budget,
+                                             prefill_apart=target.engine_name == "sglang")
             # the requests the window's drafts came from: those that finished in it and those running at its end
             requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
             acceptance_error = perf.acceptance_error(acc.acceptance_length, acc.per_position, acc.drafts, requests)

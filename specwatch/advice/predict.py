@@ -31,7 +31,7 @@ from specwatch.advice.predict_inputs import (
     positive_int as _positive_int,
     resolve_target,
 )
-from specwatch.advice.predict_scale import check_role, disaggregated, expert_parallel_words, per_position
+from specwatch.advice.predict_scale import check_engine, prefills_apart, check_role, disaggregated, expert_parallel_words, per_position
 from specwatch.advice.verdict import hold_words
 from specwatch.perf.models import WEIGHTS_AS_RELEASED, weight_format
 from specwatch.perf.hardware import (
@@ -162,6 +162,7 @@ def predict(
     dp_attention: bool = False,
     role: str | None = None,
     acceptance_per_position: Any = None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -216,9 +217,11 @@ def predict(
         raise PredictInputError(f"unknown verifier {verifier!r}; known: {', '.join(perf.VERIFIERS)}")
     budget = None if max_num_batched_tokens is None else _positive(max_num_batched_tokens, "max num batched tokens")
     role_name = check_role(role, prompt, output, prompt_per_output, budget)
+    prefill_apart = check_engine(engine, budget, prompt_per_output) and role_name is None
     # the traffic's prompt tokens per output token: their prefill shares the steps (chunked prefill),
-    # except in a disaggregated deployment, whose decode steps carry none (the prefill pool has them)
-    if role_name is not None:
+    # except in a disaggregated deployment, whose decode steps carry none (the prefill pool has them),
+    # and in an engine that prefills apart from its decode steps (SGLang under speculation)
+    if role_name is not None or prefill_apart:
         mix = 0.0
     elif prompt_per_output is not None:
         mix = _non_negative(prompt_per_output, "prompt per output")
@@ -315,16 +318,19 @@ def predict(
         rates=rates, k_max=len(rates) if rates else None,
         draft_context_per_sequence=draft_budget, prompt_tokens=prompt, output_tokens=output,
         extra_level_error=extra_error, verify_attention_per_position=perf.VERIFIERS[verifier_name],
-        prompt_per_output=mix, token_budget=budget,
+        prompt_per_output=mix, token_budget=budget, prefill_apart=prefill_apart,
         token_budget_from=TokenBudget(int(budget), budget_from).words if budget_from == FROM_VLLM_DEFAULT else "",
     ))
     result = _result(decision, gpu_spec, target, prior, pricing, dtype_name, tp_degree, batch_size, waiting_count,
                      draft_k, length, context_per_sequence, context, tree, cap, prompt, output, draft_note, method_name, rates=rates)
     result["inputs"]["verifier"] = verifier_name
-    result["inputs"].update(ep=ep_degree, dp_attention=dp_attention, role=role_name)
+    result["inputs"].update(ep=ep_degree, dp_attention=dp_attention, role=role_name,
+                            engine=(engine or "").lower() or None, prefill_apart=prefill_apart)
     result["inputs"]["prompt_per_output"] = mix
     if role_name is not None:
         disaggregated(result, role_name, decision, prior, pricing, target, gpu_spec, tp_degree, prompt, output)
+    elif prefill_apart:
+        prefills_apart(result, prior, batch_size, prompt)
     result["inputs"]["max_num_batched_tokens"] = budget
     result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
     result["verdict"]["throughput_speedup"] = decision.throughput_speedup

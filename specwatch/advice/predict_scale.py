@@ -62,6 +62,39 @@ def check_role(role: str | None, prompt: float | None, output: float | None, pro
     return name
 
 
+# How each engine schedules prefill beside speculative decode steps: vLLM chunks it into the steps
+# under its token budget, TensorRT-LLM's in-flight batching puts context chunks beside the generation
+# phase in one iteration, and SGLang runs prefill batches of their own (its mixed chunked prefill is
+# off under speculation), which pause every decode while they run.
+ENGINES = {"vllm": False, "trtllm": False, "sglang": True}  # name → prefills apart from the decode steps
+
+
+def check_engine(engine: str | None, budget: float | None, prompt_per_output: Any) -> bool:
+    """Whether the engine asked about prefills apart from its decode steps (False where none is
+    named: priced as vLLM chunks it), or one clear line."""
+    if engine is None or str(engine) == "":
+        return False
+    name = str(engine).lower()
+    if name not in ENGINES:
+        raise PredictInputError(f"unknown engine {engine!r}: {', '.join(ENGINES)}")
+    if ENGINES[name] and (budget is not None or prompt_per_output is not None):
+        raise PredictInputError(f"{name} prefills apart from its speculative decode steps: "
+                                "--max-num-batched-tokens and a prompt mix do not apply to it")
+    return ENGINES[name]
+
+
+def prefills_apart(result: dict[str, Any], prior: perf.StepTimePrior, batch: float, prompt: float | None) -> None:
+    """The reason an engine that prefills apart from its decode steps gives: the prefills each
+    request waits out, where the request's shape is known."""
+    words = "the engine prefills in batches of its own (SGLang under speculation): its decode steps carry no prompt tokens"
+    if prompt is not None:
+        each = perf.prefill_time_s(prior, prompt)
+        waits = max(1.0, batch)
+        words += (f", and at {batch:g} running each request waits out about {waits:g} prefills of "
+                  f"{each * 1e3:.0f} ms ({waits * each:.2f} s), which speculation does not shorten")
+    result["verdict"]["reasons"].append(words)
+
+
 def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, prior: perf.StepTimePrior,
                    pricing: perf.DraftPricing, target: Target, gpu_spec: GpuSpec, tp_degree: int,
                    prompt: float | None, output: float | None) -> None:

@@ -67,6 +67,10 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--role", "role", "a disaggregated deployment's pool: decode (its steps carry no prefill) or prefill (what "
                        "speculation adds to each request's prefill and KV handover; needs --prompt-tokens and "
                        "--output-tokens); default: aggregated"),
+    ("--engine", "engine", "the serving engine: vllm (default: prefill chunks share the decode steps), trtllm "
+                           "(the same, in-flight batching) or sglang (prefill batches of their own, which pause "
+                           "every decode: with --prompt-tokens/--output-tokens each request waits out the "
+                           "prefills of the requests in flight)"),
     ("--verifier", "verifier", "how the engine verifies: multi-query (one KV read per sequence; default) or "
                                "batch-expansion (vLLM V0 before its multi-query scorer: a KV read per position)"),
 )

@@ -121,6 +121,13 @@ class DraftPricing:
     def words(self) -> str:
         return METHOD_WORDS.get(self.method or "", "the drafter")
 
+    def prefill_time_s(self, prompt_tokens: float, target_prefill_s: float) -> float:
+        """The draft's own prefill of a prompt the target prefills in `target_prefill_s`: a draft
+        model's forward over it, nothing for a lookup, r of the target's for a head."""
+        if self.kind == "model" and self.model is not None:
+            return prefill_time_s(self.model, prompt_tokens)
+        return 0.0 if self.kind == "lookup" else self.ratio * target_prefill_s
+
     def forward_s(self, target: StepTimeModel, tokens: float, context_tokens: float,
                   draft_context_tokens: float | None = None) -> float:
         """Seconds for one draft forward over `tokens` tokens (model or head)."""

@@ -97,6 +97,9 @@ class DecisionInputs:
     token_budget_from: str = ""  # where the budget came from, in the reason's words ("" says nothing)
     prompt_tokens: float | None = None
     output_tokens: float | None = None
+    # prefill batches apart from the decode steps (SGLang): each request waits out the prefills of the
+    # `running` requests that start while it runs (Little's law), which speculation does not shorten
+    prefill_apart: bool = False
     k_max: int | None = None  # best k searched over 1..k_max (default k)
     extra_level_error: float = 0.0  # what the caller knows adds to the error (GPU, acceptance, ...)
     max_batch: float = MAX_BATCH
@@ -698,13 +701,10 @@ def _request_speedup(inputs: DecisionInputs, expected: float, plain_here: float)
     if not (inputs.prompt_tokens and inputs.output_tokens):
         return None
     prefill = prefill_time_s(inputs.step_model, inputs.prompt_tokens)
-    if inputs.draft.kind == "model" and inputs.draft.model is not None:
-        draft_prefill = prefill_time_s(inputs.draft.model, inputs.prompt_tokens)
-    elif inputs.draft.kind == "lookup":
-        draft_prefill = 0.0
-    else:
-        draft_prefill = inputs.draft.ratio * prefill
-    return request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens, prefill, draft_prefill)
+    draft_prefill = inputs.draft.prefill_time_s(inputs.prompt_tokens, prefill)
+    prefills = max(1.0, inputs.running) if inputs.prefill_apart else 1.0  # the prefills a request waits out
+    return request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens, prefills * prefill,
+                           prefills * draft_prefill)
 
 
 def figures_priced_everywhere(inputs: DecisionInputs) -> bool:
