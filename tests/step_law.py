@@ -409,14 +409,14 @@ def generate_noisy(node: LawNode, load: Sequence[float], seed: int | Sequence[in
             accept[:, 0] = u[:, 0] < x
             # vLLM counts what the verifier accepted, then cuts the step's output at the request's
             # end: the spec-decode counters count the accepted tokens past it, generation does not
-            verified = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
-            accepted = np.minimum(verified, rem - 1)
-            counts = np.bincount(verified, minlength=k + 1)
+            counted = np.logical_and.accumulate(accept, axis=1).sum(axis=1)
+            accepted = np.minimum(counted, rem - 1)
+            counts = np.bincount(counted, minlength=k + 1)
             per_pos += counts[::-1].cumsum()[::-1][1:]  # position j is accepted where accepted > j
             total = float(accepted.sum())
             c["drafts"] += decoding
             c["draft_tokens"] += decoding * k
-            c["accepted"] += float(verified.sum())
+            c["accepted"] += float(counted.sum())
             c["generation"] += decoding + total
             observed += decoding + total
             rem = rem - 1 - accepted

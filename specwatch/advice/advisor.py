@@ -41,7 +41,7 @@ from specwatch.advice.reasons import (
 )
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
-from specwatch.advice.token_budget import NO_BUDGET, TokenBudget
+from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, prefills_apart
 from specwatch.advice.verdict import HOLD, OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
 from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
@@ -340,7 +340,7 @@ class Advisor:
                                              pricing=pricing, waiting=figures.waiting or 0.0,
                                              kv_capacity_tokens=_kv_limit(figures),
                                              prompt_per_output=_prompt_per_output(figures), token_budget=node.budget,
-                                             prefill_apart=target.engine_name == "sglang")
+                                             prefill_apart=prefills_apart(target.engine_name))
             # the requests the window's drafts came from: those that finished in it and those running at its end
             requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
             acceptance_error = perf.acceptance_error(acc.acceptance_length, acc.per_position, acc.drafts, requests)

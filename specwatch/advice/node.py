@@ -105,9 +105,13 @@ class Node:
 
     @property
     def cpu_engine(self) -> bool:
-        """An engine that says it runs on the CPU has a known shape where no GPU is identified; so has
-        a loopback server on a host with no NVIDIA driver, which no GPU's roofline may price."""
-        return self.gpu is None and self.device[0] == "cpu"
+        return _cpu_engine(self.gpu, self.device)
+
+
+def _cpu_engine(gpu: GpuSpec | None, device: tuple[str | None, str | None]) -> bool:
+    """An engine that says it runs on the CPU has a known shape where no GPU is identified; so has a
+    loopback server on a host with no NVIDIA driver, which no GPU's roofline may price."""
+    return gpu is None and device[0] == "cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +129,9 @@ def identify_node(identity: GpuIdentity, target: TargetSample, gpus: Sequence[Gp
     """The node this evaluation reads: `identity.identify` moves the GPU in use (carried on the verdict)."""
     gpu = identity.identify(gpus)
     device = resolve_device(target.device, told.device, inferred_device(target.url, sources, gpus))
-    cpu_engine = gpu is None and device[0] == "cpu"
     # vLLM's default budget where the hardware is known and neither the server nor the flag says it
     default_budget = vllm_default_token_budget(gpu, target.version) if target.engine_name == "vllm" \
-        and (gpu is not None or cpu_engine) else None
+        and (gpu is not None or _cpu_engine(gpu, device)) else None
     # the weights' format the server says it serves (its /server_info) wins, as its device does (a
     # recording's word that no law prices is not taken); and how it says it lays the model out
     weights = (target.weights, FROM_SERVER_INFO) if target.weights in perf.WEIGHT_FORMATS else told.weights

@@ -31,7 +31,8 @@ from specwatch.advice.predict_inputs import (
     positive_int as _positive_int,
     resolve_target,
 )
-from specwatch.advice.predict_scale import check_engine, prefills_apart, check_role, disaggregated, expert_parallel_words, per_position
+from specwatch.advice.predict_scale import (check_engine, check_role, disaggregated, expert_parallel_words,
+                                            per_position, prefills_apart_words)
 from specwatch.advice.verdict import hold_words
 from specwatch.perf.models import WEIGHTS_AS_RELEASED, weight_format
 from specwatch.perf.hardware import (
@@ -330,7 +331,7 @@ def predict(
     if role_name is not None:
         disaggregated(result, role_name, decision, prior, pricing, target, gpu_spec, tp_degree, prompt, output)
     elif prefill_apart:
-        prefills_apart(result, prior, batch_size, prompt)
+        prefills_apart_words(result, prior if step_model is None else step_model, batch_size, prompt)
     result["inputs"]["max_num_batched_tokens"] = budget
     result["inputs"]["max_num_batched_tokens_source"] = budget_from  # flags, vllm_default or None
     result["verdict"]["throughput_speedup"] = decision.throughput_speedup

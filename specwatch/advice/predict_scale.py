@@ -9,6 +9,7 @@ from typing import Any
 
 from specwatch import perf
 from specwatch.advice.predict_inputs import PredictInputError, Target, parse_quantity
+from specwatch.advice.token_budget import prefills_apart
 from specwatch.perf.hardware import GpuSpec
 
 __all__ = ["ROLES", "check_role", "disaggregated", "expert_parallel_words", "per_position"]
@@ -62,11 +63,9 @@ def check_role(role: str | None, prompt: float | None, output: float | None, pro
     return name
 
 
-# How each engine schedules prefill beside speculative decode steps: vLLM chunks it into the steps
-# under its token budget, TensorRT-LLM's in-flight batching puts context chunks beside the generation
-# phase in one iteration, and SGLang runs prefill batches of their own (its mixed chunked prefill is
-# off under speculation), which pause every decode while they run.
-ENGINES = {"vllm": False, "trtllm": False, "sglang": True}  # name → prefills apart from the decode steps
+# The engines predict knows how to schedule (--engine): which of them prefill apart from their
+# decode steps is token_budget.PREFILLS_APART.
+ENGINES = ("vllm", "trtllm", "sglang")
 
 
 def check_engine(engine: str | None, budget: float | None, prompt_per_output: Any) -> bool:
@@ -77,19 +76,21 @@ def check_engine(engine: str | None, budget: float | None, prompt_per_output: An
     name = str(engine).lower()
     if name not in ENGINES:
         raise PredictInputError(f"unknown engine {engine!r}: {', '.join(ENGINES)}")
-    if ENGINES[name] and (budget is not None or prompt_per_output is not None):
+    if prefills_apart(name) and (budget is not None or prompt_per_output is not None):
         raise PredictInputError(f"{name} prefills apart from its speculative decode steps: "
                                 "--max-num-batched-tokens and a prompt mix do not apply to it")
-    return ENGINES[name]
+    return prefills_apart(name)
 
 
-def prefills_apart(result: dict[str, Any], prior: perf.StepTimePrior, batch: float, prompt: float | None) -> None:
+def prefills_apart_words(result: dict[str, Any], step_model: perf.StepTimeModel, batch: float,
+                         prompt: float | None) -> None:
     """The reason an engine that prefills apart from its decode steps gives: the prefills each
-    request waits out, where the request's shape is known."""
+    request waits out (perf.prefills_waited_out), priced by the step model the decision used, where
+    the request's shape is known."""
     words = "the engine prefills in batches of its own (SGLang under speculation): its decode steps carry no prompt tokens"
     if prompt is not None:
-        each = perf.prefill_time_s(prior, prompt)
-        waits = max(1.0, batch)
+        each = perf.prefill_time_s(step_model, prompt)
+        waits = perf.prefills_waited_out(batch, True)
         words += (f", and at {batch:g} running each request waits out about {waits:g} prefills of "
                   f"{each * 1e3:.0f} ms ({waits * each:.2f} s), which speculation does not shorten")
     result["verdict"]["reasons"].append(words)
@@ -110,13 +111,12 @@ def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, pr
              "the drafter's KV it hands over; the verdict below is the decode pool's"]
     if prompt is not None and output is not None and prompt > 0:
         prefill = perf.prefill_time_s(prior, prompt)
+        draft_prefill = pricing.prefill_time_s(prompt, prefill)
         if pricing.kind == "model" and pricing.model is not None:
-            draft_prefill = perf.prefill_time_s(pricing.model, prompt)
             draft_kv = pricing.kv_bytes_per_token * tp_degree * prompt  # its whole cache, every rank's share
         elif pricing.kind == "lookup":
-            draft_prefill, draft_kv = 0.0, 0.0
-        else:  # a head: its share of the target's prefill, and one layer's KV
-            draft_prefill = pricing.ratio * prefill
+            draft_kv = 0.0
+        else:  # a head: one layer's KV
             draft_kv = (target.kv_bytes_per_token or 0.0) / (target.layers or 32) * prompt
         kv = (target.kv_bytes_per_token or 0.0) * prompt
         # the decode pool takes its prompts' KV from the prefill pool over the NIC, as the all-to-all

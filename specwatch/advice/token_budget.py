@@ -74,6 +74,18 @@ def _release(version: str | None) -> tuple[int, int] | None:
         return None
 
 
+# Engines that prefill in batches of their own beside speculative decode steps, which pause every
+# decode while they run: SGLang (its mixed chunked prefill is off under speculation). vLLM chunks
+# prefill into the steps under its token budget; TensorRT-LLM's in-flight batching puts context
+# chunks beside the generation phase in one iteration.
+PREFILLS_APART = frozenset({"sglang"})
+
+
+def prefills_apart(engine_name: str | None) -> bool:
+    """Whether this engine prefills apart from its speculative decode steps (PREFILLS_APART)."""
+    return engine_name in PREFILLS_APART
+
+
 def resolve_token_budget(target: TargetSample | None, declared: int | None,
                          default: int | None = None) -> TokenBudget:
     """The budget for this target: its server's, else `declared` (the operator's flag), else
@@ -82,7 +94,7 @@ def resolve_token_budget(target: TargetSample | None, declared: int | None,
     An SGLang target gets none: SGLang does not put prefill chunks into its speculative steps (its
     mixed chunked prefill is off under speculation), so the budget the model prices, shared by the
     verified positions and the prefill, is vLLM's alone; a flag given for it is said to be unused."""
-    if target is not None and target.engine_name == "sglang":
+    if target is not None and prefills_apart(target.engine_name):
         if declared is None:
             return NO_BUDGET
         return TokenBudget(note=f"{BUDGET_FLAG} {declared} was given, but SGLang does not put prefill into its "

@@ -53,6 +53,7 @@ __all__ = [
     "Capacity",
     "capacity",
     "prefill_time_s",
+    "prefills_waited_out",
     "prefill_chunk",
     "throughput_speedup",
     "request_speedup",
@@ -327,6 +328,13 @@ def throughput_speedup(b_plain: float, b_spec: float, emitted: float, plain_s: f
 def prefill_time_s(model: StepTimeModel, prompt_tokens: float) -> float:
     """One prompt's prefill on its own: a step of `prompt_tokens` tokens (compute-bound when long)."""
     return float(model.step_time(max(prompt_tokens, 1.0), 0.0))
+
+
+def prefills_waited_out(running: float, prefill_apart: bool) -> float:
+    """The prefills one request's time holds: its own; where the engine prefills in batches apart
+    from its decode steps (SGLang), those of the `running` requests that start while it runs, in a
+    steady state (Little's law), which pause its decode and which speculation does not shorten."""
+    return max(1.0, running) if prefill_apart else 1.0
 
 
 def request_speedup(decode_speedup: float, plain_token_s: float, prompt_tokens: float, output_tokens: float,

@@ -34,6 +34,7 @@ from specwatch.perf.costs import (
     capacity,
     prefill_chunk,
     prefill_time_s,
+    prefills_waited_out,
     request_speedup,
     seconds,
     prefill_shared,
@@ -97,9 +98,7 @@ class DecisionInputs:
     token_budget_from: str = ""  # where the budget came from, in the reason's words ("" says nothing)
     prompt_tokens: float | None = None
     output_tokens: float | None = None
-    # prefill batches apart from the decode steps (SGLang): each request waits out the prefills of the
-    # `running` requests that start while it runs (Little's law), which speculation does not shorten
-    prefill_apart: bool = False
+    prefill_apart: bool = False  # prefill batches apart from the decode steps (SGLang): prefills_waited_out
     k_max: int | None = None  # best k searched over 1..k_max (default k)
     extra_level_error: float = 0.0  # what the caller knows adds to the error (GPU, acceptance, ...)
     max_batch: float = MAX_BATCH
@@ -702,7 +701,7 @@ def _request_speedup(inputs: DecisionInputs, expected: float, plain_here: float)
         return None
     prefill = prefill_time_s(inputs.step_model, inputs.prompt_tokens)
     draft_prefill = inputs.draft.prefill_time_s(inputs.prompt_tokens, prefill)
-    prefills = max(1.0, inputs.running) if inputs.prefill_apart else 1.0  # the prefills a request waits out
+    prefills = prefills_waited_out(inputs.running, inputs.prefill_apart)
     return request_speedup(expected, plain_here, inputs.prompt_tokens, inputs.output_tokens, prefills * prefill,
                            prefills * draft_prefill)
 
