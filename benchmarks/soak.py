@@ -6,8 +6,9 @@
 `specwatch export --url PROXY --listen 127.0.0.1:0 --interval 1 --no-dcgm` and `specwatch record`
 beside it both read the engine through the fault proxy (the moving capture of a real vLLM payload,
 or --upstream); a real Prometheus (a temporary config and TSDB) scrapes the agent every second.
-Faults follow the seeded schedule (faultproxy.Schedule, printed in the output). Both processes run
-in a mount namespace of their own whose /etc/hosts names the proxy (the `dns` fault), with the NVML
+Faults follow the seeded schedule (faultproxy.Schedule, printed in the output). Where the schedule
+has `dns` faults, both processes run in a mount namespace of their own whose /etc/hosts names the
+proxy, with the NVML
 double of tests/nvml_double.py in place of pynvml (the `gpu_lost` fault: two H100s, GPU 1 lost); where
 `unshare` cannot mount, `dns` is left out, and --no-gpu-fault gives the plain `--no-nvml` agent.
 Every few seconds /proc gives the agent's RSS, open descriptors, threads and CPU ticks (and the
@@ -555,6 +556,7 @@ class Child:
         self.log = log
         self._file = open(log, "wb")
         self.proc = subprocess.Popen(argv, stdout=self._file, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        self.hang = ""
 
     @property
     def pid(self) -> int:
@@ -563,16 +565,48 @@ class Child:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+    def stop(self, sig: int = signal.SIGTERM, grace_s: float = 30.0) -> int | None:
+        """Stop it with `sig`; the exit status, or None when it outlived SIGKILL too. One that is still
+        there `grace_s` on is described (`hang`: its threads' kernel states, and their Python stacks, which
+        faulthandler writes to the log on SIGABRT) before it is killed, so that a hang says where."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            if not self._waited(grace_s):
+                self.hang = process_state(self.proc.pid)
+                self.proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to the log
+                if not self._waited(grace_s / 3):
+                    self.hang += "; after SIGABRT: " + process_state(self.proc.pid)
+                    self.proc.kill()
+                    if not self._waited(60):
+                        self.hang += "; still there 60 s after SIGKILL: " + process_state(self.proc.pid)
         self._file.close()
         return self.proc.returncode
+
+    def _waited(self, timeout_s: float) -> bool:
+        try:
+            self.proc.wait(timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+
+def process_state(pid: int) -> str:
+    """Each thread's scheduler state and kernel wait channel from /proc ('D' with a wait channel is a
+    process the kernel holds, which no signal moves), or why they could not be read."""
+    threads = []
+    try:
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+            try:
+                comm = (task / "comm").read_text().strip()
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                wchan = (task / "wchan").read_text().strip() or "-"
+            except OSError as exc:
+                threads.append(f"{task.name}: {exc.strerror}")
+                continue
+            threads.append(f"{task.name} {comm} {state} {wchan}")
+    except OSError as exc:
+        return f"pid {pid}: {exc.strerror or exc}"
+    return f"pid {pid}: " + ", ".join(threads)
 
 
 def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
@@ -583,8 +617,10 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     kinds = set(config.kinds)
-    hosts: HostsFile | None = HostsFile(workdir / "hosts")
-    why = hosts.check()  # type: ignore[union-attr]
+    # the agent and the recorder run in a mount namespace of their own only for the name faults: a run
+    # without them reaches the proxy by address, as plain processes
+    hosts: HostsFile | None = HostsFile(workdir / "hosts") if "dns" in kinds else None
+    why = hosts.check() if hosts is not None else None
     if why is not None:
         notes.append(f"dns left out: {why}")
         kinds.discard("dns")
@@ -602,6 +638,7 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
     lost_file = workdir / "gpu-lost"
     lost_file.unlink(missing_ok=True)
     env = nvml_double_env(lost_file) if config.gpu_fault else dict(os.environ)
+    env["PYTHONFAULTHANDLER"] = "1"  # a child that will not stop dumps its threads' stacks on SIGABRT (Child.stop)
     proxy = FaultProxy(upstream, schedule, timeout_s=config.timeout_s, max_bytes=config.max_bytes, hosts=hosts,
                        gpu_lost_file=lost_file if config.gpu_fault else None)
     proxy.start(arm=False)  # the schedule's clock starts once the rest is up
@@ -690,8 +727,9 @@ def run_soak(config: SoakConfig, workdir: Path) -> dict[str, Any]:
     result["agent"]["thread_check"] = leak_check(agent_samples, first_fault, settled, allowed=2, what="threads")
     for name, child, code in (("agent", agent, agent_exit), ("recorder", recorder, recorder_exit)):
         text = child.text()
-        result[name].update(exit_code=code, tracebacks=text.count(TRACEBACK), log_tail=text[-600:] if
-                            TRACEBACK in text or code not in (0, None) else "")
+        result[name].update(exit_code=code, tracebacks=text.count(TRACEBACK), hang=child.hang,
+                            log_tail=text[-(6000 if child.hang else 600):]
+                            if TRACEBACK in text or code not in (0, None) else "")
     result["harness_core_pct"] = round(100.0 * ((harness1.user - harness0.user) + (harness1.system - harness0.system))
                                        / elapsed, 2)
     up = [v for _, v in tl.up]

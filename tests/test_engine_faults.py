@@ -151,6 +151,9 @@ def _fault_run_problems(result: dict, down_kinds: frozenset) -> list[str]:
         problems.append(f"tracebacks: agent {agent['tracebacks']}, recorder {recorder['tracebacks']}")
     if agent["exit_code"] != 0 or recorder["exit_code"] != 0:
         problems.append(f"exit codes: agent {agent['exit_code']}, recorder {recorder['exit_code']}")
+    for name, child in (("agent", agent), ("recorder", recorder)):
+        if child.get("hang"):  # it did not stop within 30 s of SIGTERM: where it was (its stacks are in its log)
+            problems.append(f"the {name} did not stop on SIGTERM: {child['hang']}")
     if agent["fd_check"]["leak"]:
         problems.append(f"descriptors: {agent['fd_check']}")
     kinds = {w["kind"] for w in result["windows"]}
@@ -193,7 +196,8 @@ def _fault_run_diagnosis(result: dict, workdir: Path) -> str:
     for name in ("agent.log", "recorder.log", "prometheus.log"):
         path = workdir / name
         text = path.read_text(errors="replace") if path.exists() else "(none)"
-        lines.append(f"--- {name} (last 2000 characters)\n{text[-2000:]}")
+        tail = 8000 if "Thread 0x" in text else 2000  # faulthandler's stacks of a process that would not stop
+        lines.append(f"--- {name} (last {tail} characters)\n{text[-tail:]}")
     return "\n".join(lines)
 
 

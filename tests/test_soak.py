@@ -261,3 +261,29 @@ def test_a_wall_clock_step_in_process_leaves_the_agent_polling_and_up(monkeypatc
         assert abs(rows[-1][4] - step) < 5.0, rows[-1]
     # the last phase began with a step back (the window starts over): judged again by the end
     assert seen[-1][3] != ["unknown"], seen[-6:]
+
+
+def test_a_child_that_will_not_stop_is_described_with_its_stacks(tmp_path: Path) -> None:
+    """The harness's last word on a child that ignores SIGTERM (CI once saw the recorder outlive it by
+    30 s, twice): its threads' kernel states from /proc, then faulthandler's Python stacks in its log
+    on SIGABRT, and an exit status rather than an exception out of the harness."""
+    script = ("import signal, threading, time\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "threading.Thread(target=time.sleep, args=(600,), name='sleeper', daemon=True).start()\n"
+              "print('ready', flush=True)\n"
+              "def stuck_here():\n    time.sleep(600)\n"
+              "stuck_here()\n")
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    child = soak.Child([sys.executable, "-c", script], tmp_path / "child.log", env, tmp_path)
+    deadline = time.monotonic() + 60
+    while "ready" not in child.text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    code = child.stop(grace_s=1.0)
+    assert code == -6, (code, child.hang, child.text())  # SIGABRT, after faulthandler wrote the stacks
+    assert child.hang.startswith(f"pid {child.pid}: "), child.hang
+    states = child.hang.split(": ", 1)[1].split(", ")
+    assert len(states) == 2 and all(s.split()[2] in "SRD" for s in states), child.hang  # two threads, each with a state
+    log = child.text()
+    assert "stuck_here" in log and "Thread 0x" in log, log
+    # gone already: said so rather than raised
+    assert soak.process_state(child.pid).endswith("No such file or directory")
