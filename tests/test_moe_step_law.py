@@ -7,6 +7,8 @@ one does. The published figures here are measurements, not the law's output.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specwatch import perf
@@ -162,6 +164,66 @@ def test_a_prefill_decode_pair_puts_the_prefill_tax_where_it_is_paid():
     # the end-to-end figure pays the prefill, the drafter's and the KV handover once, off the decode steps
     assert pool["request_speedup"] == pytest.approx(prefill["verdict"]["request_speedup"])
     assert 1.0 < pool["request_speedup"] < decode["verdict"]["expected_speedup"]
+
+
+def test_the_prefill_pool_is_priced_on_its_own_layout():
+    """A prefill pool laid out apart from the decode pool (`--prefill-tp`): a 2,000-token prompt of a
+    70B model is compute-bound, so twice the GPUs take a little over half the time (the fixed part
+    and the collectives do not halve); the decode pool's verdict does not move."""
+    common = dict(model="Llama-3.1-70B", tp=4, batch=32, k=4, draft_model="Llama-3.2-1B", acceptance_length=2.5,
+                  context=1500, prompt_tokens=2000, output_tokens=500, role="decode")
+    same = predict("H100", **common)
+    wider = predict("H100", prefill_tp=8, **common)
+    assert wider["verdict"]["expected_speedup"] == same["verdict"]["expected_speedup"]
+    as_decode, own = same["verdict"]["disaggregated"], wider["verdict"]["disaggregated"]
+    assert as_decode["prefill_layout"] == {"tp": 4, "ep": None, "dp_attention": False, "from_flags": False}
+    assert own["prefill_layout"] == {"tp": 8, "ep": None, "dp_attention": False, "from_flags": True}
+    assert 0.5 < own["prefill_s"] / as_decode["prefill_s"] < 0.75
+    # the KV handed over is the model's, however the pool is laid out
+    assert own["kv_handover_bytes"] == as_decode["kv_handover_bytes"]
+    assert own["draft_kv_handover_bytes"] == as_decode["draft_kv_handover_bytes"]
+    said = " ".join(same["verdict"]["reasons"]), " ".join(wider["verdict"]["reasons"])
+    assert "laid out as the decode pool, TP 4 (--prefill-tp and --prefill-ep give its own)" in said[0]
+    assert "its own layout, TP 8" in said[1]
+
+
+def test_a_prefill_pool_that_cannot_hold_the_model_is_refused_and_expert_parallelism_makes_it_fit():
+    """DeepSeek-V3 in FP8 is about 671 GB: four H200s (141 GB each) cannot hold it, eight can, and
+    32 GPUs with the experts spread over them hold it with one GPU's attention each."""
+    from specwatch.advice.predict_inputs import PredictInputError
+    common = dict(model="DeepSeek-V3", tp=8, batch=32, k=2, method="mtp", acceptance_length=2.4, context=3600,
+                  prompt_tokens=3200, output_tokens=800, role="prefill")
+    with pytest.raises(PredictInputError, match=r"the prefill pool \(TP 4\) cannot hold the model: .* TP 8 would"):
+        predict("H200", prefill_tp=4, **common)
+    spread = predict("H200", prefill_tp=1, prefill_ep=32, prefill_dp_attention=True, **common)
+    block = spread["verdict"]["disaggregated"]
+    assert block["prefill_layout"] == {"tp": 1, "ep": 32, "dp_attention": True, "from_flags": True}
+    assert block["prefill_s"] > 0 and "TP 1, EP 32 with DP attention" in " ".join(spread["verdict"]["reasons"])
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (dict(role=None, prefill_tp=8), "describe a disaggregated deployment's prefill pool: give --role"),
+    (dict(prefill_dp_attention=True), "--prefill-dp-attention spreads the experts over --prefill-ep GPUs"),
+    (dict(prefill_tp=3), "--prefill-tp 3 cannot split Llama-3.1-70B's 64 attention heads"),
+    (dict(prefill_tp=0), "prefill tp must be a whole number"),
+])
+def test_a_prefill_layout_that_does_not_hold_together_is_one_clear_line(overrides, words):
+    from specwatch.advice.predict_inputs import PredictInputError
+    inputs = dict(model="Llama-3.1-70B", tp=4, batch=8, k=3, method="ngram", acceptance_length=2.0,
+                  prompt_tokens=1000, output_tokens=200, role="decode")
+    inputs.update(overrides)
+    with pytest.raises(PredictInputError, match=words):
+        predict("H100", **inputs)
+
+
+def test_predict_takes_the_prefill_layout_from_its_flags(capsys):
+    from specwatch.cli import main
+    code = main(["predict", "--gpu", "H100", "--model", "Llama-3.1-70B", "--tp", "4", "--batch", "16", "--k", "3",
+                 "--method", "ngram", "--acceptance-length", "2", "--prompt-tokens", "1000", "--output-tokens", "200",
+                 "--role", "decode", "--prefill-tp", "8", "--json"])
+    assert code == 0
+    block = json.loads(capsys.readouterr().out)["verdict"]["disaggregated"]
+    assert block["prefill_layout"]["tp"] == 8 and block["prefill_layout"]["from_flags"] is True
 
 
 def test_a_lookup_drafter_costs_the_prefill_pool_nothing():

@@ -31,7 +31,8 @@ from specwatch.advice.predict_inputs import (
     positive_int as _positive_int,
     resolve_target,
 )
-from specwatch.advice.predict_scale import (check_engine, check_role, disaggregated, expert_parallel_words,
+from specwatch.advice.predict_scale import (PoolLayout, PrefillPool, check_engine, check_prefill_fit,
+                                            check_prefill_layout, check_role, disaggregated, expert_parallel_words,
                                             per_position, prefills_apart_words)
 from specwatch.advice.verdict import hold_words
 from specwatch.perf.models import WEIGHTS_AS_RELEASED, weight_format
@@ -122,6 +123,26 @@ def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtyp
         raise PredictInputError(f"draft model: {error}") from None
 
 
+def _target_prior(gpu_spec: GpuSpec, target: Target, dtype: str, layout: PoolLayout) -> perf.StepTimePrior:
+    """The target's datasheet step law on GPUs laid out so (raises ValueError on a bad layout)."""
+    return perf.datasheet_prior(
+        gpu_spec,
+        params=target.params,
+        active_params=target.active_params,
+        kv_bytes_per_token=target.kv_bytes_per_token or 0.0,
+        kv_replicated=target.kv_replicated,  # an MLA latent every rank holds whole
+        tp=layout.tp,
+        dtype=dtype,
+        layers=target.layers,
+        hidden_size=target.hidden_size,
+        experts=target.experts,
+        experts_per_token=target.experts_per_token,
+        moe_layers=target.moe_layers,
+        ep=layout.ep,
+        dp_attention=layout.dp_attention,
+    )
+
+
 def predict(
     gpu: str | GpuSpec | None,
     *,
@@ -164,6 +185,9 @@ def predict(
     role: str | None = None,
     acceptance_per_position: Any = None,
     engine: str | None = None,
+    prefill_tp: Any = None,
+    prefill_ep: Any = None,
+    prefill_dp_attention: bool = False,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -218,6 +242,9 @@ def predict(
         raise PredictInputError(f"unknown verifier {verifier!r}; known: {', '.join(perf.VERIFIERS)}")
     budget = None if max_num_batched_tokens is None else _positive(max_num_batched_tokens, "max num batched tokens")
     role_name = check_role(role, prompt, output, prompt_per_output, budget)
+    prefill_layout = check_prefill_layout(role_name, prefill_tp, prefill_ep, prefill_dp_attention, tp_degree)
+    if prefill_layout is not None:
+        _check_tp_splits_heads(target.spec, prefill_layout.tp, "--prefill-tp")
     prefill_apart = check_engine(engine, budget, prompt_per_output) and role_name is None
     # the traffic's prompt tokens per output token: their prefill shares the steps (chunked prefill),
     # except in a disaggregated deployment, whose decode steps carry none (the prefill pool has them),
@@ -257,31 +284,24 @@ def predict(
                                                                                "draft KV bytes per token")
     if method_name == "draft" and draft_count is None and draft_model is None and ratio_override is None:
         raise PredictInputError("a draft model needs --draft-params N (or --draft-model NAME) or --draft-ratio R")
+    given_draft_count = draft_count
     draft_prior, draft_note, draft_count = _draft_model(gpu_spec, draft_model, draft_count, draft_dtype_name,
                                                         draft_kv, tp_degree)
-    try:
-        pricing = perf.draft_pricing(method_name, ratio=ratio_override, draft_model=draft_prior,
-                                     scale=1.0 if draft_scale is None else _positive(draft_scale, "draft scale"),
-                                     draft_params=draft_count, target_params=target.params,
-                                     target=_head_target(target), dtype=dtype_name)
-        prior = perf.datasheet_prior(
-            gpu_spec,
-            params=target.params,
-            active_params=target.active_params,
-            kv_bytes_per_token=target.kv_bytes_per_token or 0.0,
-            kv_replicated=target.kv_replicated,  # an MLA latent every rank holds whole
-            tp=tp_degree,
-            dtype=dtype_name,
-            layers=target.layers,
-            hidden_size=target.hidden_size,
-            experts=target.experts,
-            experts_per_token=target.experts_per_token,
-            moe_layers=target.moe_layers,
-            ep=ep_degree,
-            dp_attention=dp_attention,
-        )
-    except ValueError as error:
-        raise PredictInputError(str(error)) from None
+    scale = 1.0 if draft_scale is None else _positive(draft_scale, "draft scale")
+
+    def priced(layout: PoolLayout, drafter: perf.StepTimePrior | None,
+               pool: str = "") -> tuple[perf.StepTimePrior, perf.DraftPricing]:
+        """The target's step law and the drafter's pricing on a pool of this layout (`pool` names it
+        in an error)."""
+        try:
+            pricing = perf.draft_pricing(method_name, ratio=ratio_override, draft_model=drafter, scale=scale,
+                                         draft_params=draft_count, target_params=target.params,
+                                         target=_head_target(target), dtype=dtype_name)
+            return _target_prior(gpu_spec, target, dtype_name, layout), pricing
+        except ValueError as error:
+            raise PredictInputError(f"{pool}{error}") from None
+
+    prior, pricing = priced(PoolLayout(tp_degree, ep_degree, dp_attention), draft_prior)
 
     model_weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params
     draft_model_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count
@@ -329,7 +349,15 @@ def predict(
                             engine=(engine or "").lower() or None, prefill_apart=prefill_apart)
     result["inputs"]["prompt_per_output"] = mix
     if role_name is not None:
-        disaggregated(result, role_name, decision, prior, pricing, target, gpu_spec, tp_degree, prompt, output)
+        pool = PrefillPool(prior, pricing, PoolLayout(tp_degree, ep_degree, dp_attention), from_flags=False)
+        if prefill_layout is not None:
+            drafter, _, _ = _draft_model(gpu_spec, draft_model, given_draft_count, draft_dtype_name, draft_kv,
+                                         prefill_layout.tp)
+            pool = PrefillPool(*priced(prefill_layout, drafter, "the prefill pool (--prefill-tp, --prefill-ep): "),
+                               prefill_layout, from_flags=True)
+            if gpu_spec.memory_bytes is not None:
+                check_prefill_fit(pool, gpu_spec, target, model_weight_bytes + draft_model_bytes, prompt)
+        disaggregated(result, role_name, decision, pool, target, gpu_spec, prompt, output)
     elif prefill_apart:
         prefills_apart_words(result, prior if step_model is None else step_model, batch_size, prompt)
     result["inputs"]["max_num_batched_tokens"] = budget
@@ -375,7 +403,7 @@ def _head_target(target: Target) -> ModelSpec | None:
     return replace(spec, active_params=target.active_params)
 
 
-def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
+def _check_tp_splits_heads(spec: Any, tp_degree: int, flag: str = "--tp") -> None:
     """vLLM splits the attention heads across tensor-parallel ranks: the query heads evenly, the KV
     heads evenly or each replicated on tp / kv_heads ranks. A degree that does neither is one vLLM
     refuses to start with; PredictInputError names the degrees that work."""
@@ -391,8 +419,8 @@ def _check_tp_splits_heads(spec: Any, tp_degree: int) -> None:
         return
     works = ", ".join(str(t) for t in TP_CHOICES if splits(t))
     of_kv = f" and {kv} KV heads" if kv is not None else ""
-    raise PredictInputError(f"--tp {tp_degree} cannot split {spec.name}'s {heads} attention heads{of_kv} across its "
-                            f"ranks, and vLLM will not start with it: use --tp {works}")
+    raise PredictInputError(f"{flag} {tp_degree} cannot split {spec.name}'s {heads} attention heads{of_kv} across its "
+                            f"ranks, and vLLM will not start with it: use {flag} {works}")
 
 
 _count = perf.count_words

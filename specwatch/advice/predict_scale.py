@@ -5,14 +5,16 @@ operator reads off vLLM (`--acceptance-per-position`). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from specwatch import perf
-from specwatch.advice.predict_inputs import PredictInputError, Target, parse_quantity
+from specwatch.advice.predict_inputs import PredictInputError, Target, memory_fit, parse_quantity, positive_int
 from specwatch.advice.token_budget import prefills_apart
 from specwatch.perf.hardware import GpuSpec
 
-__all__ = ["ROLES", "check_role", "disaggregated", "expert_parallel_words", "per_position"]
+__all__ = ["ROLES", "PoolLayout", "PrefillPool", "check_prefill_fit", "check_prefill_layout", "check_role",
+           "disaggregated", "expert_parallel_words", "per_position"]
 
 
 def per_position(given: Any, k: int, others: tuple[Any, ...]) -> tuple[float, ...]:
@@ -96,15 +98,81 @@ def prefills_apart_words(result: dict[str, Any], step_model: perf.StepTimeModel,
     result["verdict"]["reasons"].append(words)
 
 
-def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, prior: perf.StepTimePrior,
-                   pricing: perf.DraftPricing, target: Target, gpu_spec: GpuSpec, tp_degree: int,
-                   prompt: float | None, output: float | None) -> None:
+@dataclass(frozen=True)
+class PoolLayout:
+    """How a pool's GPUs are laid out: tensor parallelism, and expert parallelism with or without
+    data-parallel attention."""
+
+    tp: int
+    ep: int | None = None
+    dp_attention: bool = False
+
+    @property
+    def words(self) -> str:
+        words = f"TP {self.tp}"
+        if self.ep is not None:
+            words += f", EP {self.ep}" + (" with DP attention" if self.dp_attention else "")
+        return words
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "ep": self.ep, "dp_attention": self.dp_attention}
+
+
+@dataclass(frozen=True)
+class PrefillPool:
+    """A disaggregated deployment's prefill pool as priced: the target's step law and the drafter's
+    pricing on its layout, which is its own (`--prefill-tp`, `--prefill-ep`) or the decode pool's."""
+
+    prior: perf.StepTimePrior
+    pricing: perf.DraftPricing
+    layout: PoolLayout
+    from_flags: bool
+
+
+def check_prefill_layout(role: str | None, tp: Any, ep: Any, dp_attention: bool, decode_tp: int) -> PoolLayout | None:
+    """The prefill pool's own layout where one is given (None: the decode pool's; its TP where only
+    its EP is given), or one clear line."""
+    if tp is None and ep is None and not dp_attention:
+        return None
+    if role is None:
+        raise PredictInputError("--prefill-tp, --prefill-ep and --prefill-dp-attention describe a disaggregated "
+                                "deployment's prefill pool: give --role decode or --role prefill")
+    layout = PoolLayout(decode_tp if tp is None else positive_int(tp, "prefill tp"),
+                        None if ep is None else positive_int(ep, "prefill ep"), bool(dp_attention))
+    if layout.dp_attention and layout.ep is None:
+        raise PredictInputError("--prefill-dp-attention spreads the experts over --prefill-ep GPUs: give it")
+    return layout
+
+
+def check_prefill_fit(pool: PrefillPool, gpu_spec: GpuSpec, target: Target, weight_bytes: float,
+                      prompt: float | None) -> None:
+    """A prefill pool whose GPUs cannot hold the weights (target and drafter) and one prompt's KV is
+    refused, as a decode pool is: its prefill time would mean nothing."""
+    layout = pool.layout
+    ep_gpus = layout.ep if layout.dp_attention else None
+    fit = memory_fit(gpu_spec.memory_bytes or 0.0, perf.KV_MEMORY_UTILISATION, weight_bytes, target, prompt or 0.0,
+                     layout.tp, expert_weight_bytes=pool.prior.expert_weight_bytes * (ep_gpus or layout.tp),
+                     ep_gpus=ep_gpus)
+    if fit.fits:
+        return
+    smallest = (f"EP {fit.min_ep} would" if fit.min_ep is not None else
+                f"TP {fit.min_tp} would" if fit.min_tp is not None else "no TP up to the largest tried would")
+    raise PredictInputError(f"the prefill pool ({layout.words}) cannot hold the model: "
+                            f"{fit.weight_bytes / 1e9:.0f} GB of weights and {fit.one_sequence_kv_bytes / 1e9:.1f} GB "
+                            f"of one prompt's KV a GPU, against {fit.usable_bytes / 1e9:.0f} GB usable of each "
+                            f"{gpu_spec.name}; {smallest}")
+
+
+def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, pool: PrefillPool, target: Target,
+                  gpu_spec: GpuSpec, prompt: float | None, output: float | None) -> None:
     """A disaggregated deployment's pools: the decode pool's steps carry no prefill, and each
     request's prefill (the draft's too) and the KV handed from the prefill pool to the decode pool
-    are paid on the prefill pool and the wire, not in the decode steps. Adds `verdict.disaggregated`
-    and, where the request's shape is known, the reasons that price the prefill pool's share."""
+    are paid on the prefill pool, priced on its own layout, and on the wire, not in the decode
+    steps. Adds `verdict.disaggregated` and, where the request's shape is known, the reasons that
+    price the prefill pool's share."""
     verdict = result["verdict"]
-    block: dict[str, Any] = {"role": role}
+    prior, pricing = pool.prior, pool.pricing
+    block: dict[str, Any] = {"role": role, "prefill_layout": dict(pool.layout.to_dict(), from_flags=pool.from_flags)}
     words = ["disaggregated decode pool: its steps carry no prefill chunks (the prefill pool runs them)"
              if role == "decode" else
              "disaggregated prefill pool: what speculation costs it is the drafter's prefill of each prompt and "
@@ -113,7 +181,7 @@ def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, pr
         prefill = perf.prefill_time_s(prior, prompt)
         draft_prefill = pricing.prefill_time_s(prompt, prefill)
         if pricing.kind == "model" and pricing.model is not None:
-            draft_kv = pricing.kv_bytes_per_token * tp_degree * prompt  # its whole cache, every rank's share
+            draft_kv = pricing.kv_bytes_per_token * pool.layout.tp * prompt  # its whole cache, every rank's share
         elif pricing.kind == "lookup":
             draft_kv = 0.0
         else:  # a head: one layer's KV
@@ -135,7 +203,9 @@ def disaggregated(result: dict[str, Any], role: str, decision: perf.Decision, pr
             speculative = prefill + handover + draft_prefill + draft_handover + output * plain_token / speedup
             block["request_speedup"] = plain / speculative
             verdict["request_speedup"] = block["request_speedup"]
-        words.append(f"each request's prefill on the prefill pool: {prefill * 1e3:.0f} ms"
+        laid_out = (f"its own layout, {pool.layout.words}" if pool.from_flags else
+                    f"laid out as the decode pool, {pool.layout.words} (--prefill-tp and --prefill-ep give its own)")
+        words.append(f"each request's prefill on the prefill pool ({laid_out}): {prefill * 1e3:.0f} ms"
                      + (f", {draft_prefill * 1e3:.0f} ms more for the drafter's" if draft_prefill > 0 else "")
                      + f"; the KV handed to the decode pool: {kv / 1e6:.0f} MB ({handover * 1e3:.0f} ms at "
                      f"{link / 1e9:.0f} GB/s)"

@@ -67,6 +67,11 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--role", "role", "a disaggregated deployment's pool: decode (its steps carry no prefill) or prefill (what "
                        "speculation adds to each request's prefill and KV handover; needs --prompt-tokens and "
                        "--output-tokens); default: aggregated"),
+    ("--prefill-tp", "prefill_tp", "with --role: the prefill pool's tensor-parallel degree, when it is laid out apart "
+                                   "from the decode pool (default: --tp); its prefill and the drafter's are priced "
+                                   "on it"),
+    ("--prefill-ep", "prefill_ep", "with --role: the prefill pool's expert-parallel degree (default: the decode "
+                                   "pool's layout)"),
     ("--engine", "engine", "the serving engine: vllm (default: prefill chunks share the decode steps), trtllm "
                            "(the same, in-flight batching) or sglang (prefill batches of their own, which pause "
                            "every decode: with --prompt-tokens/--output-tokens each request waits out the "
@@ -86,6 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention data-parallel (SGLang's --enable-dp-attention, TensorRT-LLM's "
                              "enable_attention_dp): each rank runs its own requests with the non-expert weights "
                              "whole, the experts spread over --ep GPUs")
+    parser.add_argument("--prefill-dp-attention", action="store_true",
+                        help="with --role and --prefill-ep: the prefill pool runs attention data-parallel")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -135,7 +142,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         result = predict(keywords.pop("gpu"), dtype=getattr(args, "dtype", None),
                          draft_dtype=getattr(args, "draft_dtype", None),
-                         dp_attention=getattr(args, "dp_attention", False), **keywords)
+                         dp_attention=getattr(args, "dp_attention", False),
+                         prefill_dp_attention=getattr(args, "prefill_dp_attention", False), **keywords)
     except (ValueError, TypeError, ArithmeticError) as error:
         print_error("predict", str(error), file=err)
         return ExitCode.USAGE
