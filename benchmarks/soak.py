@@ -27,6 +27,8 @@ recorder's, and Prometheus'). At the end one JSON object goes to stdout:
 - outside: outside every window (and its recovery margin): the share of samples with target_up 1,
   the share with the verdict series present, and staleness: gaps in specwatch_target_up longer
   than 3 scrape intervals;
+- exit codes, and `hang` for a process still there 30 s after SIGTERM: its threads' kernel states
+  from /proc, then faulthandler's Python stacks in its log (SIGABRT) before SIGKILL;
 - tracebacks in the agent's and the recorder's logs; recording: Snapshots lost outside the windows
   (gaps over 3 intervals), and whether `specwatch replay --headless --json` replays it to verdicts;
 - ok and problems: every check above in one word and the list of what failed.
