@@ -123,6 +123,23 @@ def _draft_model(gpu_spec: GpuSpec, name: str | None, params: float | None, dtyp
         raise PredictInputError(f"draft model: {error}") from None
 
 
+def _anchored(prior: perf.StepTimePrior, step_model: Any, tpot_ms: Any, tpot_batch: Any, batch: float,
+              context: float) -> perf.AnchoredLaw | None:
+    """The datasheet law anchored to the operator's plain TPOT (`--tpot-ms`, measured at
+    `--tpot-batch` running, by default --batch), or None where none is given."""
+    if tpot_ms is None:
+        if tpot_batch is not None:
+            raise PredictInputError("--tpot-batch says where --tpot-ms was measured: give --tpot-ms too")
+        return None
+    if step_model is not None:
+        raise PredictInputError("--tpot-ms anchors the datasheet law, and a measured step model replaces it: give one")
+    at = batch if tpot_batch is None else _positive(tpot_batch, "tpot batch")
+    try:
+        return perf.anchor_fixed_latency(prior, _positive(tpot_ms, "tpot ms") / 1e3, at, at * context)
+    except ValueError as error:
+        raise PredictInputError(f"--tpot-ms: {error}") from None
+
+
 def _target_prior(gpu_spec: GpuSpec, target: Target, dtype: str, layout: PoolLayout) -> perf.StepTimePrior:
     """The target's datasheet step law on GPUs laid out so (raises ValueError on a bad layout)."""
     return perf.datasheet_prior(
@@ -188,6 +205,8 @@ def predict(
     prefill_tp: Any = None,
     prefill_ep: Any = None,
     prefill_dp_attention: bool = False,
+    tpot_ms: Any = None,
+    tpot_batch: Any = None,
 ) -> dict[str, Any]:
     """The verdict block for a configuration with no live node: resolves and checks the inputs,
     then hands them to the shared decision (`specwatch.perf.decide`).
@@ -302,6 +321,9 @@ def predict(
             raise PredictInputError(f"{pool}{error}") from None
 
     prior, pricing = priced(PoolLayout(tp_degree, ep_degree, dp_attention), draft_prior)
+    anchored = _anchored(prior, step_model, tpot_ms, tpot_batch, batch_size, context_per_sequence)
+    if anchored is not None:
+        prior = anchored.prior
 
     model_weight_bytes = perf.WEIGHT_FORMATS[dtype_name][0] * target.params
     draft_model_bytes = (perf.WEIGHT_FORMATS[draft_dtype_name][0] * draft_count
@@ -348,6 +370,11 @@ def predict(
     result["inputs"].update(ep=ep_degree, dp_attention=dp_attention, role=role_name,
                             engine=(engine or "").lower() or None, prefill_apart=prefill_apart)
     result["inputs"]["prompt_per_output"] = mix
+    if anchored is not None:
+        result["inputs"].update(tpot_ms=anchored.step_s * 1e3, tpot_batch=anchored.tokens)
+        result["details"]["anchor"] = {"fixed_latency_added_s": anchored.added_s, "tpot_s": anchored.step_s,
+                                       "tpot_batch": anchored.tokens, "datasheet_step_s": anchored.datasheet_step_s}
+        result["verdict"]["reasons"].append(anchored.words())
     if role_name is not None:
         pool = PrefillPool(prior, pricing, PoolLayout(tp_degree, ep_degree, dp_attention), from_flags=False)
         if prefill_layout is not None:

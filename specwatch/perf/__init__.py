@@ -8,6 +8,7 @@ One module per part, in reading order (DESIGN §3, reference/model.md §1–5):
 - `formats`: the weight formats priced (bytes per weight, GEMM precision);
 - `layout`: expert parallelism, DP attention and the MoE all-to-all;
 - `steptime`: the step time T(N, C), a datasheet prior and an online fit;
+- `anchor`: the prior's fixed latency moved to one measured plain step;
 - `speedup`: S(b), the crossover concurrency and the best k′ at a load;
 - `schedule`: the k by batch size that vLLM takes;
 - `costs`: the terms of a speculative step beyond the GEMM roofline (draft, attention, KV, prefill);
@@ -25,6 +26,7 @@ from specwatch.perf.bound import *  # noqa: F401,F403
 from specwatch.perf.formats import *  # noqa: F401,F403
 from specwatch.perf.layout import *  # noqa: F401,F403
 from specwatch.perf.steptime import *  # noqa: F401,F403
+from specwatch.perf.anchor import *  # noqa: F401,F403
 from specwatch.perf.speedup import *  # noqa: F401,F403
 from specwatch.perf.schedule import *  # noqa: F401,F403
 from specwatch.perf.costs import *  # noqa: F401,F403
