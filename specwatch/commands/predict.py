@@ -65,8 +65,9 @@ _FLAGS: tuple[tuple[str, str, str], ...] = (
                                                            "max_num_batched_tokens): prefill chunks and verified "
                                                            "positions share it (needs --prompt-tokens/--output-tokens)"),
     ("--tpot-ms", "tpot_ms", "the plain decode step (TPOT without speculation) measured on this deployment, in ms: "
-                             "the law's fixed latency per step is moved to match it (in a plain and a verify step "
-                             "alike), the reads and math kept"),
+                             "the law's fixed latency is moved to match it (a constant added to every step, plain and "
+                             "verify alike, where it is longer; the law's own scaled down where shorter), the reads "
+                             "and math kept"),
     ("--tpot-batch", "tpot_batch", "the running requests --tpot-ms was measured at (default: --batch)"),
     ("--role", "role", "a disaggregated deployment's pool: decode (its steps carry no prefill) or prefill (what "
                        "speculation adds to each request's prefill and KV handover; needs --prompt-tokens and "
