@@ -4,11 +4,11 @@ speculation at one load moves the law's fixed latency, as the live fit moves its
 Why the fixed part, and added where the step is longer: an engine's decode step at low load is mostly
 fixed latency (the per-step and per-layer launches, the host's scheduling, a MoE layer's routing,
 the collectives), and that is what engines, versions and GPU vendors differ in most (the same
-8×H200 DeepSeek node measured 23–33 ms a step at batch 1 in SGLang in early 2025, where the law's
-datasheet part is under 10 ms); the weight and KV reads and the math are the datasheet's. The live
+8×H200 DeepSeek node measured 23–33 ms a step at batch 1 in SGLang in early 2025, where the
+datasheet law says 11.6 ms); the weight and KV reads and the math are the datasheet's. The live
 fit's base is such a constant, paid by a plain and a verify step alike. On AMD's DeepSeek-V3 MTP
 rows (benchmarks/published.py) an anchor at concurrency 1 took their level error from 0.109 to
-0.064; scaling the fixed part instead (which also widens the MoE floor the expert reads hide
+0.062; scaling the fixed part instead (which also widens the MoE floor the expert reads hide
 under) gave 0.084. A step shorter than the law's says its own fixed latency (the MoE floor set on
 SGLang) is too dear for the engine: TensorRT-LLM's DeepSeek-R1 on 8×B200 runs 9.0 ms at batch 1
 where the law says 11.2.
