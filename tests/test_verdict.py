@@ -1,4 +1,4 @@
-"""The Verdict value: `replaced` is dataclasses.replace, made cheaper (the shown verdict uses it)."""
+"""`shown.replaced`: dataclasses.replace for a Verdict, made cheaper (the banner makes one or two an evaluation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from specwatch import perf
-from specwatch.advice.verdict import OFF, ON, Verdict, replaced
+from specwatch.advice.shown import replaced
+from specwatch.advice.verdict import OFF, ON, Verdict
 
 
 def _verdict() -> Verdict:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from specwatch.advice.advisor import Advisor, AdvisorConfig
 from specwatch.advice.shown import DEFAULT_DWELL_S, ShownVerdict
-from specwatch.advice.verdict import Verdict, unknown_verdict
+from specwatch.advice.verdict import Verdict
 from specwatch.telemetry.snapshot import Snapshot
 from specwatch.advice.sweep_evidence import SweepIdentity
 from specwatch.readings.window import TargetWindow, Window
@@ -146,16 +146,15 @@ class Monitor:
         self._next_evaluation = snapshot.time + self.evaluate_every_s
         changes: list[VerdictChange] = []
         for target in snapshot.targets:
+            # the window holds every target of the Snapshot just added (the advisor answers one it
+            # has not read yet all the same)
             tw = self.window.target(target.url)
+            advisor = self._advisor(target.url)
             explain = None
-            if tw is None:
-                verdict = unknown_verdict("no reading yet", snapshot.time)
+            if self.changes_only:
+                verdict, explain = advisor.assess(tw, snapshot.gpus, snapshot.sources)
             else:
-                advisor = self._advisor(target.url)
-                if self.changes_only:
-                    verdict, explain = advisor.assess(tw, snapshot.gpus, snapshot.sources)
-                else:
-                    verdict = advisor.update(tw, snapshot.gpus, snapshot.sources)
+                verdict = advisor.update(tw, snapshot.gpus, snapshot.sources)
             shown = self._shown.get(target.url)
             if shown is None:
                 band = self.target_configs.get(target.url, self.advisor_config).hysteresis

@@ -42,10 +42,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from typing import Callable
+from dataclasses import fields
+from typing import Any, Callable
 
 from specwatch.advice.judging import band_confidence
-from specwatch.advice.verdict import HOLD, HOLD_PREFIX, OFF, ON, UNKNOWN, Verdict, hold_words, replaced, requote
+from specwatch.advice.verdict import HOLD, HOLD_PREFIX, OFF, ON, UNKNOWN, QuotedFigures, Verdict, hold_words
 from specwatch.perf import direction_confidence, evidence_interval
 
 # At a load that has not moved, the banner changes at most once in this much data time.
@@ -72,6 +73,38 @@ SAME_LOAD = 0.10
 # Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
 # scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
 PERSISTENT_FAILURES = 2
+
+_VERDICT_FIELDS = frozenset(f.name for f in fields(Verdict))
+
+
+def requote(evaluated: Verdict, shown: Verdict) -> tuple[str, ...]:
+    """`evaluated`'s reasons, those that quote its figures rewritten with `shown`'s figures (the same
+    evaluation with steadied figures): what the banner shows beside them."""
+    quoted = evaluated.details.get("quoted")
+    if not isinstance(quoted, QuotedFigures):
+        return evaluated.reasons
+    before = quoted.words(evaluated.break_even_length, evaluated.low_load_break_even, evaluated.expected_speedup,
+                          evaluated.crossover_concurrency)
+    after = quoted.words(shown.break_even_length, shown.low_load_break_even, shown.expected_speedup,
+                         shown.crossover_concurrency)
+    rewritten = {before[name]: after[name] for name in before.keys() & after.keys() if before[name] != after[name]}
+    if not rewritten:
+        return evaluated.reasons
+    return tuple(rewritten.get(reason, reason) for reason in evaluated.reasons)
+
+
+def replaced(verdict: Verdict, **changes: Any) -> Verdict:
+    """dataclasses.replace(verdict, **changes) without its walk over the fields and through __init__
+    (the shown verdict makes one or two a evaluation): a Verdict is a plain frozen dataclass, every
+    field an init field and no __post_init__, so its fields copied with the changes are that value."""
+    unknown = changes.keys() - _VERDICT_FIELDS
+    if unknown:
+        raise TypeError(f"Verdict has no field {sorted(unknown)[0]!r}")
+    copy = object.__new__(Verdict)
+    values = copy.__dict__
+    values.update(verdict.__dict__)
+    values.update(changes)
+    return copy
 
 
 def confirmation_s(speedup: float | None, band: float = DEFAULT_BAND) -> float:

@@ -5,14 +5,14 @@ its JSON form."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from specwatch import perf
 from specwatch.perf.hardware import GpuSpec
 
 __all__ = ["ON", "OFF", "HOLD", "UNKNOWN", "VERDICT_STATES", "Verdict", "UNKNOWN_BOUND", "unknown_verdict",
-           "replaced", "QuotedFigures", "requote", "HOLD_PREFIX"]
+           "QuotedFigures", "HOLD_PREFIX"]
 
 ON, OFF, HOLD, UNKNOWN = "on", "off", "hold", "unknown"
 VERDICT_STATES = (ON, OFF, HOLD, UNKNOWN)
@@ -95,9 +95,6 @@ class Verdict:
                              "request_end_to_end": _round(details.get("request_speedup"))}}
 
 
-_FIELDS = frozenset(f.name for f in fields(Verdict))
-
-
 @dataclass(frozen=True)
 class QuotedFigures:
     """What the reasons that quote the verdict's figures (break-even, the expected speedup, the
@@ -138,36 +135,6 @@ class QuotedFigures:
         if self.crossover_quoted and crossover is not None:
             out["crossover_concurrency"] = f"speculation stops paying above about {crossover:.0f} running"
         return out
-
-
-def requote(evaluated: Verdict, shown: Verdict) -> tuple[str, ...]:
-    """`evaluated`'s reasons, those that quote its figures rewritten with `shown`'s figures (the same
-    evaluation with steadied figures): what the banner shows beside them."""
-    quoted = evaluated.details.get("quoted")
-    if not isinstance(quoted, QuotedFigures):
-        return evaluated.reasons
-    before = quoted.words(evaluated.break_even_length, evaluated.low_load_break_even, evaluated.expected_speedup,
-                          evaluated.crossover_concurrency)
-    after = quoted.words(shown.break_even_length, shown.low_load_break_even, shown.expected_speedup,
-                         shown.crossover_concurrency)
-    rewritten = {before[name]: after[name] for name in before.keys() & after.keys() if before[name] != after[name]}
-    if not rewritten:
-        return evaluated.reasons
-    return tuple(rewritten.get(reason, reason) for reason in evaluated.reasons)
-
-
-def replaced(verdict: Verdict, **changes: Any) -> Verdict:
-    """dataclasses.replace(verdict, **changes) without its walk over the fields and through __init__
-    (the shown verdict makes one or two a evaluation): a Verdict is a plain frozen dataclass, every
-    field an init field and no __post_init__, so its fields copied with the changes are that value."""
-    unknown = changes.keys() - _FIELDS
-    if unknown:
-        raise TypeError(f"Verdict has no field {sorted(unknown)[0]!r}")
-    copy = object.__new__(Verdict)
-    values = copy.__dict__
-    values.update(verdict.__dict__)
-    values.update(changes)
-    return copy
 
 
 # Every reason that says why a verdict holds starts so (judging.hold_settle, hold_words): the banner
