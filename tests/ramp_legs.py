@@ -1,9 +1,11 @@
 """Ramp legs on tests/step_law.py's law (test-only): how soon the shown verdict, and the advisor's
 own answer behind it, flip after the load crosses the law's crossover.
 
-Seven nodes of the law (n-gram at three acceptances, a longer context, an H200, draft models at
-k = 3 and 5), each ramped through TIERS a tier at a time (up to the top and down again) and started
-cold at the top: three legs a node, 21 in all. A leg is met when its flip lands within one tier of
+Eight nodes of the law (n-gram at three acceptances, a longer context, an H200, draft models at
+k = 3 and 5, and a 0.5B draft at k = 5 on an A10G, whose long requests make the running count
+noisy and whose steps at the top tiers hold more tokens than vLLM's default budget on that GPU),
+each ramped through TIERS a tier at a time (up to the top and down again) and started cold at the
+top: three legs a node, 24 in all. A leg is met when its flip lands within one tier of
 the law's own: OFF on the way up at the first tier past the crossover or one either side, ON on the
 way down and from the cold start at the last tier below it or one either side (and the cold start's
 first decided answer OFF). Used by tests/test_verdict_under_load.py (a minute a tier) and
@@ -26,7 +28,7 @@ from specwatch.advice import shown
 from specwatch.advice.advisor import AdvisorConfig
 from specwatch.advice.monitor import Monitor
 from specwatch.perf.hardware import lookup_model
-from step_law import LLAMA_1B, Gpu, LawNode, Noise, generate, generate_noisy, tiers_load, true_crossover
+from step_law import A10G, LLAMA_1B, QWEN_05B, Gpu, LawNode, Noise, generate, generate_noisy, tiers_load, true_crossover
 
 TIERS = [16, 32, 64, 96, 128, 192, 256, 384, 512]
 H200_LAW = Gpu(name="NVIDIA H200", bandwidth=4.8e12 * 0.85)
@@ -41,6 +43,9 @@ RAMP_NODES: dict[str, tuple[LawNode, AdvisorConfig]] = {
     "ngram_h200": (LawNode(gpu=H200_LAW, per_position=(0.45, 0.25, 0.12, 0.05)), _NGRAM),
     "draft_k3": (LawNode(draft=LLAMA_1B, k=3, per_position=(0.6, 0.4, 0.25)), _DRAFT),
     "draft_k5": (LawNode(draft=LLAMA_1B, k=5, per_position=(0.75, 0.55, 0.4, 0.28, 0.18)), _DRAFT),
+    "a10g_draft_k5": (LawNode(gpu=A10G, draft=QWEN_05B, k=5, per_position=(0.7, 0.5, 0.35, 0.22, 0.12)),
+                      AdvisorConfig(method="draft_model", draft_params=QWEN_05B.params,
+                                    model=lookup_model("Llama-3.1-8B"))),
 }
 
 

@@ -84,6 +84,10 @@ class Gpu:
 
 LLAMA_8B = Forward(params=8.03e9, layers=32, kv_heads=8, head_dim=128, attention_heads=32, fixed_s=0.0015)
 LLAMA_1B = Forward(params=1.24e9, layers=16, kv_heads=8, head_dim=64, attention_heads=32, fixed_s=0.0006)
+# a 0.5B draft (Qwen2.5-0.5B's shape: 24 layers, 2 KV heads of 64)
+QWEN_05B = Forward(params=0.49e9, layers=24, kv_heads=2, head_dim=64, attention_heads=14, fixed_s=0.0006)
+# an A10G (AWS G5): 600 GB/s of GDDR6 and about 70 TFLOPS of dense BF16
+A10G = Gpu(name="NVIDIA A10G", bandwidth=600e9 * 0.85, peak_flops=70e12)
 
 
 @dataclass(frozen=True)

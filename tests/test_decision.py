@@ -94,6 +94,25 @@ def test_a_cap_on_running_requests_under_speculation():
     assert loss.expected_speedup == pytest.approx(0.75) and loss.carried_by == "KV capacity"
 
 
+def test_verified_positions_past_the_token_budget_step_only_what_it_holds():
+    """vLLM V1 schedules the running decodes first, each with its k + 1 positions, within the step's
+    token budget: 600 running at k = 4 want 3,000 positions of a 2,048 budget, so a speculative step
+    takes 2048 / 5 ≈ 410 sequences and the rest wait. With T(N) = 10 ms + 20 µs a token past 256:
+    (409.6 × 2 / T(2048)) / (600 / T(600)) = (819.2 / 45.84 ms) / (600 / 16.88 ms) ≈ 0.503. (It
+    raised a math domain error here, and a verdict stayed unknown for minutes.)"""
+    step = HingeParameters(base_s=0.010, knee=256.0, slope_s_per_token=2e-5, kv_s_per_token=0.0, per_token_s=0.0)
+    d = decide(DecisionInputs(step_model=step, k=4, draft=perf.draft_pricing("ngram"), running=600.0, length=2.0,
+                              token_budget=2048, token_budget_from="from --max-num-batched-tokens"))
+    expected = (409.6 * 2.0 / (0.010 + 2e-5 * (2048 - 256))) / (600.0 / (0.010 + 2e-5 * (600 - 256)))
+    assert d.expected_speedup == pytest.approx(expected, rel=1e-6) and d.state == "off"
+    assert any(r.startswith("the step's token budget (2048, from --max-num-batched-tokens) holds 5 verified positions "
+                            "for about 410 of the 600 running sequences") for r in d.reasons), d.reasons
+    # a budget that holds every position leaves the decode steps to decide
+    roomy = decide(DecisionInputs(step_model=step, k=4, draft=perf.draft_pricing("ngram"), running=600.0,
+                                  length=2.0, token_budget=4096))
+    assert not any("verified positions for about" in r for r in roomy.reasons)
+
+
 def test_tree_drafts_verify_more_positions_than_k_plus_one():
     # 20 µs per token, b = 4, k = 3: a chain verifies 16 tokens, a 10-token tree 40
     step = HingeParameters(0.010, 1e9, 0.0, 0.0, 20e-6)
@@ -386,11 +405,11 @@ def test_the_advisor_is_evaluated_on_its_cadence_only(monkeypatch):
 def test_the_best_k_search_reads_each_chain_length_as_length_at_k_does(rates):
     """The search's lengths for k′ up to the measured k, and past it, are length_at_k's to the bit."""
     from specwatch.perf.acceptance import length_at_k
-    from specwatch.perf.decision import _LengthsAtK
+    from specwatch.perf.acceptance import LengthsAtK
 
     inputs = DecisionInputs(step_model=HingeParameters(0.01, 256.0, 2e-5, 1e-8, 2e-5), k=len(rates),
                             draft=perf.draft_pricing("ngram"), running=8.0, rates=rates)
-    lengths = _LengthsAtK(inputs)
+    lengths = LengthsAtK(inputs.rates, inputs.length, inputs.k)
     for k_new in range(1, len(rates) + 3):
         expected = length_at_k(rates, k_new)
         assert repr(lengths.at(k_new)) == repr((expected.length, expected.extrapolated))

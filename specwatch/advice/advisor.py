@@ -41,7 +41,7 @@ from specwatch.advice.reasons import (
 )
 from specwatch.advice.step_samples import GENERIC_KNEE_TOKENS, StepSamples
 from specwatch.advice.sweep_evidence import SweepIdentity
-from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, prefills_apart
+from specwatch.advice.token_budget import NO_BUDGET, TokenBudget, checked_against_steps, prefills_apart
 from specwatch.advice.verdict import HOLD, OFF, UNKNOWN, UNKNOWN_BOUND, Verdict, unknown_verdict
 from specwatch.readings.figures import Acceptance
 from specwatch.readings.window import EngineFigures, TargetWindow
@@ -283,6 +283,7 @@ class Advisor:
             return unread, None
         figures, time, gpu = tw.total, tw.time, node.gpu
         assert figures is not None  # unread_verdict answers a window without its figures
+        budget = checked_against_steps(node.budget, figures.computed_tokens_per_step_mean)
         # 2. the price of a step
         k = tw.k
         drafter = self.drafter
@@ -302,7 +303,7 @@ class Advisor:
 
         def opened() -> tuple[perf.BoundEstimate, list[str], list[str]]:
             return opening(tw, figures, gpus, gpu, step_model, drafter.speculation, method, node.mig_unscaled,
-                           ttft_note, budget_note=node.budget.note)
+                           ttft_note, budget_note=budget.note)
 
         # 3. the decision, or why there is none: (its words, flags, whether a saved sweep is named)
         why: tuple[str, tuple[str, ...], bool] | None = None
@@ -339,7 +340,7 @@ class Advisor:
                                              running, context_per_seq, stale_acceptance, prior_words,
                                              pricing=pricing, waiting=figures.waiting or 0.0,
                                              kv_capacity_tokens=_kv_limit(figures),
-                                             prompt_per_output=_prompt_per_output(figures), token_budget=node.budget,
+                                             prompt_per_output=_prompt_per_output(figures), token_budget=budget,
                                              prefill_apart=prefills_apart(target.engine_name))
             # the requests the window's drafts came from: those that finished in it and those running at its end
             requests = max(1.0, (figures.requests_finished or 0.0) + (figures.running or 0.0))
@@ -380,7 +381,7 @@ class Advisor:
         state, hysteresis_note = self.hysteresis.move(evidence, hold_note)
         judged = Judged(tw, tuple(gpus), gpu, step_model, method, pricing, node.mig_unscaled, ttft_note,
                         prior_words, acc, stale_acceptance, k, running, inputs,
-                        decision if with_figures else None, state, hysteresis_note, busy, node.budget.note,
+                        decision if with_figures else None, state, hysteresis_note, busy, budget.note,
                         node.device, evidence=evidence, settle=settle if state == HOLD else None)
         if explained:
             return explain(judged, self._config, self.sweep, drafter.speculation, identity.in_use), None

@@ -74,6 +74,24 @@ def _release(version: str | None) -> tuple[int, int] | None:
         return None
 
 
+# A default budget is a guess at the server's flag: a window whose steps computed this much more on
+# average than it (the computed positions are estimated from the counters) says the server runs a
+# larger one.
+STEPS_OVER_DEFAULT = 1.05
+
+
+def checked_against_steps(budget: TokenBudget, tokens_per_step: float | None) -> TokenBudget:
+    """`budget`, unless it is vLLM's default (a guess) and the engine's steps computed more tokens
+    on average than it holds: then the server runs a larger budget, and none is applied (a budget
+    the steps exceed would price a verify step the engine has been running as one it cannot)."""
+    if budget.source != FROM_VLLM_DEFAULT or budget.tokens is None or tokens_per_step is None \
+            or not tokens_per_step > budget.tokens * STEPS_OVER_DEFAULT:
+        return budget
+    return TokenBudget(note=f"the engine's steps computed {tokens_per_step:.0f} tokens on average, more than "
+                            f"vLLM's default budget of {budget.tokens} on this hardware holds: the server runs a "
+                            f"larger one, so no budget is applied (give {BUDGET_FLAG} to price it)")
+
+
 # Engines that prefill in batches of their own beside speculative decode steps, which pause every
 # decode while they run: SGLang (its mixed chunked prefill is off under speculation). vLLM chunks
 # prefill into the steps under its token budget; TensorRT-LLM's in-flight batching puts context

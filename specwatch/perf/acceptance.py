@@ -29,6 +29,7 @@ __all__ = [
     "clipped_rates",
     "length_at_k_clipped",
     "length_at_k_iid",
+    "LengthsAtK",
 ]
 
 
@@ -188,3 +189,32 @@ def length_at_k_iid(length: float, k: int, k_new: int, alpha: float | None = Non
     if alpha is None:
         alpha = iid_alpha(length, k)
     return LengthAtK(int(k_new), expected_length(alpha, int(k_new)), k_new > k, "i.i.d. α")
+
+
+class LengthsAtK:
+    """L at each k′ the best k is searched over, and whether it is extrapolated (None when neither
+    the per-position `rates` nor L (`length`, measured at `k`) are known), with what every k′ shares
+    worked out once: the clipped per-position rates, or the i.i.d. α (a bisection)."""
+
+    def __init__(self, rates: Sequence[float] | None, length: float | None, k: int) -> None:
+        self._given_rates = rates
+        self._length = length
+        self._k = k
+        self._rates: np.ndarray | None = None
+        self._alpha: float | None = None
+
+    def at(self, k_new: int) -> tuple[float, bool] | None:
+        if self._given_rates:
+            rates = self._rates
+            if rates is None:
+                rates = self._rates = clipped_rates(self._given_rates)
+            if 0 < k_new <= rates.size:  # length_at_k_clipped's measured branch, without its LengthAtK
+                return 1.0 + float(rates[:k_new].sum()), False
+            estimate = length_at_k_clipped(rates, k_new)
+        elif self._length is not None:
+            if self._alpha is None and k_new != self._k:
+                self._alpha = iid_alpha(self._length, self._k)
+            estimate = length_at_k_iid(self._length, self._k, k_new, alpha=self._alpha)
+        else:
+            return None
+        return estimate.length, estimate.extrapolated

@@ -58,6 +58,9 @@ __all__ = [
     "throughput_speedup",
     "request_speedup",
     "prefill_shared",
+    "budget_stepped_batch",
+    "budget_bound_speedup",
+    "budget_bound_words",
     "BUDGET_DECIDES_WORDS",
 ]
 
@@ -353,9 +356,12 @@ BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token
 
 def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emitted: float, plain_s: float,
                    spec_s: float, plain_chunk: float, spec_chunk: float, token_budget: float | None,
-                   budget_from: str = "") -> tuple[float, bool, str]:
+                   budget_from: str = "", settled: tuple[float, float] | None = None) -> tuple[float, bool, str]:
     """The request-throughput speedup when prefill shares the step (`throughput_speedup`), whether
-    the budget holds the speculative engine's prefill back, and the words saying so. Raises
+    the budget holds the speculative engine's prefill back, and the words saying so. `settled`: the
+    speedup where the engine settles when its prefill cannot keep up, and the batch it settles at
+    (fewer running, each stepped: budget_bound_speedup), which a batch that starves its own prefill
+    does not fall below. Raises
     ValueError where the budget leaves a plain step no prompt token: no request could start."""
     m = prompt_per_output
     budget = f"{token_budget or 0:.0f}" + (f", {budget_from}" if budget_from else "")
@@ -363,15 +369,57 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
         raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
                          f"{b_plain:.0f} sequences decoding, so no request could start at this load")
     throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m)
+    settles = settled is not None and settled[0] > throughput
+    if settles:
+        throughput = settled[0]
     wanted = m * b_spec * emitted
     words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
              f"about {count_words(plain_chunk)} prompt tokens and a speculative one {count_words(spec_chunk)}")
     held_back = spec_chunk < wanted * 0.995
     if held_back:
         words += (f"; the step's token budget ({budget}) leaves the prefill {spec_chunk / wanted:.0%} of what the "
-                  f"speculative engine's completions need, so first tokens wait and requests complete "
-                  f"{throughput:.2f}× as fast")
+                  f"speculative engine's completions need, so first tokens wait"
+                  + (f" (the engine settles at about {count_words(settled[1])} of the {count_words(b_spec)} "
+                     "running, the rest waiting to start)" if settles else "")
+                  + f" and requests complete {throughput:.2f}× as fast")
     return throughput, held_back, words
+
+
+def budget_stepped_batch(token_budget: float | None, positions: float, prompt_per_output: float,
+                         emitted: float) -> float:
+    """The most sequences a speculative engine steps at once under its token budget (inf without
+    one): each step's budget holds their `positions` verified positions and the prompt tokens that
+    start the requests replacing those they complete (`prompt_per_output` per token emitted). vLLM
+    V1 schedules the running decodes first and starts waiting requests with what is left, so past
+    this batch the running requests it cannot step, and the new ones, wait."""
+    if token_budget is None:
+        return math.inf
+    return token_budget / (positions + prompt_per_output * min(emitted, positions))
+
+
+def budget_bound_speedup(prompt_per_output: float, b_plain: float, stepped: float, emitted: float, plain_s: float,
+                         stepped_s: float, plain_chunk: float, stepped_chunk: float, token_budget: float,
+                         budget_from: str = "") -> float:
+    """Speculation's throughput over the plain engine's when the budget steps only `stepped`
+    sequences a speculative step (budget_stepped_batch), `stepped_s` being that step. Raises
+    ValueError where the budget leaves a plain step no prompt token either: no request could start."""
+    if prompt_per_output <= 0:
+        return (stepped * emitted / stepped_s) / (b_plain / plain_s)
+    if not plain_chunk > 0:
+        prefill_shared(prompt_per_output, b_plain, stepped, emitted, plain_s, stepped_s, plain_chunk, stepped_chunk,
+                       token_budget, budget_from)  # raises, in the words every budget that starts nothing gets
+    return throughput_speedup(b_plain, stepped, emitted, plain_s, stepped_s, plain_chunk, stepped_chunk,
+                              prompt_per_output)
+
+
+def budget_bound_words(token_budget: float, budget_from: str, running: float, stepped: float, positions: float,
+                       throughput: float) -> str:
+    """The reason a budget that cannot step every running sequence gives."""
+    source = f", {budget_from}" if budget_from else ""
+    return (f"the step's token budget ({token_budget:.0f}{source}) holds {positions:.0f} verified positions for "
+            f"about {count_words(stepped)} of the {count_words(running)} running sequences with the prefill "
+            f"that replaces those they complete: a speculative engine steps that many and the rest wait, "
+            f"so it completes {throughput:.2f}× the plain engine's tokens")
 
 
 def count_words(value: float) -> str:

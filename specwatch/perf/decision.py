@@ -27,9 +27,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from specwatch.perf.acceptance import check_k, clipped_rates, iid_alpha, length_at_k_clipped, length_at_k_iid
+from specwatch.perf.acceptance import LengthsAtK, check_k
 from specwatch.perf.costs import (
     Capacity,
+    budget_bound_speedup,
+    budget_bound_words,
+    budget_stepped_batch,
     DraftPricing,
     capacity,
     prefill_chunk,
@@ -486,34 +489,6 @@ def _break_even(steps: tuple[float, float, float, float]) -> float:
     return 1.0 / _speedup(steps, 1.0)
 
 
-class _LengthsAtK:
-    """L at each k′ the best k is searched over, and whether it is extrapolated (None when neither
-    rates nor L are known), with what every k′ shares worked out once: the clipped per-position
-    rates, or the i.i.d. α (a bisection)."""
-
-    def __init__(self, inputs: DecisionInputs) -> None:
-        self.i = inputs
-        self._rates: np.ndarray | None = None
-        self._alpha: float | None = None
-
-    def at(self, k_new: int) -> tuple[float, bool] | None:
-        i = self.i
-        if i.rates:
-            rates = self._rates
-            if rates is None:
-                rates = self._rates = clipped_rates(i.rates)
-            if 0 < k_new <= rates.size:  # length_at_k_clipped's measured branch, without its LengthAtK
-                return 1.0 + float(rates[:k_new].sum()), False
-            estimate = length_at_k_clipped(rates, k_new)
-        elif i.length is not None:
-            if self._alpha is None and k_new != i.k:
-                self._alpha = iid_alpha(i.length, i.k)
-            estimate = length_at_k_iid(i.length, i.k, k_new, alpha=self._alpha)
-        else:
-            return None
-        return estimate.length, estimate.extrapolated
-
-
 def _held_to(demand: float | np.ndarray, cap: float | None) -> float | np.ndarray:
     """The batch a mode runs at for this demand under its cap (at least 1), elementwise for a grid."""
     if cap is None:
@@ -620,12 +595,27 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             contributions[name] = -loss * (seconds / extra) if extra > 0 else 0.0
         contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / plain_at_spec)) \
             if b_spec != b_plain else 0.0
-        if inputs.prompt_per_output > 0:
-            m = inputs.prompt_per_output
-            plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, _positions(inputs, k))
+        m, positions = inputs.prompt_per_output, _positions(inputs, k)
+        stepped = budget_stepped_batch(inputs.token_budget, positions, m, length)
+        settled: tuple[float, float] | None = None
+        if stepped < b_spec:
+            # the budget cannot step every running sequence's verified positions beside the prefill
+            # that replaces those it completes: the engine settles at `stepped` of them, the rest wait
+            settled = (budget_bound_speedup(m, b_plain, stepped, length, steps_here[2],
+                                            model.parts(stepped, k)["speculative_s"], model.plain_chunk(b_plain),
+                                            model.spec_chunk(stepped, positions), inputs.token_budget,
+                                            inputs.token_budget_from), stepped)
+        if settled is not None and b_spec * positions >= inputs.token_budget:
+            # the verified positions alone fill the budget: no prefill beside them at this batch
+            expected = throughput = settled[0]
+            contributions["token budget"] = math.log(throughput / decode)
+            reasons.append(budget_bound_words(inputs.token_budget, inputs.token_budget_from, b_spec, stepped,
+                                              positions, throughput))
+        elif m > 0:
+            plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, positions)
             throughput, held_back, words = prefill_shared(m, b_plain, b_spec, length, steps_here[2], steps_here[3],
                                                           plain_chunk, held, inputs.token_budget,
-                                                          inputs.token_budget_from)
+                                                          inputs.token_budget_from, settled=settled)
             if held_back and throughput < decode:
                 # The engine's output is requests: steps that emit faster while the prefill they
                 # need is held back only move the queue to the first token. The verdict follows
@@ -678,7 +668,7 @@ def _best_k(inputs: DecisionInputs, model: _Model, k: int, length: float,
     `steps_here` are k's own steps at this load."""
     choice = KChoice(0, 1.0, 1.0, False)
     priced: list[KChoice] = []
-    lengths = _LengthsAtK(inputs)
+    lengths = LengthsAtK(inputs.rates, inputs.length, inputs.k)
     for candidate in range(1, (inputs.k_max or k) + 1):
         estimate = lengths.at(candidate) if candidate != k else (length, False)
         if estimate is None:
