@@ -4,16 +4,16 @@ load crosses the crossover of a node law that is not specwatch's model.
     python benchmarks/bench_ramp_legs.py [--dwell 30 60 120 360] [--law sequence shared]
     python benchmarks/bench_ramp_legs.py --noisy [--seeds 5] [--dwell 60] [--hold 600] [--json]
 
-Seven nodes of tests/step_law.py's law (n-gram at three acceptances, a longer context, an H200,
-draft models at k = 3 and 5), each ramped a tier at a time through 16 … 512 running and back, and
-started cold at the top: 21 legs (tests/ramp_legs.py says when a leg is met). For each dwell (data
+Eight nodes of tests/step_law.py's law (n-gram at three acceptances, a longer context, an H200,
+draft models at k = 3 and 5, a 0.5B draft at k = 5 on an A10G), each ramped a tier at a time
+through 16 … 512 running and back, and started cold at the top: 24 legs (tests/ramp_legs.py says when a leg is met). For each dwell (data
 seconds a tier) and each law: `sequence`, kernels in sequence as a serving engine runs them (the
 GEMMs, then attention; the law the tests use), and `shared`, the earlier law that put every read and
 every FLOP of a step in one soft maximum (a step's attention hidden under its GEMMs past the knee).
 Prints one JSON object: the legs met by the banner and by the advisor, and the missed legs' words.
 It measures decisions, not time, and asserts nothing.
 
---noisy: the same three legs a node (21 a seed), a leg held at the crossover and a start at low
+--noisy: the same three legs a node (24 a seed), a leg held at the crossover and a start at low
 load, on tests/step_law.py's `generate_noisy` (its docstring says
 what is drawn: Poisson arrivals holding each tier's mean running, request lengths, each request's
 own acceptance, each draft's accepted count, step-time noise, scrape jitter), once per seed (seeds

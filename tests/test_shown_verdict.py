@@ -225,3 +225,37 @@ def test_the_dead_band_keeps_a_speedup_inside_the_band_from_moving_the_banner():
     for t in range(5, 600, 5):
         s = 1.0 + (0.04 if (t // 5) % 2 else 0.01)  # inside the band, above 1
         assert shown.show(_verdict(t, HOLD, s), t, True).speculation == ON
+
+
+def test_a_held_load_whose_running_count_swings_with_its_arrivals_changes_the_banner_once_per_dwell():
+    """A slow GPU's requests outlast the window, so a held offered load of 64 reads anywhere from
+    about 50 to 80 running (Poisson's spread, √64 = 8 a standard deviation, each swing lasting tens
+    of seconds), across a crossover at 77: the evidence swings with it. The dwell takes those swings
+    for the load they are (within 3·√N of the load the last change was made at), so the banner
+    changes at most once in five minutes; a ramp's tiers are further apart and still move it."""
+    import random
+
+    def speedup_at(running: float) -> float:  # 1.08× at 64, 1 at 77
+        return 1.08 - (running - 64.0) * 0.08 / 13.0
+
+    for seed in range(5):
+        draw, swing = random.Random(seed), 0.0
+        shown, changes, last = ShownVerdict(), [], None
+        for t in range(0, 1200, 5):
+            swing = 0.85 * swing + draw.gauss(0.0, 8.0 * (1 - 0.85 ** 2) ** 0.5)  # SD 8, ~30 s memory
+            running = 64.0 + swing
+            s = speedup_at(running)
+            state = ON if s > 1.05 else OFF if s < 0.95 else HOLD
+            now = shown.show(_verdict(t, state, s, running=running), t, True).speculation
+            if last is not None and now != last:
+                changes.append(t)
+            last = now
+        assert all(b - a >= DEFAULT_DWELL_S for a, b in zip(changes[1:], changes[2:])), (seed, changes)
+    # a ramp from that load to twice it is news: shown after its confirmation, not after the dwell
+    ramp = ShownVerdict()
+    ramp.show(_verdict(0, ON, 1.3, running=64), 0, True)
+    for t in range(5, 40, 5):  # the evidence turns at 64: shown off after its confirmation
+        ramp.show(_verdict(t, OFF, 0.6, running=64), t, True)
+    assert ramp.last.speculation == OFF
+    states = {t: ramp.show(_verdict(t, ON, 1.3, running=128), t, True).speculation for t in range(40, 160, 5)}
+    assert min(t for t, state in states.items() if state == ON) < 40 + 2 * MAX_CONFIRM_S

@@ -23,8 +23,9 @@ reads the same evaluations and asks of them:
   of its last agreeing evaluation, so ON never sits beside a speedup below 1) and says what is
   pending and what the current figures say.
 - **one change per dwell at a load that has not moved**: a second change at the load of the last
-  one (within SAME_LOAD) waits until `dwell_s` has passed since it. A load that moves is news, and is shown without that wait: a first verdict while the load
-  fills, or a ramp through the crossover and back, is never held by a clock. Nor is the correction
+  one (within SAME_LOAD, or within the running count's own noise: LOAD_NOISE_Z) waits until
+  `dwell_s` has passed since it. A load that moves is news, and is shown without that wait: a first
+  verdict while the load fills, or a ramp through the crossover and back, is never held by a clock. Nor is the correction
   of a first judged verdict (made on a window's first seconds): it waits its confirmation alone.
 
 Unknown (no reading, no traffic, a stalled engine) is shown at once, and the first judged verdict
@@ -70,6 +71,13 @@ FIGURE_TOLERANCE = {"break_even_length": 0.03, "low_load_break_even": 0.03, "exp
 # one request): break-even and speedup are figures *at a load*, and while the load ramps, a minute's
 # median of them lags the load the banner names.
 SAME_LOAD = 0.10
+# The dwell's own test of a load that has not moved: SAME_LOAD, or within what arrivals alone move
+# the running count by. Requests that arrive at random and run a while are as many at once as a
+# Poisson count (an M/G/∞ queue), whose SD is the square root of its mean: on a slow GPU whose
+# requests outlast the 30 s window, a held offered load of 64 reads anywhere from about 50 to 80,
+# across a crossover at 77, and a 10 % test took each swing for a move and let the banner change
+# with it. Ramps move further (tiers a third or more apart) and are still news.
+LOAD_NOISE_Z = 2.5
 # Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
 # scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
 PERSISTENT_FAILURES = 2
@@ -123,6 +131,15 @@ def _same_load(running: float | None, other: float | None) -> bool:
     return abs(running - other) <= max(1.0, SAME_LOAD * other)
 
 
+def _load_unmoved(running: float | None, at_change: float | None) -> bool:
+    """Whether the load has not moved since the banner's last change, for the dwell (each the load
+    offered about a reading, `ShownVerdict._offered`): `_same_load`, or within the running count's
+    own noise at a held offered load (LOAD_NOISE_Z)."""
+    if running is None or at_change is None:
+        return _same_load(running, at_change)
+    return abs(running - at_change) <= max(1.0, SAME_LOAD * at_change, LOAD_NOISE_Z * math.sqrt(max(at_change, 0.0)))
+
+
 class ShownVerdict:
     """One target's banner (see the module docstring)."""
 
@@ -131,7 +148,8 @@ class ShownVerdict:
         self.band = band
         self.state: str | None = None
         self.since: float | None = None  # when the banner last changed
-        self.load_at_change: float | None = None  # running requests then
+        # the load offered then (`_offered`: not the swing of arrivals the change happened at)
+        self.load_at_change: float | None = None
         # whether the banner's last change was its first judged verdict (from nothing, or unknown)
         self._first_judged = False
         self.failures = 0
@@ -142,6 +160,8 @@ class ShownVerdict:
         self._candidate_since: float | None = None
         # (time, running, expected speedup) of every evaluation in the last FIGURE_SPAN_S: the evidence
         self._speedups: deque[tuple[float, float | None, float]] = deque()
+        # (time, running) of every evaluation in the last FIGURE_SPAN_S: the load offered
+        self._loads: deque[tuple[float, float]] = deque()
         # (time, running, figures) of each explained evaluation in the last FIGURE_SPAN_S
         self._recent: deque[tuple[float, float | None, tuple[float | None, ...]]] = deque()
         self._figures: dict[str, float | None] = {}
@@ -165,6 +185,11 @@ class ShownVerdict:
                 )
         else:
             self.failures = 0
+        if verdict.running is not None:
+            loads = self._loads
+            loads.append((time, verdict.running))
+            while loads[0][0] < time - FIGURE_SPAN_S:
+                loads.popleft()
         if verdict.speculation == UNKNOWN:
             # health and missing data are shown at once; the evidence and figures start over after them
             self._move(UNKNOWN, time, verdict.running)
@@ -237,7 +262,8 @@ class ShownVerdict:
         news until it has lasted."""
         assert self._candidate_since is not None
         ready = self._candidate_since + confirmation_s(speedup, self._current_band)
-        if self.since is not None and not self._first_judged and _same_load(running, self.load_at_change):
+        if self.since is not None and not self._first_judged \
+                and _load_unmoved(self._offered(running), self.load_at_change):
             ready = max(ready, self.since + self.dwell_s)
         return ready
 
@@ -246,9 +272,18 @@ class ShownVerdict:
         # evidence catching up, not a flap, and waits only its confirmation (the dwell holds every
         # change after it).
         self._first_judged = self.state in (None, UNKNOWN) and state != UNKNOWN
-        self.state, self.since, self.load_at_change = state, time, running
+        self.state, self.since, self.load_at_change = state, time, self._offered(running)
         self._recent.clear()
         self._figures.clear()
+
+    def _offered(self, running: float | None) -> float | None:
+        """The load offered around this reading: the median of the minute's readings within its
+        noise (`_load_unmoved`). A ramp's earlier tiers are not in it; a held load's swings are, so
+        a reading at the top of one stands for the load it swings about."""
+        if running is None:
+            return None
+        alike = [r for _, r in self._loads if _load_unmoved(r, running)]
+        return statistics.median(alike) if alike else running
 
     # -- what the banner shows -------------------------------------------------------------------
 
