@@ -99,17 +99,29 @@ def test_prefill_chunks_share_the_step_and_its_budget():
     assert shared.throughput_speedup == pytest.approx(2.5 * 10.0 / 23.2)
     assert any("prefill shares the step" in reason for reason in shared.reasons)
     # A budget of 128 tokens a step: beside 32 verified positions only 96 prompt tokens fit of the
-    # 200 the completions need. The step is T(128) = 12.8 ms; requests complete at the prefill's pace,
-    # 96 / 10 = 9.6 a step against the plain engine's 8 a step of 10 ms: 0.94×, a loss, while each
-    # request's decode still runs 2.5 × 10 / 12.8 as fast. The engine's output is requests: the
-    # verdict follows them (off), and says the decode steps' figure beside it.
+    # 200 the completions need, so requests start slower than they finish and the running batch
+    # falls until its prefill keeps pace: b verified at 4 positions and the 10 × 2.5 × b prompt
+    # tokens that replace what they complete fill the 128, b = 128 / 29 ≈ 4.41. The step is
+    # T(128) = 12.8 ms either way; the engine emits 2.5 × 4.41 = 11.03 tokens a step against the
+    # plain engine's 8 a step of 10 ms: 1.08×. (Held at 8 running with its prefill starved it would
+    # complete 96 / 10 = 9.6 a step, 0.94×; no engine stays there: running falls as completions
+    # outpace starts.) Each request's decode still runs 2.5 × 10 / 12.8 as fast. The engine's output
+    # is requests: the verdict follows them, and says the decode steps' figure beside it.
     capped = _decide(10.0, budget=128.0)
+    settled = 128.0 / (4 + 10.0 * 2.5)
     assert capped.decode_speedup == pytest.approx(2.5 * 10.0 / 12.8)
-    assert capped.throughput_speedup == pytest.approx((9.6 / 12.8) / (8 / 10.0))
-    assert capped.expected_speedup == capped.throughput_speedup < 1
-    assert capped.state == "off" and capped.carried_by == "token budget"
-    assert any("the verdict follows the requests (0.94×), not the decode steps (1.95×)" in reason
-               for reason in capped.reasons)
+    assert capped.throughput_speedup == pytest.approx((2.5 * settled / 12.8) / (8 / 10.0))
+    assert capped.expected_speedup == capped.throughput_speedup == pytest.approx(1.078, abs=0.001)
+    assert capped.state == "on"
+    assert any("the engine settles at about 4.4 of the 8 running" in reason and
+               "the verdict follows the requests (1.08×), not the decode steps (1.95×)" in reason
+               for reason in capped.reasons), capped.reasons
+    # a tighter budget holds both modes' prefill back: 64 tokens settle the plain engine at
+    # 64 / (1 + 10) ≈ 5.8 running and the speculative one at 64 / 29 ≈ 2.2, both stepping T(64) =
+    # 10 ms, so the ratio is L (1 + m) / (k + 1 + m L) = 2.5 × 11 / 29 ≈ 0.948: a loss
+    tight = _decide(10.0, budget=64.0)
+    assert tight.expected_speedup == pytest.approx(2.5 * 11.0 / 29.0)
+    assert tight.state == "off" and tight.carried_by == "token budget"
     # where the budget leaves room, the verdict is the decode steps' as before
     assert shared.decode_speedup == shared.expected_speedup and shared.carried_by != "token budget"
     assert any("leaves the prefill 48% of what" in reason for reason in capped.reasons)

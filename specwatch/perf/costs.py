@@ -59,7 +59,7 @@ __all__ = [
     "request_speedup",
     "prefill_shared",
     "budget_stepped_batch",
-    "budget_bound_speedup",
+    "Settled",
     "budget_bound_words",
     "BUDGET_DECIDES_WORDS",
 ]
@@ -318,13 +318,17 @@ def prefill_chunk(tokens: float | np.ndarray, prefill_tokens: float | np.ndarray
 
 
 def throughput_speedup(b_plain: float, b_spec: float, emitted: float, plain_s: float, spec_s: float,
-                       plain_chunk: float, spec_chunk: float, prompt_per_output: float) -> float:
+                       plain_chunk: float, spec_chunk: float, prompt_per_output: float,
+                       settled: Settled | None = None) -> float:
     """Requests the engine completes per second with speculation over without, when prefill shares
     the step. Each request brings `prompt_per_output` prompt tokens per output token, so a mode that
     emits more tokens per step must also prefill more per step; where the budget leaves a step's
-    prefill chunk (`prefill_chunk`) short of that, the prefill sets the pace (and first tokens wait)."""
+    prefill chunk (`prefill_chunk`) short of that, the prefill sets the pace (and first tokens wait)
+    until the mode settles where it keeps pace (`settled`), which it then does not fall below."""
     plain_rate = min(b_plain, plain_chunk / prompt_per_output) / plain_s
     spec_rate = min(b_spec * emitted, spec_chunk / prompt_per_output) / spec_s
+    if settled is not None:
+        plain_rate, spec_rate = max(plain_rate, settled.plain_rate), max(spec_rate, settled.spec_rate)
     return spec_rate / plain_rate
 
 
@@ -356,31 +360,27 @@ BUDGET_DECIDES_WORDS = "; that is the decode steps alone: at this load the token
 
 def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emitted: float, plain_s: float,
                    spec_s: float, plain_chunk: float, spec_chunk: float, token_budget: float | None,
-                   budget_from: str = "", settled: tuple[float, float] | None = None) -> tuple[float, bool, str]:
-    """The request-throughput speedup when prefill shares the step (`throughput_speedup`), whether
-    the budget holds the speculative engine's prefill back, and the words saying so. `settled`: the
-    speedup where the engine settles when its prefill cannot keep up, and the batch it settles at
-    (fewer running, each stepped: budget_bound_speedup), which a batch that starves its own prefill
-    does not fall below. Raises
-    ValueError where the budget leaves a plain step no prompt token: no request could start."""
+                   budget_from: str = "", settled: Settled | None = None) -> tuple[float, bool, str]:
+    """The request-throughput speedup when prefill shares the step (`throughput_speedup`, each mode
+    where it settles if its budget holds its prefill back), whether the budget holds the speculative
+    engine's prefill back, and the words saying so. Raises ValueError where the budget leaves a plain
+    step no prompt token: no request could start."""
     m = prompt_per_output
     budget = f"{token_budget or 0:.0f}" + (f", {budget_from}" if budget_from else "")
     if not plain_chunk > 0:  # no request would start, in either mode: no rate to compare
         raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
                          f"{b_plain:.0f} sequences decoding, so no request could start at this load")
-    throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m)
-    settles = settled is not None and settled[0] > throughput
-    if settles:
-        throughput = settled[0]
+    throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m, settled)
     wanted = m * b_spec * emitted
     words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
              f"about {count_words(plain_chunk)} prompt tokens and a speculative one {count_words(spec_chunk)}")
     held_back = spec_chunk < wanted * 0.995
     if held_back:
+        settles = settled is not None and settled.spec_batch < b_spec
         words += (f"; the step's token budget ({budget}) leaves the prefill {spec_chunk / wanted:.0%} of what the "
                   f"speculative engine's completions need, so first tokens wait"
-                  + (f" (the engine settles at about {count_words(settled[1])} of the {count_words(b_spec)} "
-                     "running, the rest waiting to start)" if settles else "")
+                  + (f" (the engine settles at about {count_words(settled.spec_batch)} of the "
+                     f"{count_words(b_spec)} running, the rest waiting to start)" if settles else "")
                   + f" and requests complete {throughput:.2f}× as fast")
     return throughput, held_back, words
 
@@ -397,29 +397,29 @@ def budget_stepped_batch(token_budget: float | None, positions: float, prompt_pe
     return token_budget / (positions + prompt_per_output * min(emitted, positions))
 
 
-def budget_bound_speedup(prompt_per_output: float, b_plain: float, stepped: float, emitted: float, plain_s: float,
-                         stepped_s: float, plain_chunk: float, stepped_chunk: float, token_budget: float,
-                         budget_from: str = "") -> float:
-    """Speculation's throughput over the plain engine's when the budget steps only `stepped`
-    sequences a speculative step (budget_stepped_batch), `stepped_s` being that step. Raises
-    ValueError where the budget leaves a plain step no prompt token either: no request could start."""
-    if prompt_per_output <= 0:
-        return (stepped * emitted / stepped_s) / (b_plain / plain_s)
-    if not plain_chunk > 0:
-        prefill_shared(prompt_per_output, b_plain, stepped, emitted, plain_s, stepped_s, plain_chunk, stepped_chunk,
-                       token_budget, budget_from)  # raises, in the words every budget that starts nothing gets
-    return throughput_speedup(b_plain, stepped, emitted, plain_s, stepped_s, plain_chunk, stepped_chunk,
-                              prompt_per_output)
+@dataclass(frozen=True)
+class Settled:
+    """Where each mode settles when its token budget cannot step every running sequence beside the
+    prefill that replaces those it completes (budget_stepped_batch): the batch it steps and the
+    output tokens a second it then emits (0.0 where the budget holds them all: nothing to settle). A
+    mode held past that batch starves its own prefill, its completions outpace its starts, and the
+    running batch falls to it: that is the engine's steady state."""
+
+    plain_batch: float
+    plain_rate: float
+    spec_batch: float
+    spec_rate: float
 
 
 def budget_bound_words(token_budget: float, budget_from: str, running: float, stepped: float, positions: float,
                        throughput: float) -> str:
-    """The reason a budget that cannot step every running sequence gives."""
+    """The reason a budget that cannot step every running sequence's verified positions gives (no
+    prefill in the steps: with it, prefill_shared says where the engine settles)."""
     source = f", {budget_from}" if budget_from else ""
     return (f"the step's token budget ({token_budget:.0f}{source}) holds {positions:.0f} verified positions for "
-            f"about {count_words(stepped)} of the {count_words(running)} running sequences with the prefill "
-            f"that replaces those they complete: a speculative engine steps that many and the rest wait, "
-            f"so it completes {throughput:.2f}× the plain engine's tokens")
+            f"about {count_words(stepped)} of the {count_words(running)} running sequences: a speculative "
+            f"engine steps that many and the rest wait, so it completes {throughput:.2f}× the plain engine's "
+            "tokens")
 
 
 def count_words(value: float) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 from specwatch.perf.acceptance import LengthsAtK, check_k
 from specwatch.perf.costs import (
     Capacity,
-    budget_bound_speedup,
+    Settled,
     budget_bound_words,
     budget_stepped_batch,
     DraftPricing,
@@ -540,6 +540,19 @@ def _paying_below(values: np.ndarray | None, grid: np.ndarray, rise: float) -> n
     return None if values is None else np.where(grid > rise, values, np.maximum(values, 0.0))
 
 
+def _settled(model: _Model, budget: float | None, b_plain: float, b_spec: float, k: int, positions: float,
+             m: float, length: float) -> Settled | None:
+    """Where each mode settles under its token budget (costs.Settled), or None where the budget
+    steps both modes' batches whole."""
+    plain_batch = budget_stepped_batch(budget, 1.0, m, 1.0)
+    spec_batch = budget_stepped_batch(budget, positions, m, length)
+    if plain_batch >= b_plain and spec_batch >= b_spec:
+        return None
+    plain_rate = plain_batch / model.plain(plain_batch) if plain_batch < b_plain else 0.0
+    spec_rate = spec_batch * length / model.parts(spec_batch, k)["speculative_s"] if spec_batch < b_spec else 0.0
+    return Settled(min(plain_batch, b_plain), plain_rate, min(spec_batch, b_spec), spec_rate)
+
+
 def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
     """The decision for one configuration at one load (see the module docstring).
 
@@ -596,27 +609,14 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         contributions["KV capacity"] = math.log((b_spec / b_plain) * (plain_here / plain_at_spec)) \
             if b_spec != b_plain else 0.0
         m, positions = inputs.prompt_per_output, _positions(inputs, k)
-        stepped = budget_stepped_batch(inputs.token_budget, positions, m, length)
-        settled: tuple[float, float] | None = None
-        if stepped < b_spec:
-            # the budget cannot step every running sequence's verified positions beside the prefill
-            # that replaces those it completes: the engine settles at `stepped` of them, the rest wait
-            settled = (budget_bound_speedup(m, b_plain, stepped, length, steps_here[2],
-                                            model.parts(stepped, k)["speculative_s"], model.plain_chunk(b_plain),
-                                            model.spec_chunk(stepped, positions), inputs.token_budget,
-                                            inputs.token_budget_from), stepped)
-        if settled is not None and b_spec * positions >= inputs.token_budget:
-            # the verified positions alone fill the budget: no prefill beside them at this batch
-            expected = throughput = settled[0]
-            contributions["token budget"] = math.log(throughput / decode)
-            reasons.append(budget_bound_words(inputs.token_budget, inputs.token_budget_from, b_spec, stepped,
-                                              positions, throughput))
-        elif m > 0:
+        settled = _settled(model, inputs.token_budget, b_plain, b_spec, k, positions, m, length)
+        if m > 0:
             plain_chunk, held = model.plain_chunk(b_plain), model.spec_chunk(b_spec, positions)
             throughput, held_back, words = prefill_shared(m, b_plain, b_spec, length, steps_here[2], steps_here[3],
                                                           plain_chunk, held, inputs.token_budget,
                                                           inputs.token_budget_from, settled=settled)
-            if held_back and throughput < decode:
+            # (verified positions that overfill the budget: the decode figure prices a step no engine runs)
+            if held_back and (throughput < decode or held <= 0.0):
                 # The engine's output is requests: steps that emit faster while the prefill they
                 # need is held back only move the queue to the first token. The verdict follows
                 # the requests, and the decode figure stays beside it.
@@ -625,6 +625,13 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
                 words += (f": the verdict follows the requests ({throughput:.2f}×), not the decode steps "
                           f"({decode:.2f}×)")
             reasons.append(words)
+        elif settled is not None:
+            # no prefill in the steps, and more verified positions than the budget holds: the engine
+            # steps what it holds, the rest wait
+            expected = throughput = settled.spec_rate / max(b_plain / steps_here[2], settled.plain_rate)
+            contributions["token budget"] = math.log(throughput / decode)
+            reasons.append(budget_bound_words(inputs.token_budget, inputs.token_budget_from, b_spec,
+                                              settled.spec_batch, positions, throughput))
         state = "on" if expected >= 1 + BAND else "off" if expected <= 1 - BAND else "hold"
         confidence = direction_confidence(expected, sigma)
         if length <= 1.0:  # nothing accepted: no error in the step time moves the answer
