@@ -107,6 +107,12 @@ def test_verified_positions_past_the_token_budget_step_only_what_it_holds():
     assert d.expected_speedup == pytest.approx(expected, rel=1e-6) and d.state == "off"
     assert any(r.startswith("the step's token budget (2048, from --max-num-batched-tokens) holds 5 verified positions "
                             "for about 410 of the 600 running sequences") for r in d.reasons), d.reasons
+    # the plain engine past the budget and the speculative one held under it by its own cap (300
+    # running): the plain engine steps 2,048 of its 3,000 a T(2048) step, the speculative one all 300
+    plain_over = decide(DecisionInputs(step_model=step, k=4, draft=perf.draft_pricing("ngram"), running=3000.0,
+                                       length=2.0, token_budget=2048, max_running=300.0))
+    T = lambda n: 0.010 + 2e-5 * max(0.0, n - 256)  # noqa: E731
+    assert plain_over.expected_speedup == pytest.approx((300 * 2.0 / T(1500)) / (2048 / T(2048)), rel=1e-6)
     # a budget that holds every position leaves the decode steps to decide
     roomy = decide(DecisionInputs(step_model=step, k=4, draft=perf.draft_pricing("ngram"), running=600.0,
                                   length=2.0, token_budget=4096))

@@ -387,11 +387,11 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
 
 def budget_stepped_batch(token_budget: float | None, positions: float, prompt_per_output: float,
                          emitted: float) -> float:
-    """The most sequences a speculative engine steps at once under its token budget (inf without
-    one): each step's budget holds their `positions` verified positions and the prompt tokens that
-    start the requests replacing those they complete (`prompt_per_output` per token emitted). vLLM
-    V1 schedules the running decodes first and starts waiting requests with what is left, so past
-    this batch the running requests it cannot step, and the new ones, wait."""
+    """The most sequences an engine steps at once under its token budget (inf without one): each
+    step's budget holds their `positions` positions (k + 1 verified, or 1 for a plain step) and the
+    prompt tokens that start the requests replacing those they complete (`prompt_per_output` per
+    token `emitted`). vLLM V1 schedules the running decodes first and starts waiting requests with
+    what is left, so past this batch the running requests it cannot step, and the new ones, wait."""
     if token_budget is None:
         return math.inf
     return token_budget / (positions + prompt_per_output * min(emitted, positions))

@@ -626,9 +626,11 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
                           f"({decode:.2f}×)")
             reasons.append(words)
         elif settled is not None:
-            # no prefill in the steps, and more verified positions than the budget holds: the engine
-            # steps what it holds, the rest wait
-            expected = throughput = settled.spec_rate / max(b_plain / steps_here[2], settled.plain_rate)
+            # no prefill in the steps, and more positions than the budget holds: the engine steps
+            # what it holds, the rest wait
+            spec_rate = settled.spec_rate if settled.spec_batch < b_spec else b_spec * length / steps_here[3]
+            plain_rate = settled.plain_rate if settled.plain_batch < b_plain else b_plain / steps_here[2]
+            expected = throughput = spec_rate / plain_rate
             contributions["token budget"] = math.log(throughput / decode)
             reasons.append(budget_bound_words(inputs.token_budget, inputs.token_budget_from, b_spec,
                                               settled.spec_batch, positions, throughput))
