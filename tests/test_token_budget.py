@@ -388,3 +388,22 @@ def test_a_default_budget_the_engines_own_steps_exceed_is_not_applied():
     assert refuted.tokens is None and "3100 tokens on average" in refuted.note and BUDGET_FLAG in refuted.note
     for said in (TokenBudget(2048, FROM_SERVER_INFO), TokenBudget(2048, FROM_FLAGS)):
         assert checked_against_steps(said, 3100.0) is said
+
+
+def test_a_plain_engine_whose_decodes_fill_the_budget_settles_and_one_past_it_is_refused():
+    from specwatch.advice.predict import predict
+    from specwatch.perf.hardware import lookup
+
+    full = dict(gpu=lookup("H100"), model="Llama-3.1-8B", k=3, acceptance_length=2.5, method="eagle3",
+                max_num_batched_tokens=2048, prompt_tokens=1000, output_tokens=500)
+    # 2048 running fill a 2048-token budget with their decodes (vLLM's largest max_num_seqs under it):
+    # no prompt token fits beside them, requests complete and none starts until the batch falls to
+    # where its prefill keeps pace, 2048 / (1 + 2 prompt tokens a token) ≈ 683 running
+    settled = predict(batch=2048, **full)
+    reasons = settled["verdict"]["reasons"]
+    assert any("the plain engine's decodes fill the budget too: it settles at about 683 of the 2048 running" in r
+               for r in reasons), reasons
+    assert settled["verdict"]["speculation"] in ("on", "off", "hold")
+    # more running than the budget holds is a load vLLM never runs under that budget: refused, saying so
+    with pytest.raises(ValueError, match=r"max_num_seqs ≤ max_num_batched_tokens"):
+        predict(batch=3000, **full)

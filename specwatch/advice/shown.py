@@ -25,8 +25,9 @@ reads the same evaluations and asks of them:
 - **one change per dwell at a load that has not moved**: a second change at the load of the last
   one (within SAME_LOAD, or within the running count's own noise: LOAD_NOISE_Z) waits until
   `dwell_s` has passed since it. A load that moves is news, and is shown without that wait: a first
-  verdict while the load fills, or a ramp through the crossover and back, is never held by a clock. Nor is the correction
-  of a first judged verdict (made on a window's first seconds): it waits its confirmation alone.
+  verdict while the load fills, or a ramp through the crossover and back, is never held by a clock.
+  Nor is the correction of a first judged verdict (made on a window's first seconds): it waits its
+  confirmation alone.
 
 Unknown (no reading, no traffic, a stalled engine) is shown at once, and the first judged verdict
 after it is shown at once too: there is nothing to be steady against. One failed reading keeps the
@@ -76,7 +77,8 @@ SAME_LOAD = 0.10
 # Poisson count (an M/G/∞ queue), whose SD is the square root of its mean: on a slow GPU whose
 # requests outlast the 30 s window, a held offered load of 64 reads anywhere from about 50 to 80,
 # across a crossover at 77, and a 10 % test took each swing for a move and let the banner change
-# with it. Ramps move further (tiers a third or more apart) and are still news.
+# with it. At 128 running the test spans 2.5·√128 ≈ 28 requests where 10 % spans 13. Ramps move
+# further (tiers a third or more apart) and are still news.
 LOAD_NOISE_Z = 2.5
 # Failed readings in a row (at evaluation instants) before the verdict turns unknown: one failed
 # scrape keeps the last verdict, marked as such, and adds nothing to the timeline.
@@ -135,9 +137,11 @@ def _load_unmoved(running: float | None, at_change: float | None) -> bool:
     """Whether the load has not moved since the banner's last change, for the dwell (each the load
     offered about a reading, `ShownVerdict._offered`): `_same_load`, or within the running count's
     own noise at a held offered load (LOAD_NOISE_Z)."""
+    if _same_load(running, at_change):
+        return True
     if running is None or at_change is None:
-        return _same_load(running, at_change)
-    return abs(running - at_change) <= max(1.0, SAME_LOAD * at_change, LOAD_NOISE_Z * math.sqrt(max(at_change, 0.0)))
+        return False
+    return abs(running - at_change) <= LOAD_NOISE_Z * math.sqrt(max(at_change, 0.0))
 
 
 class ShownVerdict:

@@ -363,13 +363,19 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
                    budget_from: str = "", settled: Settled | None = None) -> tuple[float, bool, str]:
     """The request-throughput speedup when prefill shares the step (`throughput_speedup`, each mode
     where it settles if its budget holds its prefill back), whether the budget holds the speculative
-    engine's prefill back, and the words saying so. Raises ValueError where the budget leaves a plain
-    step no prompt token: no request could start."""
+    engine's prefill back, and the words saying so. A plain engine whose decodes fill the budget
+    exactly settles below it as the speculative one does (`settled`). Raises ValueError where more
+    sequences decode than the budget holds: vLLM refuses a max_num_seqs above max_num_batched_tokens,
+    so that budget is not the one this batch runs under."""
     m = prompt_per_output
     budget = f"{token_budget or 0:.0f}" + (f", {budget_from}" if budget_from else "")
-    if not plain_chunk > 0:  # no request would start, in either mode: no rate to compare
+    plain_settles = (settled is not None and settled.plain_rate > 0 and settled.plain_batch < b_plain
+                     and token_budget is not None and b_plain <= token_budget * (1.0 + 1e-9))
+    if not (plain_chunk > 0 or plain_settles):  # no request would start, in either mode: no rate to compare
         raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
-                         f"{b_plain:.0f} sequences decoding, so no request could start at this load")
+                         f"{b_plain:.0f} sequences decoding, so no request could start at this load; vLLM "
+                         "never runs more sequences than its budget (max_num_seqs ≤ max_num_batched_tokens), "
+                         "so that budget is not the one this load runs under")
     throughput = throughput_speedup(b_plain, b_spec, emitted, plain_s, spec_s, plain_chunk, spec_chunk, m, settled)
     wanted = m * b_spec * emitted
     words = (f"prefill shares the step: {m:.1f} prompt tokens per output token, so a plain step carries "
@@ -382,6 +388,9 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
                   + (f" (the engine settles at about {count_words(settled.spec_batch)} of the "
                      f"{count_words(b_spec)} running, the rest waiting to start)" if settles else "")
                   + f" and requests complete {throughput:.2f}× as fast")
+    if plain_settles:
+        words += (f" (the plain engine's decodes fill the budget too: it settles at about "
+                  f"{count_words(settled.plain_batch)} of the {count_words(b_plain)} running)")
     return throughput, held_back, words
 
 

@@ -615,8 +615,9 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             throughput, held_back, words = prefill_shared(m, b_plain, b_spec, length, steps_here[2], steps_here[3],
                                                           plain_chunk, held, inputs.token_budget,
                                                           inputs.token_budget_from, settled=settled)
-            # (verified positions that overfill the budget: the decode figure prices a step no engine runs)
-            if held_back and (throughput < decode or held <= 0.0):
+            # verified positions that overfill the budget: the decode figure prices a step no engine runs
+            overfilled = inputs.token_budget is not None and b_spec * positions >= inputs.token_budget
+            if held_back and (throughput < decode or overfilled):
                 # The engine's output is requests: steps that emit faster while the prefill they
                 # need is held back only move the queue to the first token. The verdict follows
                 # the requests, and the decode figure stays beside it.
