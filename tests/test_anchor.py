@@ -15,9 +15,11 @@ from specwatch.perf.hardware import GPUS, MODELS
 from specwatch.perf.steptime import prior_for_model
 
 # AMD's baseline: 17,348 ms for a request of 800 tokens at concurrency 1 (3,200 in); TensorRT-LLM's
-# DeepSeek-R1 on 8×B200: 111 tokens/s at batch 1.
+# DeepSeek-R1 on 8×B200: 111 tokens/s at batch 1; SGLang 0.5.7's DeepSeek-R1 FP8 on 8×H200 at 16
+# running, 1k in / 1k out (SemiAnalysis InferenceX issue #870): 17.2 ms, about 1,500 tokens of context.
 MI300X_STEP_S = 17348.25 / 800 / 1e3
 B200_R1_STEP_S = 1 / 111
+H200_R1_STEP_AT_16_S = 17.2e-3
 
 
 def test_a_longer_step_adds_the_same_time_to_every_step():
@@ -26,20 +28,25 @@ def test_a_longer_step_adds_the_same_time_to_every_step():
     assert float(anchored.prior.step_time(1, 3600)) == pytest.approx(MI300X_STEP_S, rel=1e-9)
     added = anchored.added_s
     assert added == pytest.approx(MI300X_STEP_S - float(law.step_time(1, 3600)))
-    assert 0.008 < added < 0.012  # ROCm's SGLang of the time ran about 10 ms a step over the datasheet
+    assert 0.013 < added < 0.017  # ROCm's SGLang of the time ran about 15 ms a step over the datasheet
     for tokens, context in ((3, 3600), (24, 8 * 3600), (192, 64 * 3600)):  # plain and verify steps alike
         moved = float(anchored.prior.step_time(tokens, context)) - float(law.step_time(tokens, context))
         assert moved == pytest.approx(added, rel=1e-9)
-    assert anchored.prior.expert_floor_s == law.expert_floor_s
-    assert "raised by 10.1 ms, in a plain and a verify step alike" in anchored.words()
+    assert anchored.prior.expert_latency_s == law.expert_latency_s
+    assert "raised by 15.3 ms, in a plain and a verify step alike" in anchored.words()
+    # TensorRT-LLM's step at batch 1 is longer than the datasheet's too, by less
+    b200 = perf.anchor_fixed_latency(prior_for_model(GPUS["B200"], MODELS["DeepSeek-R1"], tp=8, dtype="w4a16"),
+                                     B200_R1_STEP_S, 1, 1500)
+    assert 0.002 < b200.added_s < 0.005
 
 
 def test_a_shorter_step_scales_the_laws_own_fixed_latency_down():
-    law = prior_for_model(GPUS["B200"], MODELS["DeepSeek-R1"], tp=8, dtype="w4a16")
-    anchored = perf.anchor_fixed_latency(law, B200_R1_STEP_S, 1, 1500)
-    assert float(anchored.prior.step_time(1, 1500)) == pytest.approx(B200_R1_STEP_S, abs=1e-7)
+    law = prior_for_model(GPUS["H200-SXM"], MODELS["DeepSeek-R1"], tp=8, dtype="fp8")
+    assert float(law.step_time(16, 16 * 1500)) > H200_R1_STEP_AT_16_S  # the law says 18.4 ms there
+    anchored = perf.anchor_fixed_latency(law, H200_R1_STEP_AT_16_S, 16, 16 * 1500)
+    assert float(anchored.prior.step_time(16, 16 * 1500)) == pytest.approx(H200_R1_STEP_AT_16_S, abs=1e-7)
     scale = anchored.prior.overhead_s / law.overhead_s
-    assert 0 < scale < 1 and anchored.prior.expert_floor_s / law.expert_floor_s == pytest.approx(scale)
+    assert 0 < scale < 1 and anchored.prior.expert_latency_s / law.expert_latency_s == pytest.approx(scale)
     assert anchored.added_s < 0 and "lowered by" in anchored.words()
 
 
@@ -75,12 +82,14 @@ def _ratios(**anchor) -> dict[int, float]:
 
 def test_the_baselines_own_step_at_concurrency_1_flattens_the_amd_rows():
     """Two numbers from the source's lowest load (its speedup, which sets L, and its baseline's step,
-    which anchors the fixed latency), then the six loads above it: anchored, every one within 12 %
-    and the dip at 8-16 gone (the datasheet law alone is 16-17 % under there)."""
+    which anchors the fixed latency), then the six loads above it: anchored, every one within 21 %
+    (0.97-1.20), and the spread from the lowest to the highest narrower than the datasheet law's
+    alone (0.89-1.31): 15 ms more of fixed latency in every step makes the experts a verify step
+    wakes a smaller share at every load."""
     bare = _ratios()
     anchored = _ratios(tpot_ms=MI300X_STEP_S * 1e3, tpot_batch=1)
-    assert min(bare[8], bare[16]) < 0.86
-    assert all(abs(ratio - 1.0) < 0.12 for ratio in anchored.values()), anchored
+    assert min(bare.values()) < 0.92 and max(bare.values()) > 1.25
+    assert all(abs(ratio - 1.0) < 0.21 for ratio in anchored.values()), anchored
     assert max(anchored.values()) - min(anchored.values()) < max(bare.values()) - min(bare.values())
 
 

@@ -565,9 +565,9 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
             plain_s, verify_s = (float(prior.expert_read_s(n)) for n in (plain_tokens, verify_tokens))
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
                       f"{verify_tokens:.0f}; the {prior.moe_layers} MoE layers' expert blocks take "
-                      f"{plain_s * 1e3:.1f} ms and {verify_s * 1e3:.1f} ms of the step (each at least "
-                      f"{prior.expert_floor_s * 1e6:.0f} µs: routing, the grouped GEMMs' launches and the "
-                      "combine, which the reads of a few experts hide under)")
+                      f"{plain_s * 1e3:.1f} ms and {verify_s * 1e3:.1f} ms of the step (each "
+                      f"{prior.expert_latency_s * 1e6:.0f} µs of routing, the grouped GEMMs' launches and the "
+                      "combine, then the reads of the experts touched)")
         notes.append(words + f"; real routing is skewed, which adds {MOE_ROUTING_ERROR:g} to the level error")
         if prior.expert_gpus > 1:
             notes.append(expert_parallel_words(prior, experts, tp_degree, plain_tokens, verify_tokens))

@@ -3,15 +3,14 @@ speculation at one load moves the law's fixed latency, as the live fit moves its
 
 Why the fixed part, and added where the step is longer: an engine's decode step at low load is mostly
 fixed latency (the per-step and per-layer launches, the host's scheduling, a MoE layer's routing,
-the collectives), and that is what engines, versions and GPU vendors differ in most (the same
-8×H200 DeepSeek node measured 23–33 ms a step at batch 1 in SGLang in early 2025, where the
-datasheet law says 11.6 ms); the weight and KV reads and the math are the datasheet's. The live
-fit's base is such a constant, paid by a plain and a verify step alike. On AMD's DeepSeek-V3 MTP
-rows (benchmarks/published.py) an anchor at concurrency 1 took their level error from 0.109 to
-0.062; scaling the fixed part instead (which also widens the MoE floor the expert reads hide
-under) gave 0.084. A step shorter than the law's says its own fixed latency (the MoE floor set on
-SGLang) is too dear for the engine: TensorRT-LLM's DeepSeek-R1 on 8×B200 runs 9.0 ms at batch 1
-where the law says 11.2.
+the collectives), and that is what engines, versions and GPU vendors differ in most (SGLang ran
+DeepSeek-V3 at 22.9 ms a step at batch 1 on 8×H200 in early 2025, by its NextN PR's own figures,
+where the datasheet law says 6.4 ms); the weight and KV reads and the math are the datasheet's. The
+live fit's base is such a constant, paid by a plain and a verify step alike. Anchored at its own
+baseline step, the SGLang docs' 1.8× at batch 1 (k = 1) asks an acceptance length of 1.96 (the PR
+says about 1.9), where the unanchored law, pricing today's faster engines, cannot reach it below
+L = 2.17; AMD's MI300X rows (benchmarks/published.py) are anchored the same way. A step shorter
+than the law's says its own fixed latency is too dear for the engine, and scales it down.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ class AnchoredLaw:
         if self.added_s >= 0:
             moved = f"raised by {self.added_s * 1e3:.1f} ms, in a plain and a verify step alike,"
         else:
-            moved = (f"lowered by {-self.added_s * 1e3:.1f} ms (the per-step overhead and the MoE layers' floor "
-                     "scaled down together)")
+            moved = (f"lowered by {-self.added_s * 1e3:.1f} ms (the per-step overhead and the MoE layers' fixed "
+                     "latency scaled down together)")
         return (f"the step's fixed latency {moved} to the measured plain step of {self.step_s * 1e3:.1f} ms at "
                 f"{self.tokens:g} running (the datasheet's {self.datasheet_step_s * 1e3:.1f} ms); the weight reads "
                 "and the math are the datasheet's")
@@ -51,13 +50,13 @@ def anchor_fixed_latency(prior: StepTimePrior, step_s: float, tokens: float,
     `context_tokens` of KV takes `step_s`. A longer step adds a constant to every step (overhead_s:
     the host's scheduling and the launches the datasheet does not know, as the live fit's base); a
     shorter one says the law's own fixed latency is too dear for this engine, and scales it down
-    (overhead_s and the MoE layers' expert_floor_s together). Raises ValueError when even none of
+    (overhead_s and the MoE layers' expert_latency_s together). Raises ValueError when even none of
     it would do: a step shorter than the reads and math alone."""
     if not (step_s > 0 and tokens > 0 and context_tokens >= 0):
         raise ValueError("a measured step needs a time, a load above 0 and a context of 0 or more")
 
     def scaled(scale: float) -> StepTimePrior:
-        return replace(prior, overhead_s=prior.overhead_s * scale, expert_floor_s=prior.expert_floor_s * scale)
+        return replace(prior, overhead_s=prior.overhead_s * scale, expert_latency_s=prior.expert_latency_s * scale)
 
     def step(law: StepTimePrior) -> float:
         return float(law.step_time(tokens, context_tokens))

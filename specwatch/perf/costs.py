@@ -32,7 +32,7 @@ from specwatch.perf.draft import (HEAD_ASSUMED_WORDS, HEAD_DRAFT_RATIO, HEAD_MET
                                   METHOD_WORDS, canonical_method, head_weights)
 from specwatch.perf.models import ModelSpec
 from specwatch.perf.steptime import (SMALL_GEMM_FRACTION, STEP_OVERHEAD_S, WEIGHT_FORMATS, StepTimeModel,  # noqa: F401
-                                     StepTimePrior, step_overhead_s, weight_format_key, MOE_LAYER_FLOOR_S)
+                                     StepTimePrior, step_overhead_s, weight_format_key, MOE_LAYER_LATENCY_S)
 
 
 __all__ = [
@@ -117,7 +117,7 @@ class DraftPricing:
     assumed: bool = False  # True when the method was not known
     scale: float = 1.0  # measured draft cost over the modelled one (a calibration), 1 when not measured
     target_overhead_s: float | None = None  # a derived head: the target step's fixed cost r leaves out
-    # a head's own fixed cost a forward: HEAD_FORWARD_OVERHEAD_S, and a MoE layer's expert-block floor
+    # a head's own fixed cost a forward: HEAD_FORWARD_OVERHEAD_S, and a MoE layer's expert-block latency
     # where the head's layer routes over experts (an MTP module on a mixture of experts)
     head_overhead_s: float = HEAD_FORWARD_OVERHEAD_S
 
@@ -207,11 +207,11 @@ def head_pricing(name: str, target: ModelSpec | None, dtype: str | None = None) 
     fixed = step_overhead_s(target.layers)
     own = HEAD_FORWARD_OVERHEAD_S
     if head.method == "mtp" and head.layer_is_moe:
-        # its decoder layer is a MoE layer: its expert block has the floor every MoE layer of the
-        # target's has, however few tokens it drafts for
-        own += MOE_LAYER_FLOOR_S
+        # its decoder layer is a MoE layer: its expert block pays the fixed latency every MoE layer
+        # of the target's pays, however few tokens it drafts for
+        own += MOE_LAYER_LATENCY_S
     basis = (f"{head.words(bytes_per_weight)}, plus {own * 1e6:.0f} µs a forward of its own"
-             + (f" ({MOE_LAYER_FLOOR_S * 1e6:.0f} µs of it its MoE layer's expert-block floor)" if own > HEAD_FORWARD_OVERHEAD_S
+             + (f" ({MOE_LAYER_LATENCY_S * 1e6:.0f} µs of it its MoE layer's expert-block latency)" if own > HEAD_FORWARD_OVERHEAD_S
                 else "")
              + f" (the target's step: {fixed * 1e3:.2f} ms fixed)")
     return DraftPricing(name, "head", head.ratio, basis, target_overhead_s=fixed, head_overhead_s=own)

@@ -33,7 +33,7 @@ __all__ = [
     "PER_TOKEN_OVERHEAD_S",
     "SMALL_GEMM_FRACTION",
     "ALLREDUCE_LATENCY_S",
-    "MOE_LAYER_FLOOR_S",
+    "MOE_LAYER_LATENCY_S",
     "EXPERT_BANDWIDTH_EFFICIENCY",
     "ASSUMED_DEPTH",
     "SOFT_MAX_POWER",
@@ -87,31 +87,34 @@ SMALL_GEMM_FRACTION = 0.5
 # Tensor parallelism: two all-reduces per layer (attention output, MLP output); each costs a launch
 # latency plus a ring transfer of 2(tp−1)/tp of the activations.
 ALLREDUCE_LATENCY_S = 8.0e-6
-# A mixture of experts' decode step is mostly fixed latency at low load, not weight reads. Each MoE
-# layer runs a dozen kernels besides attention (the router GEMM, the top-k or grouped top-k, the
-# token sort that lays tokens out per expert, the activations' quantisation, two grouped GEMMs and
-# the activation between, the shared expert's GEMMs, the weighted combine, and on several GPUs the
-# collective after it), each with a floor of several µs however little it reads. The grouped GEMMs'
-# reads hide under that floor until the experts the step's tokens touch outgrow it: on 8×H200 at
-# TP 8 a DeepSeek-V3 layer's 8 experts per token are 44 MB a GPU (15 µs at the expert bandwidth
-# below), so verifying 2–6 tokens at batch 1 wakes experts that cost almost nothing, and the step
-# rises with the union of experts only from a few dozen tokens on. 150 µs a MoE layer, and the
-# expert bandwidth below, put DeepSeek-R1 FP8 on 8×H200 (SGLang 0.5.7, 1k in / 1k out, about
-# 1,500 tokens of context) at 12.6, 24.0 and 32.4 ms a step at 8, 32 and 64 running, against TPOTs
-# of 12.8, 25.6 and 34.6 ms published (SemiAnalysis InferenceX issue #870;
-# benchmarks/moe_step_times.py); and TensorRT-LLM's
-# batch-1 MTP sweep on 8×B200 (DeepSeek-R1, tech blog 1) implies a verify step of 2–6 tokens
-# within a few % of a plain one: its speedup over its acceptance lengths falls by the drafts alone.
-# Engines differ a great deal here (the same node measured 23–33 ms at batch 1 in SGLang in early
-# 2025): the online fit moves the level.
-MOE_LAYER_FLOOR_S = 150.0e-6
+# A MoE layer's expert block costs a fixed latency and then its reads, one after the other: a dozen
+# kernels besides attention (the router GEMM, the top-k or grouped top-k, the token sort that lays
+# tokens out per expert, the activations' quantisation, two grouped GEMMs and the activation
+# between, the weighted combine, and on several GPUs the collective after it) pay their launches
+# and tails however little they read, and the grouped GEMMs then stream the experts the step's
+# tokens touch. 45 µs a MoE layer, and the expert bandwidth below, hold two published step-time
+# series from different engines, models and GPUs within 7 % at every load (benchmarks/
+# moe_step_times.py): DeepSeek-R1 FP8 on 8×H200 in SGLang 0.5.7 at 8–64 running (SemiAnalysis
+# InferenceX issue #870: 12.7 / 18.4 / 26.5 / 34.9 ms against 12.8 / 17.2 / 25.6 / 34.6) and
+# gpt-oss-120b MXFP4 on 8×H100 in vLLM at 4–64 (InferenceX issue #828: 3.68 ms at 4 against 3.72,
+# 7.22 at 64 against 7.36). The law before (a 150 µs floor the reads hid under) fitted the first
+# and priced the second 1.9× too dear at 4 running, with a rise from 4 to 64 a fifth of the
+# published one. Reads in series also price a verify step's extra experts at low load: TensorRT-
+# LLM's DeepSeek-R1 MTP sweep on 8×B200 (tech blog 1) leaves its drafts 0.97 of their own roofline
+# where the floor needed 1.31, and Kimi-K2.6's 2.03× at concurrency 1 on GB200 (vLLM blog,
+# EAGLE 3.1) asks an acceptance length of 2.9 (its EAGLE-3 predecessor's card: 3.0) where the floor
+# asked 2.2.
+# Engines differ a great deal in the fixed part (SGLang ran DeepSeek-V3 at 22.9 ms a step at batch
+# 1 on 8×H200 in early 2025, where this law says 6.4): a published baseline step anchors it
+# (`predict --tpot-ms`), and the online fit moves the level.
+MOE_LAYER_LATENCY_S = 45.0e-6
 # Grouped GEMMs over many small experts read their weights at a lower rate than one dense GEMM:
 # each expert is a few MB a GPU, its tile rows padded to the tile, and the launch and tail are paid
 # per expert block. About 0.55 of the datasheet bandwidth (0.8 for a dense read) is what the
 # published step times above rise by with the number of experts touched.
 EXPERT_BANDWIDTH_EFFICIENCY = 0.55
 # The depth a prior assumes where the layer count is not known (STEP_OVERHEAD_S is a 32-layer
-# model's): a custom MoE from --params pays 32 layers' expert floors.
+# model's): a custom MoE from --params pays 32 layers' expert-block latencies.
 ASSUMED_DEPTH = 32
 # Soft maximum exponent for the weight-read vs GEMM-compute overlap (model.md §2: p ≈ 4).
 SOFT_MAX_POWER = 4.0
@@ -221,8 +224,8 @@ class StepTimePrior:
     allreduce_bytes_per_token: float = 0.0  # ring bytes per token per all-reduce
     link_bandwidth: float | None = None
     small_gemm_fraction: float = 0.0  # share of the GEMM math not hidden under the weight read
-    moe_layers: int = 0  # layers that route over experts (their grouped GEMMs have a floor)
-    expert_floor_s: float = 0.0  # a MoE layer's expert block at its fewest tokens (MOE_LAYER_FLOOR_S)
+    moe_layers: int = 0  # layers that route over experts (each expert block a fixed latency and its reads)
+    expert_latency_s: float = 0.0  # a MoE layer's expert block's fixed latency, beside its reads (MOE_LAYER_LATENCY_S)
     expert_bandwidth: float | None = None  # the rate grouped GEMMs read experts at (None: bandwidth)
     # Tokens the MoE layers see per token of this rank: the data-parallel attention ranks whose
     # tokens meet in the experts (1 without DP attention).
@@ -268,14 +271,13 @@ class StepTimePrior:
         return np.asarray(self.weight_bytes(n_tokens)) - self.shared_weight_bytes
 
     def expert_read_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
-        """Seconds the MoE layers' expert blocks take at N tokens: each layer's grouped-GEMM read of
-        the experts touched, at the expert bandwidth, under the block's floor (a soft maximum)."""
+        """Seconds the MoE layers' expert blocks take at N tokens: each layer's fixed latency, then
+        its grouped GEMMs' read of the experts touched at the expert bandwidth (MOE_LAYER_LATENCY_S)."""
         n = np.asarray(n_tokens, dtype=float)
         if self.moe_layers <= 0:
             return np.zeros_like(n)
-        per_layer = self.expert_bytes(n) / self.moe_layers / (self.expert_bandwidth or self.bandwidth)
-        floor = self.expert_floor_s
-        return self.moe_layers * (floor**SOFT_MAX_POWER + per_layer**SOFT_MAX_POWER) ** (1.0 / SOFT_MAX_POWER)
+        reads = self.expert_bytes(n) / (self.expert_bandwidth or self.bandwidth)
+        return self.moe_layers * self.expert_latency_s + reads
 
     def step_time(self, n_tokens: float | np.ndarray, context_tokens: float | np.ndarray = 0.0) -> float | np.ndarray:
         n = np.asarray(n_tokens, dtype=float)
@@ -352,7 +354,7 @@ def datasheet_prior(
     Tensor parallelism divides weights, FLOPs and KV bytes across the GPUs (so it leaves the knee
     where it is) and adds two all-reduces per layer when the layer count is known. A mixture of
     experts' MoE layers (`moe_layers`, else all of them, else ASSUMED_DEPTH) read their experts in
-    grouped GEMMs with a floor each (MOE_LAYER_FLOOR_S) at EXPERT_BANDWIDTH_EFFICIENCY.
+    grouped GEMMs after a fixed latency each (MOE_LAYER_LATENCY_S) at EXPERT_BANDWIDTH_EFFICIENCY.
     `kv_bytes_per_token` is the whole model's BF16 KV bytes per context token; `kv_replicated` says
     every rank holds that cache whole (MLA's latent), so it is not split.
 
@@ -422,7 +424,7 @@ def datasheet_prior(
         allreduce_bytes_per_token=ring_bytes,
         link_bandwidth=gpu.interconnect_bandwidth,
         moe_layers=routed_layers,
-        expert_floor_s=MOE_LAYER_FLOOR_S if routed_layers else 0.0,
+        expert_latency_s=MOE_LAYER_LATENCY_S if routed_layers else 0.0,
         expert_bandwidth=gpu.memory_bandwidth * EXPERT_BANDWIDTH_EFFICIENCY if routed_layers else None,
         expert_token_scale=float(ranks),
         alltoall_count=alltoalls,
