@@ -180,11 +180,16 @@ def test_moe_rows():
     assert hw.MODELS["MiniMax-M2"].kv_bytes_per_token == 2 * 62 * 8 * 128 * 2 == 253_952
     assert hw.MODELS["Kimi-K2"].kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
     assert hw.MODELS["DeepSeek-R1"].kv_bytes_per_token == 70_272
+    assert hw.MODELS["GLM-4.5"].kv_bytes_per_token == 2 * 92 * 8 * 128 * 2 == 376_832
+    assert hw.MODELS["GLM-4.5-Air"].kv_bytes_per_token == 2 * 46 * 8 * 128 * 2 == 188_416
+    # first_k_dense_replace: GLM-4.5's first 3 layers and GLM-4.5-Air's first are dense
+    assert (hw.MODELS["GLM-4.5"].moe_layers, hw.MODELS["GLM-4.5-Air"].moe_layers) == (89, 45)
     assert not hw.MODELS["MiniMax-M2"].kv_replicated_under_tp
     assert hw.MODELS["MiniMax-M2"].kv_bytes_per_token_per_gpu(8) == 253_952 / 8
     shapes = {"DeepSeek-V3": (256, 8), "Kimi-K2": (384, 8), "MiniMax-M2": (256, 8), "Qwen3-30B-A3B": (128, 8),
               "Qwen3-235B-A22B": (128, 8), "gpt-oss-20b": (32, 4), "gpt-oss-120b": (128, 4),
-              "Llama-4-Scout-17B-16E": (16, 1), "Llama-4-Maverick-17B-128E": (128, 1)}
+              "Llama-4-Scout-17B-16E": (16, 1), "Llama-4-Maverick-17B-128E": (128, 1), "GLM-4.5": (160, 8),
+              "GLM-4.5-Air": (128, 8)}
     for name, (experts, top_k) in shapes.items():
         spec = hw.MODELS[name]
         assert (spec.experts, spec.experts_per_token) == (experts, top_k), name
@@ -222,6 +227,10 @@ def test_moe_rows():
         ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "Llama-4-Scout-17B-16E"),
         ("llama-4-scout", "Llama-4-Scout-17B-16E"),
         ("meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8", "Llama-4-Maverick-17B-128E"),
+        ("zai-org/GLM-4.5", "GLM-4.5"),
+        ("zai-org/GLM-4.6", "GLM-4.5"),
+        ("zai-org/GLM-4.7-FP8", "GLM-4.5"),
+        ("zai-org/GLM-4.5-Air", "GLM-4.5-Air"),
     ],
 )
 def test_lookup_model(name, expected):
@@ -230,6 +239,7 @@ def test_lookup_model(name, expected):
 
 def test_lookup_model_unknown():
     assert hw.lookup_model("GPT-5") is None
+    assert hw.lookup_model("zai-org/GLM-4.7-Flash") is None  # MLA, 30B: not GLM-4.7's shape
     assert hw.lookup_model("") is None
 
 

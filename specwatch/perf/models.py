@@ -163,6 +163,23 @@ _MOE_MODELS: tuple[ModelSpec, ...] = (
         experts=256, experts_per_token=8, weights="fp8", vocab_size=200064,
     ),
     ModelSpec(
+        "GLM-4.5", 355e9, 32e9, 92, 5120, 96, 8, 128,
+        _hf_moe("zai-org/GLM-4.5",
+                "num_hidden_layers 92, hidden_size 5120, num_attention_heads 96, num_key_value_heads 8, head_dim 128, "
+                "n_routed_experts 160, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 1536, "
+                "first_k_dense_replace 3, num_nextn_predict_layers 1 (its MTP layer), bf16 (GLM-4.6 and GLM-4.7 "
+                "keep the shape)", "355B total / 32B active"),
+        experts=160, experts_per_token=8, vocab_size=151552, dense_layers=3,
+    ),
+    ModelSpec(
+        "GLM-4.5-Air", 106e9, 12e9, 46, 4096, 96, 8, 128,
+        _hf_moe("zai-org/GLM-4.5-Air",
+                "num_hidden_layers 46, hidden_size 4096, num_attention_heads 96, num_key_value_heads 8, head_dim 128, "
+                "n_routed_experts 128, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 1408, "
+                "first_k_dense_replace 1, num_nextn_predict_layers 1, bf16", "106B total / 12B active"),
+        experts=128, experts_per_token=8, vocab_size=151552, dense_layers=1,
+    ),
+    ModelSpec(
         "Qwen3-30B-A3B", 30.5e9, 3.3e9, 48, 2048, 32, 4, 128,
         _hf_moe("Qwen/Qwen3-30B-A3B",
                 "num_hidden_layers 48, hidden_size 2048, num_attention_heads 32, num_key_value_heads 4, head_dim 128, "
@@ -269,6 +286,8 @@ _MODEL_ALIASES: dict[str, str] = {
     "deepseek-v3.1-terminus": "DeepSeek-V3",
     "deepseek-r1-0528": "DeepSeek-R1",
     "kimi-k2-instruct-0905": "Kimi-K2",
+    "glm-4.6": "GLM-4.5",  # GLM-4.6 and GLM-4.7 keep GLM-4.5's shape (Glm4MoeForCausalLM, 92 layers)
+    "glm-4.7": "GLM-4.5",
     "llama-4-scout": "Llama-4-Scout-17B-16E",
     "llama-4-maverick": "Llama-4-Maverick-17B-128E",
 }
