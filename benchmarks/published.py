@@ -601,6 +601,16 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
 
 Points found but not scored (a needed input is not published, or the model has no term for them):
 
+- SPEED-Bench Table 1's other rows at batch 32 (n-gram on gpt-oss-120b at 0.29×, Qwen3-235B EAGLE-3
+  at 1.33×, vanilla drafting): the two copies of the table read here (the paper and a write-up of it)
+  name different models for the same figures, so only the row both give is scored.
+- DeepSeek-V4-Pro MTP (k = 2) on MI355X in vLLM (PR #43385, as InferenceX PR #1630 sums it up): +75 %
+  at concurrency 1, +38 % at 8 and −37 % at 32. The model table has no DeepSeek-V4 (its attention
+  and expert shapes differ from V3's) and the figures are second-hand.
+- GLM-4.7 FP8 with an EAGLE-3 tree (top-k 4, 6 draft tokens) on 8×H200 in SGLang (Thoughtworks,
+  2026-04): 1.53–2.07× at batch 1 and 1.16× on average at 32. A tree verifies more positions than
+  its depth; the model prices chains.
+
 - vLLM issue #49548 (comment, H100 NVL, vLLM 0.27.1, gemma-4-31B FP8, 400 tokens of context): with
   dynamic speculation enabled but a schedule of k = 0, TPOT rose 6.6 % at concurrency 2 and 21.6 % at
   189 (0.94× and 0.82×). That is a cost of the speculation machinery itself, growing with the batch
