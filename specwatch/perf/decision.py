@@ -618,9 +618,8 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             # verified positions that overfill the budget: the decode figure prices a step no engine runs
             overfilled = inputs.token_budget is not None and b_spec * positions >= inputs.token_budget
             if held_back and (throughput < decode or overfilled):
-                # The engine's output is requests: steps that emit faster while the prefill they
-                # need is held back only move the queue to the first token. The verdict follows
-                # the requests, and the decode figure stays beside it.
+                # The engine's output is requests: faster steps whose prefill is held back only move the
+                # queue to the first token. The verdict follows the requests; the decode figure stays.
                 expected = throughput
                 contributions["token budget"] = math.log(throughput / decode)
                 words += (f": the verdict follows the requests ({throughput:.2f}×), not the decode steps "
@@ -648,7 +647,9 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
         if figures:
             crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
             best, by_k = _best_k(inputs, model, k, length, steps_here, demand, waiting)
-            request = _request_speedup(inputs, decode, plain_here)
+            request = _request_speedup(inputs, expected, plain_here)
+            if request is not None and m > 0 and expected != decode:  # the budget decides, the prefill in
+                request = expected  # its rates: a request waits its turn for a step at the engine's pace
     return Decision(
         state=state,
         expected_speedup=expected,
