@@ -566,7 +566,7 @@ attention* (k+1 query positions over the same KV) or *KV capacity* (fewer sequen
   says 6.4: anchored there, its calibration asks L = 1.96 (the PR says about 1.9); unanchored, it
   would ask 2.17, past k + 1. AMD's MI300X baseline runs 21.7 ms a step at concurrency 1 where the
   law says 6.3, and TensorRT-LLM's DeepSeek-R1 on 8×B200 9.0 ms where it says 5.4; both are
-  anchored. LMSYS's rows are anchored too (39 ms a step where the law says 21), and move the wrong
+  anchored. LMSYS's rows are anchored too (39 ms a step where the law says 22), and move the wrong
   way: unanchored they would be 0.99 and 1.02 of the published, anchored 1.09 and 1.14.
 - **Expert parallelism with DP attention** (LMSYS's MTP blog, SGLang decode pools of DeepSeek-V3 with
   DeepEP). On the published acceptance, with no calibration: 16×H200 at 2 requests a rank, 1.74× for
