@@ -642,8 +642,7 @@ def _result(decision: perf.Decision, gpu_spec: GpuSpec, target: Target, prior: p
         reasons.append(f"expected speedup {expected:.2f}× at {running}"
                        + (f" and {waiting:g} waiting (throughput at the batch each mode holds)" if waiting else ""))
         if decision.request_speedup is not None:
-            budget_paced = decision.throughput_speedup is not None and decision.request_speedup == expected != \
-                decision.decode_speedup
+            budget_paced = "ln_token_budget" in decision.terms and decision.request_speedup == expected
             why = ("each request waits its turn for a step the token budget holds, at the engine's pace"
                    if budget_paced else "speculation does nothing for the prefill"
                    + (", and the draft model prefills too" if pricing.kind == "model" else ""))

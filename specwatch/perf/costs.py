@@ -369,8 +369,8 @@ def prefill_shared(prompt_per_output: float, b_plain: float, b_spec: float, emit
     so that budget is not the one this batch runs under."""
     m = prompt_per_output
     budget = f"{token_budget or 0:.0f}" + (f", {budget_from}" if budget_from else "")
-    plain_settles = (settled is not None and settled.plain_rate > 0 and settled.plain_batch < b_plain
-                     and token_budget is not None and b_plain <= token_budget * (1.0 + 1e-9))
+    plain_settles = (settled is not None and settled.plain_batch < b_plain and token_budget is not None
+                     and b_plain <= token_budget * (1.0 + 1e-9))
     if not (plain_chunk > 0 or plain_settles):  # no request would start, in either mode: no rate to compare
         raise ValueError(f"the step's token budget ({budget}) holds no prompt token beside the "
                          f"{b_plain:.0f} sequences decoding, so no request could start at this load; vLLM "

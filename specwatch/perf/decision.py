@@ -648,8 +648,8 @@ def decide(inputs: DecisionInputs, *, figures: bool = True) -> Decision:
             crossover = _crossover(model, k, length, inputs.max_batch, steps_low)
             best, by_k = _best_k(inputs, model, k, length, steps_here, demand, waiting)
             request = _request_speedup(inputs, expected, plain_here)
-            if request is not None and m > 0 and expected != decode:  # the budget decides, the prefill in
-                request = expected  # its rates: a request waits its turn for a step at the engine's pace
+            if request is not None and m > 0 and "token budget" in contributions:  # the prefill in the
+                request = expected  # budget's rates: a request waits its turn for a step at the engine's pace
     return Decision(
         state=state,
         expected_speedup=expected,
