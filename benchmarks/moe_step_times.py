@@ -11,6 +11,8 @@ grid below); the law before (a floor the expert reads hid under) is shown beside
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 from specwatch.perf.anchor import anchor_fixed_latency
@@ -44,14 +46,13 @@ LATENCY_GRID_US = (20, 30, 36, 40, 45, 50, 60, 80)
 
 def _floor_law_ms(law: StepTimePrior, n: float, context: float) -> float:
     """The law before: the same step with its expert blocks under a floor rather than after a latency."""
-    reads = float(law.expert_read_s(n)) - law.moe_layers * law.expert_latency_s
-    per_layer = reads / law.moe_layers
+    blocks = float(law.expert_read_s(n))
+    per_layer = (blocks - law.moe_layers * law.expert_latency_s) / law.moe_layers  # the reads alone
     floored = law.moe_layers * (FLOOR_BEFORE_S**4 + per_layer**4) ** 0.25
-    return (float(law.step_time(n, context)) - float(law.expert_read_s(n)) + floored) * 1e3
+    return (float(law.step_time(n, context)) - blocks + floored) * 1e3
 
 
 def _with_latency(law: StepTimePrior, latency_s: float) -> StepTimePrior:
-    from dataclasses import replace
     return replace(law, expert_latency_s=latency_s)
 
 
@@ -92,8 +93,6 @@ def gpt_oss_rows() -> list[tuple[int, float, float, float, float]]:
 
 def latency_grid() -> list[tuple[int, float, float, float]]:
     """(per-layer latency µs, RMS of ln(law / published) over the DeepSeek rows, over gpt-oss's, over both)."""
-    import math
-
     def rms(values: list[float]) -> float:
         return math.sqrt(sum(math.log(v) ** 2 for v in values) / len(values))
 
