@@ -46,7 +46,7 @@ LATENCY_GRID_US = (20, 30, 36, 40, 45, 50, 60, 80)
 
 def _floor_law_ms(law: StepTimePrior, n: float, context: float) -> float:
     """The law before: the same step with its expert blocks under a floor rather than after a latency."""
-    blocks = float(law.expert_read_s(n))
+    blocks = float(law.expert_blocks_s(n))
     per_layer = (blocks - law.moe_layers * law.expert_latency_s) / law.moe_layers  # the reads alone
     floored = law.moe_layers * (FLOOR_BEFORE_S**4 + per_layer**4) ** 0.25
     return (float(law.step_time(n, context)) - blocks + floored) * 1e3

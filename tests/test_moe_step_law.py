@@ -55,7 +55,7 @@ def test_the_step_rises_with_the_experts_touched_after_the_blocks_fixed_latency(
     rise = float(law.step_time(64, 1536 * 64) - law.step_time(4, 1536 * 4)) * 1e3
     assert rise == pytest.approx(H100_GPT_OSS_TPOT_MS[64] - H100_GPT_OSS_TPOT_MS[4], rel=0.15)
     # however few tokens, every MoE layer pays its latency, and the reads come on top of it
-    assert float(law.expert_read_s(1.0)) > law.moe_layers * law.expert_latency_s
+    assert float(law.expert_blocks_s(1.0)) > law.moe_layers * law.expert_latency_s
     deepseek_law = deepseek("H200-SXM")
     t = {n: float(deepseek_law.step_time(n, 0.0)) for n in (32, 64, 512)}
     assert t[64] / t[32] > 1.2  # the union of experts grows
@@ -103,7 +103,7 @@ def test_the_law_takes_the_moe_layers_from_the_table_the_depth_or_an_assumed_dep
 def test_a_dense_model_has_no_expert_floor():
     law = prior_for_model(GPUS["H100-SXM"], MODELS["Llama-3.1-8B"])
     assert law.moe_layers == 0 and law.expert_latency_s == 0.0
-    assert float(law.expert_read_s(8.0)) == 0.0
+    assert float(law.expert_blocks_s(8.0)) == 0.0
 
 
 # -- expert parallelism and DP attention (issue 43, items 2 and 5) ----------------------------------

@@ -562,7 +562,7 @@ def _model_notes(target: Target, prior: perf.StepTimePrior, tp_degree: int, plai
                  f"(t = {top_k} routed experts per token, uniform routing)")
         if plain_tokens is not None and verify_tokens is not None:
             touched = [float(prior.expert_bytes(n)) / prior.expert_weight_bytes for n in (plain_tokens, verify_tokens)]
-            plain_s, verify_s = (float(prior.expert_read_s(n)) for n in (plain_tokens, verify_tokens))
+            plain_s, verify_s = (float(prior.expert_blocks_s(n)) for n in (plain_tokens, verify_tokens))
             words += (f": {touched[0]:.0%} of them at {plain_tokens:.0f} tokens, {touched[1]:.0%} verifying "
                       f"{verify_tokens:.0f}; the {prior.moe_layers} MoE layers' expert blocks take "
                       f"{plain_s * 1e3:.1f} ms and {verify_s * 1e3:.1f} ms of the step (each "

@@ -270,7 +270,7 @@ class StepTimePrior:
         """The routed experts' bytes a step of N tokens reads (the union they touch), per GPU."""
         return np.asarray(self.weight_bytes(n_tokens)) - self.shared_weight_bytes
 
-    def expert_read_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
+    def expert_blocks_s(self, n_tokens: float | np.ndarray) -> np.ndarray:
         """Seconds the MoE layers' expert blocks take at N tokens: each layer's fixed latency, then
         its grouped GEMMs' read of the experts touched at the expert bandwidth (MOE_LAYER_LATENCY_S)."""
         n = np.asarray(n_tokens, dtype=float)
@@ -283,7 +283,7 @@ class StepTimePrior:
         n = np.asarray(n_tokens, dtype=float)
         c = np.asarray(context_tokens, dtype=float)
         if self.moe_layers > 0:
-            read = self.shared_weight_bytes / self.bandwidth + self.expert_read_s(n)
+            read = self.shared_weight_bytes / self.bandwidth + self.expert_blocks_s(n)
         else:
             read = np.asarray(self.weight_bytes(n)) / self.bandwidth
         math_time = self.flops_per_token * n / self.flops
@@ -316,7 +316,7 @@ class StepTimePrior:
         if self.alltoall_count and self.alltoall_bandwidth:
             link_term += self.alltoall_count * self.alltoall_bytes_per_token / self.alltoall_bandwidth
             alltoall_base = self.alltoall_count * 2.0 * ALLTOALL_LATENCY_S
-        read_s = (self.shared_weight_bytes / self.bandwidth + float(self.expert_read_s(1e9))  # every expert touched
+        read_s = (self.shared_weight_bytes / self.bandwidth + float(self.expert_blocks_s(1e9))  # every expert touched
                   if self.moe_layers > 0 else (self.shared_weight_bytes + self.expert_weight_bytes) / self.bandwidth)
         math_per_token = self.flops_per_token / self.flops
         hidden = 1.0 - self.small_gemm_fraction
